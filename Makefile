@@ -1,0 +1,54 @@
+# powercut: one-command set-up, main job and tests.
+#   make run    install what is missing, then run the default study (quick)
+#   make test   install what is missing, then run lint, types and the test suite
+# Set-up is idempotent: a second call only checks (about a second).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMPS := .stamps
+
+# Debian packages: the guest kernel and its tools, filesystems, benchmarks.
+APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
+	dmsetup kmod cpio e2fsprogs xfsprogs btrfs-progs f2fs-tools jfsutils \
+	reiserfsprogs fio bonnie++ postmark dbench fsmark attr
+
+.PHONY: setup run test lint unit integration clean
+setup: apt $(STAMPS)/venv
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "powercut setup: installing Debian packages:" $$missing; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+run: setup
+	$(BIN)/powercut run
+
+lint: $(STAMPS)/venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: setup lint
+	$(BIN)/pytest -q
+
+unit: $(STAMPS)/venv
+	$(BIN)/pytest -q tests/unit
+
+integration: setup
+	$(BIN)/pytest -q -m integration tests/integration
+
+clean:
+	rm -rf $(VENV) $(STAMPS) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Filesystem adapters (mkfs, mount, fsck, journal placement) and recovery-time measurement."""
