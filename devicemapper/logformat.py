@@ -1,0 +1,625 @@
+"""The dm-log-writes on-disk log: read it (streaming) and write it.
+
+Layout, all little-endian, in units of the log's sector size ``S`` (the
+logical block size of the recorded data device):
+
+* block 0 holds ``struct log_write_super {le64 magic; le64 version;
+  le64 nr_entries; le32 sectorsize;}``, the rest of the block zero;
+* then ``nr_entries`` entries. Each is one ``S``-sized header block,
+  ``struct log_write_entry {le64 sector; le64 nr_sectors; le64 flags;
+  le64 data_len;}`` followed in the same block by ``data_len`` bytes of
+  mark text (marks only; no NUL is counted) and zero padding; then
+  ``nr_sectors`` blocks of payload, except for discards, which carry none.
+
+``sector`` and ``nr_sectors`` are in units of ``S``. The kernel target
+rewrites the super after every FUA and every mark, so ``nr_entries`` may
+lag behind what is on the device; readers trust ``nr_entries``, as
+xfstests' replay-log does.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import stat
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from framework.errors import LogFormatError
+
+log = logging.getLogger(__name__)
+
+MAGIC = 0x6A736677736872
+VERSION = 1
+END_MARK = "dm-log-writes-end"
+"""The mark the kernel target appends when it is removed."""
+
+MIN_SECTORSIZE = 512
+MAX_SECTORSIZE = 65536
+
+SUPER = struct.Struct("<QQQI")
+"""log_write_super without its tail padding (28 bytes)."""
+ENTRY = struct.Struct("<QQQQ")
+"""log_write_entry (32 bytes, no padding)."""
+
+
+class LogFlag(enum.IntFlag):
+    NONE = 0
+    FLUSH = 1 << 0
+    FUA = 1 << 1
+    DISCARD = 1 << 2
+    MARK = 1 << 3
+    METADATA = 1 << 4  # the bio carried REQ_META
+
+
+KNOWN_FLAGS = int(LogFlag.FLUSH | LogFlag.FUA | LogFlag.DISCARD | LogFlag.MARK | LogFlag.METADATA)
+_FLAG_NAMES = (
+    (LogFlag.FLUSH, "FLUSH"),
+    (LogFlag.FUA, "FUA"),
+    (LogFlag.DISCARD, "DISCARD"),
+    (LogFlag.MARK, "MARK"),
+    (LogFlag.METADATA, "METADATA"),
+)
+
+
+def flags_str(flags: int) -> str:
+    """Flags as replay-log prints them: ``FLUSH|FUA``, or ``NONE``."""
+    names = [name for bit, name in _FLAG_NAMES if flags & bit]
+    return "|".join(names) if names else "NONE"
+
+
+def max_mark_bytes(sectorsize: int) -> int:
+    """Longest mark text the kernel keeps (it truncates to one byte less than the room)."""
+    return sectorsize - ENTRY.size - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogSuper:
+    nr_entries: int
+    sectorsize: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One log entry; ``sector``/``nr_sectors`` are in units of ``sectorsize``."""
+
+    index: int
+    sector: int
+    nr_sectors: int
+    flags: LogFlag
+    data_len: int
+    mark: str | None
+    header_offset: int
+    payload_offset: int
+    sectorsize: int
+
+    @property
+    def byte_offset(self) -> int:
+        """Where on the data device the entry applies."""
+        return self.sector * self.sectorsize
+
+    @property
+    def byte_length(self) -> int:
+        """How many bytes of the data device the entry covers."""
+        return self.nr_sectors * self.sectorsize
+
+    @property
+    def payload_length(self) -> int:
+        """Bytes of payload stored in the log after the header (none for discards)."""
+        return 0 if self.flags & LogFlag.DISCARD else self.nr_sectors * self.sectorsize
+
+    @property
+    def payload_end(self) -> int:
+        """Offset in the log just past this entry; the next header starts here."""
+        return self.payload_offset + self.payload_length
+
+    @property
+    def is_mark(self) -> bool:
+        return bool(self.flags & LogFlag.MARK)
+
+    @property
+    def is_flush(self) -> bool:
+        return bool(self.flags & LogFlag.FLUSH)
+
+    @property
+    def is_fua(self) -> bool:
+        return bool(self.flags & LogFlag.FUA)
+
+    @property
+    def is_discard(self) -> bool:
+        return bool(self.flags & LogFlag.DISCARD)
+
+    @property
+    def is_write(self) -> bool:
+        """Carries payload to write (plain, FUA or flush-with-data write)."""
+        return self.payload_length > 0
+
+
+def _is_valid_sectorsize(size: int) -> bool:
+    return MIN_SECTORSIZE <= size <= MAX_SECTORSIZE and size & (size - 1) == 0
+
+
+def _pread_exact(fd: int, length: int, offset: int) -> bytes:
+    """pread until ``length`` bytes or end of file (short result means EOF)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < length:
+        chunk = os.pread(fd, length - got, offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+class LogReader:
+    """Streams a log from a regular file or a block device; never holds payloads.
+
+    Iterating yields entries by reading only their header blocks and
+    seeking over payloads. Every problem is a ``LogFormatError`` naming the
+    file, the entry index and the byte offset.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise LogFormatError(f"{self.path}: cannot open log: {exc.strerror}") from exc
+        try:
+            mode = os.fstat(self._fd).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode)):
+                raise LogFormatError(f"{self.path}: not a regular file or block device")
+            # lseek to the end gives the size of block devices as well as files.
+            self.size_bytes = os.lseek(self._fd, 0, os.SEEK_END)
+            self.super = self._read_super()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # -- context manager -------------------------------------------------
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def sectorsize(self) -> int:
+        return self.super.sectorsize
+
+    @property
+    def nr_entries(self) -> int:
+        return self.super.nr_entries
+
+    @property
+    def first_entry_offset(self) -> int:
+        return self.super.sectorsize
+
+    # -- parsing ---------------------------------------------------------
+
+    def _error(self, what: str, *, index: int | None, offset: int) -> LogFormatError:
+        where = "super block" if index is None else f"entry {index}"
+        return LogFormatError(f"{self.path}: {where} at byte {offset}: {what}")
+
+    def _read_super(self) -> LogSuper:
+        raw = _pread_exact(self._fd, SUPER.size, 0)
+        if len(raw) < SUPER.size:
+            raise self._error(
+                f"truncated super block ({len(raw)} of {SUPER.size} bytes)", index=None, offset=0
+            )
+        magic, version, nr_entries, sectorsize = SUPER.unpack(raw)
+        if magic != MAGIC:
+            raise self._error(
+                f"bad magic {magic:#x} (want {MAGIC:#x}); not a dm-log-writes log",
+                index=None,
+                offset=0,
+            )
+        if version != VERSION:
+            raise self._error(f"unknown version {version} (want {VERSION})", index=None, offset=8)
+        if not _is_valid_sectorsize(sectorsize):
+            raise self._error(
+                f"bad sectorsize {sectorsize} (want a power of two in "
+                f"{MIN_SECTORSIZE}..{MAX_SECTORSIZE})",
+                index=None,
+                offset=24,
+            )
+        if self.size_bytes < sectorsize:
+            raise self._error(
+                f"truncated super block ({self.size_bytes} of {sectorsize} bytes)",
+                index=None,
+                offset=0,
+            )
+        # Every entry needs at least its header block: a count beyond that is
+        # caught here rather than after streaming most of the log.
+        room = self.size_bytes // sectorsize - 1
+        if nr_entries > room:
+            raise self._error(
+                f"nr_entries {nr_entries} is beyond the log: {self.size_bytes} bytes hold "
+                f"at most {room} entries",
+                index=None,
+                offset=16,
+            )
+        return LogSuper(nr_entries=nr_entries, sectorsize=sectorsize)
+
+    def read_entry(self, index: int, header_offset: int) -> LogEntry:
+        """Parse the entry whose header block is at ``header_offset``."""
+        size = self.super.sectorsize
+        if index >= self.super.nr_entries:
+            raise self._error(
+                f"past the last entry (nr_entries {self.super.nr_entries})",
+                index=index,
+                offset=header_offset,
+            )
+        if header_offset >= self.size_bytes:
+            raise self._error(
+                f"entry starts past the end of the log ({self.size_bytes} bytes)",
+                index=index,
+                offset=header_offset,
+            )
+        block = _pread_exact(self._fd, size, header_offset)
+        if len(block) < size:
+            raise self._error(
+                f"truncated entry header ({len(block)} of {size} bytes)",
+                index=index,
+                offset=header_offset,
+            )
+        sector, nr_sectors, flags, data_len = ENTRY.unpack_from(block)
+        if flags & ~KNOWN_FLAGS:
+            raise self._error(
+                f"unknown flag bits {flags & ~KNOWN_FLAGS:#x} in flags {flags:#x}",
+                index=index,
+                offset=header_offset + 16,
+            )
+        if flags == 0 and nr_sectors == 0:
+            # replay-log rejects this too: a zeroed header means the log ends
+            # before nr_entries says it does.
+            raise self._error(
+                "all-zero entry header (log shorter than nr_entries?)",
+                index=index,
+                offset=header_offset,
+            )
+        room = size - ENTRY.size
+        if data_len > room:
+            raise self._error(
+                f"data_len {data_len} larger than the header block ({room} bytes of room)",
+                index=index,
+                offset=header_offset + 24,
+            )
+        mark: str | None = None
+        text_len = 0
+        if flags & LogFlag.MARK:
+            text_len = data_len
+            text = block[ENTRY.size : ENTRY.size + data_len]
+            # surrogateescape: any bytes round-trip, nothing raises.
+            mark = text.decode("utf-8", "surrogateescape")
+        tail = block[ENTRY.size + text_len :]
+        if tail.count(0) != len(tail):
+            bad = next(i for i, b in enumerate(tail) if b)
+            raise self._error(
+                "non-zero bytes after the entry header (the kernel zero-fills them)",
+                index=index,
+                offset=header_offset + ENTRY.size + text_len + bad,
+            )
+        payload_offset = header_offset + size
+        entry = LogEntry(
+            index=index,
+            sector=sector,
+            nr_sectors=nr_sectors,
+            flags=LogFlag(flags),
+            data_len=data_len,
+            mark=mark,
+            header_offset=header_offset,
+            payload_offset=payload_offset,
+            sectorsize=size,
+        )
+        if entry.payload_end > self.size_bytes:
+            present = max(0, self.size_bytes - payload_offset)
+            raise self._error(
+                f"truncated payload ({present} of {entry.payload_length} bytes in the log)",
+                index=index,
+                offset=payload_offset + present,
+            )
+        return entry
+
+    def iter_entries(
+        self, start_index: int = 0, start_offset: int | None = None
+    ) -> Iterator[LogEntry]:
+        """Entries from ``start_index`` on.
+
+        With ``start_offset`` (the header offset of entry ``start_index``,
+        e.g. a previous entry's ``payload_end``) no earlier header is read;
+        without it, earlier headers are walked to find the place.
+        """
+        index, offset = 0, self.first_entry_offset
+        if start_offset is not None:
+            index, offset = start_index, start_offset
+        while index < self.super.nr_entries:
+            entry = self.read_entry(index, offset)
+            if index >= start_index:
+                yield entry
+            index += 1
+            offset = entry.payload_end
+
+    def __iter__(self) -> Iterator[LogEntry]:
+        return self.iter_entries()
+
+    def entry(self, index: int) -> LogEntry:
+        """The entry with this index (walks the headers before it)."""
+        if not 0 <= index < self.super.nr_entries:
+            raise LogFormatError(
+                f"{self.path}: no entry {index}: the log has {self.super.nr_entries} entries"
+            )
+        return next(self.iter_entries(index))
+
+    # -- payloads --------------------------------------------------------
+
+    def read_payload(self, entry: LogEntry) -> bytes:
+        """The whole payload of one entry (empty for discards, flushes, marks)."""
+        data = _pread_exact(self._fd, entry.payload_length, entry.payload_offset)
+        if len(data) != entry.payload_length:
+            raise self._error(
+                f"truncated payload ({len(data)} of {entry.payload_length} bytes)",
+                index=entry.index,
+                offset=entry.payload_offset + len(data),
+            )
+        return data
+
+    def readinto(self, view: memoryview, offset: int, *, index: int) -> None:
+        """Fill ``view`` from log byte ``offset``; a short read is a truncated payload."""
+        got = 0
+        total = len(view)
+        while got < total:
+            n = os.preadv(self._fd, [view[got:]], offset + got)
+            if n <= 0:
+                raise self._error(
+                    f"truncated payload ({got} of {total} bytes readable)",
+                    index=index,
+                    offset=offset + got,
+                )
+            got += n
+
+    def iter_payload(self, entry: LogEntry, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+        """The payload of one entry in chunks of at most ``chunk_bytes``."""
+        done = 0
+        while done < entry.payload_length:
+            n = min(chunk_bytes, entry.payload_length - done)
+            data = _pread_exact(self._fd, n, entry.payload_offset + done)
+            if len(data) != n:
+                raise self._error(
+                    f"truncated payload ({done + len(data)} of {entry.payload_length} bytes)",
+                    index=entry.index,
+                    offset=entry.payload_offset + done + len(data),
+                )
+            yield data
+            done += n
+
+
+# -- searching ---------------------------------------------------------------
+
+
+def find_mark(
+    entries: LogReader | Iterable[LogEntry], name: str, *, after: int = -1
+) -> LogEntry | None:
+    """The first mark named ``name`` with an index above ``after``."""
+    for entry in entries:
+        if entry.index > after and entry.mark == name:
+            return entry
+    return None
+
+
+def find_next_fua(entries: LogReader | Iterable[LogEntry], after: int) -> LogEntry | None:
+    """The first FUA entry with an index above ``after``."""
+    for entry in entries:
+        if entry.index > after and entry.is_fua:
+            return entry
+    return None
+
+
+def find_next_flush(entries: LogReader | Iterable[LogEntry], after: int) -> LogEntry | None:
+    """The first flush entry (with or without data) with an index above ``after``."""
+    for entry in entries:
+        if entry.index > after and entry.is_flush:
+            return entry
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LogSummary:
+    sectorsize: int
+    entries: int
+    writes: int
+    flushes: int
+    fuas: int
+    discards: int
+    payload_bytes: int
+    discard_bytes: int
+    marks: tuple[tuple[int, str], ...] = field(default=())
+    """(entry index, mark text) in log order."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "sectorsize": self.sectorsize,
+            "entries": self.entries,
+            "writes": self.writes,
+            "flushes": self.flushes,
+            "fuas": self.fuas,
+            "discards": self.discards,
+            "payload_bytes": self.payload_bytes,
+            "discard_bytes": self.discard_bytes,
+            "marks": [{"index": i, "mark": m} for i, m in self.marks],
+        }
+
+
+def summarize(reader: LogReader) -> LogSummary:
+    """Counts over the whole log (reads every header, no payload)."""
+    entries = writes = flushes = fuas = discards = payload = discarded = 0
+    marks: list[tuple[int, str]] = []
+    for entry in reader:
+        entries += 1
+        if entry.is_write:
+            writes += 1
+            payload += entry.payload_length
+        if entry.is_flush:
+            flushes += 1
+        if entry.is_fua:
+            fuas += 1
+        if entry.is_discard:
+            discards += 1
+            discarded += entry.byte_length
+        if entry.mark is not None:
+            marks.append((entry.index, entry.mark))
+    return LogSummary(
+        sectorsize=reader.sectorsize,
+        entries=entries,
+        writes=writes,
+        flushes=flushes,
+        fuas=fuas,
+        discards=discards,
+        payload_bytes=payload,
+        discard_bytes=discarded,
+        marks=tuple(marks),
+    )
+
+
+# -- writing -----------------------------------------------------------------
+
+
+class LogWriter:
+    """Writes a log laid out byte for byte as the kernel target does.
+
+    Like the kernel, the super is rewritten after every FUA and every mark
+    (``update_super=True``) and at close; ``close()`` appends the
+    ``dm-log-writes-end`` mark the target adds on removal unless
+    ``end_mark=False``. The kernel's super carries four uninitialised tail
+    padding bytes; here they are zero, and readers ignore them.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sectorsize: int = 512,
+        update_super: bool = True,
+        end_mark: bool = True,
+    ) -> None:
+        if not _is_valid_sectorsize(sectorsize):
+            raise ValueError(f"sectorsize {sectorsize} is not a power of two in 512..65536")
+        self.path = os.fspath(path)
+        self.sectorsize = sectorsize
+        self.update_super = update_super
+        self.end_mark = end_mark
+        self.nr_entries = 0
+        self._offset = sectorsize
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self._write_super()
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # After an error the log is still closed with a consistent super, but
+        # no end mark: the recording did not end cleanly.
+        self.close(end_mark=self.end_mark and exc_type is None)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._offset
+
+    def _write_super(self) -> None:
+        block = bytearray(self.sectorsize)
+        SUPER.pack_into(block, 0, MAGIC, VERSION, self.nr_entries, self.sectorsize)
+        os.pwrite(self._fd, block, 0)
+
+    def _append(self, sector: int, nr_sectors: int, flags: int, text: bytes, payload: bytes) -> int:
+        if self._fd < 0:
+            raise ValueError(f"{self.path}: log writer is closed")
+        block = bytearray(self.sectorsize)
+        ENTRY.pack_into(block, 0, sector, nr_sectors, flags, len(text))
+        block[ENTRY.size : ENTRY.size + len(text)] = text
+        index = self.nr_entries
+        # Header and payload in one gathered write, without copying the payload.
+        total = len(block) + len(payload)
+        written = os.pwritev(self._fd, [block, payload], self._offset)
+        if written < total:
+            rest = (bytes(block) + payload)[written:]
+            while rest:
+                n = os.pwrite(self._fd, rest, self._offset + total - len(rest))
+                rest = rest[n:]
+        self._offset += total
+        self.nr_entries += 1
+        if self.update_super and flags & (LogFlag.FUA | LogFlag.MARK):
+            self._write_super()
+        return index
+
+    def write(self, sector: int, data: bytes, flags: LogFlag = LogFlag.NONE) -> int:
+        """Log a completed write of ``data`` at ``sector``; returns the entry index."""
+        if len(data) == 0 or len(data) % self.sectorsize:
+            raise ValueError(
+                f"write of {len(data)} bytes is not a positive multiple of {self.sectorsize}"
+            )
+        if flags & (LogFlag.DISCARD | LogFlag.MARK):
+            raise ValueError("use discard() or mark() for discard and mark entries")
+        return self._append(sector, len(data) // self.sectorsize, int(flags), b"", data)
+
+    def fua_write(self, sector: int, data: bytes, flags: LogFlag = LogFlag.NONE) -> int:
+        return self.write(sector, data, flags | LogFlag.FUA)
+
+    def flush(self) -> int:
+        """A data-less REQ_PREFLUSH: sector 0, no sectors, FLUSH."""
+        return self._append(0, 0, int(LogFlag.FLUSH), b"", b"")
+
+    def discard(self, sector: int, nr_sectors: int) -> int:
+        if nr_sectors <= 0:
+            raise ValueError(f"discard of {nr_sectors} sectors")
+        return self._append(sector, nr_sectors, int(LogFlag.DISCARD), b"", b"")
+
+    def mark(self, text: str) -> int:
+        """A mark as ``dmsetup message ... mark TEXT`` leaves it (truncated like the kernel)."""
+        raw = text.encode("utf-8", "surrogateescape")
+        limit = max_mark_bytes(self.sectorsize)
+        if len(raw) > limit:
+            log.warning("mark %r truncated to %d bytes, as the kernel does", text, limit)
+            raw = raw[:limit]
+        if b"\0" in raw:
+            # The kernel copies marks with strndup: text stops at the first NUL.
+            raw = raw[: raw.index(b"\0")]
+        return self._append(0, 0, int(LogFlag.MARK), raw, b"")
+
+    def sync(self) -> None:
+        """Rewrite the super with the current count and fsync."""
+        self._write_super()
+        os.fsync(self._fd)
+
+    def close(self, *, end_mark: bool | None = None) -> None:
+        if self._fd < 0:
+            return
+        try:
+            if self.end_mark if end_mark is None else end_mark:
+                self.mark(END_MARK)
+            self._write_super()
+        finally:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,136 @@
+"""What every filesystem adapter provides, and the fsck verdicts they share."""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from framework.errors import ConfigError
+
+if TYPE_CHECKING:
+    from recovery.targets import Target
+
+
+class FsckVerdict(StrEnum):
+    """What one fsck run says about a filesystem."""
+
+    CLEAN = "clean"  # no inconsistency found
+    REPAIRED = "repaired"  # inconsistencies found and all corrected
+    CORRUPT = "corrupt"  # inconsistencies found and left (read-only check, or repair gave up)
+    FAILED = "failed"  # the tool itself broke (usage, I/O, cannot run): no verdict on the fs
+
+
+# Exit-status bits shared by e2fsck and jfs_fsck, and used by fsck.f2fs since
+# f2fs-tools 1.14 (fsck(8)): they are summed, so test them as bits.
+FSCK_CORRECTED = 1
+FSCK_REBOOT = 2
+FSCK_UNCORRECTED = 4
+FSCK_OPERATIONAL = 8
+FSCK_USAGE = 16
+FSCK_CANCELLED = 32
+FSCK_LIBRARY = 128
+
+
+def classify_fsck8_status(status: int, *, repair: bool) -> FsckVerdict:
+    """Classify an fsck(8)-style status (bit sum of the codes above)."""
+    if status < 0 or status > 255:
+        return FsckVerdict.FAILED
+    if status & (FSCK_OPERATIONAL | FSCK_USAGE | FSCK_CANCELLED | FSCK_LIBRARY):
+        return FsckVerdict.FAILED
+    if status & FSCK_UNCORRECTED:
+        return FsckVerdict.CORRUPT
+    if status & (FSCK_CORRECTED | FSCK_REBOOT):
+        # In a no-modify run "corrected" can only mean "found and would fix":
+        # the image on disk still holds the inconsistency.
+        return FsckVerdict.REPAIRED if repair else FsckVerdict.CORRUPT
+    return FsckVerdict.CLEAN
+
+
+def matching_lines(text: str, patterns: Iterable[re.Pattern[str]]) -> list[str]:
+    """Lines of ``text`` that match any pattern, stripped, in order."""
+    compiled = tuple(patterns)
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if any(p.search(line) for p in compiled)
+    ]
+
+
+class FilesystemAdapter(abc.ABC):
+    """One filesystem family: its mkfs, mount options, fsck and its exit codes.
+
+    Subclasses set the class attributes and override the methods whose
+    behaviour differs; the defaults describe a filesystem with an internal
+    journal and no external-journal support.
+    """
+
+    #: Family name (also the key in the adapter registry).
+    family: str = ""
+    #: Mount types this adapter serves (``Target.fstype``).
+    fstypes: tuple[str, ...] = ()
+    #: Kernel module that provides the filesystem (for availability probes).
+    kernel_module: str = ""
+    #: Programs the adapter runs (for availability probes).
+    tools: tuple[str, ...] = ()
+    #: Smallest data device mkfs accepts (0: no limit worth stating).
+    min_size_bytes: int = 0
+    #: Whether a journal (or log) may live on its own device.
+    supports_external_journal: bool = False
+    #: Whether the kernel replays the journal at mount. JFS does not: it
+    #: refuses a dirty rw mount and leaves log replay to jfs_fsck.
+    mount_replays_journal: bool = True
+    #: Kernel-log lines that say a journal (or log tree) was replayed.
+    replay_patterns: tuple[re.Pattern[str], ...] = ()
+
+    @abc.abstractmethod
+    def mkfs_argv(
+        self,
+        target: Target,
+        dev: str,
+        *,
+        journal_dev: str | None = None,
+        size_bytes: int | None = None,
+    ) -> list[str]:
+        """The non-interactive mkfs command for ``dev`` (and its external journal)."""
+
+    def journal_mkfs_argv(self, target: Target, journal_dev: str) -> list[str] | None:
+        """A command that formats the external journal device first, if one is needed."""
+        return None
+
+    def attach_journal_argv(self, target: Target, dev: str, journal_dev: str) -> list[str] | None:
+        """A command that points the filesystem at its journal device before mount, if needed."""
+        return None
+
+    def mount_options(self, target: Target, *, journal_dev: str | None = None) -> list[str]:
+        """Mount options: the target's own plus what the journal placement needs."""
+        return list(target.mount_options)
+
+    @abc.abstractmethod
+    def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
+        """A non-interactive fsck: no-modify check, or repair with every answer yes."""
+
+    @abc.abstractmethod
+    def classify_fsck(
+        self, status: int, stdout: str, stderr: str, *, repair: bool
+    ) -> FsckVerdict:
+        """Turn the fsck exit status (and, where status is not enough, its output) into a verdict."""
+
+    def journal_replay_messages(self, dmesg_text: str) -> list[str]:
+        """The kernel-log lines that report journal replay at mount."""
+        return matching_lines(dmesg_text, self.replay_patterns)
+
+    # Helpers shared by subclasses.
+
+    def _require_journal_dev(self, target: Target, journal_dev: str | None) -> str | None:
+        """Check that ``journal_dev`` is given exactly when the target needs one."""
+        if target.needs_journal_disk and not journal_dev:
+            raise ConfigError(f"target {target.name!r}: needs a journal device (journal = external)")
+        if journal_dev and not target.needs_journal_disk:
+            raise ConfigError(
+                f"target {target.name!r}: got journal device {journal_dev} "
+                f"but its journal is {target.journal}"
+            )
+        return journal_dev

@@ -1,0 +1,85 @@
+"""btrfs (btrfs-progs)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+
+if TYPE_CHECKING:
+    from recovery.targets import Target
+
+# Output of `btrfs check` that means it never looked at the filesystem
+# (bad invocation, missing or busy device) rather than found it damaged.
+_TOOL_FAILURE = (
+    re.compile(r"^usage: btrfs check", re.MULTILINE),
+    re.compile(r"ERROR: mount check: cannot open"),
+    re.compile(r"ERROR: could not check mount status"),
+    re.compile(r"is currently mounted"),
+)
+
+# What --repair prints when it changed something (btrfs-progs check/*.c).
+_REPAIR_DONE = re.compile(
+    r"(^|\n)\s*(Repaired|Fixed|repair deleted|Deleted|fixing|Moving file|Recreating|"
+    r"reset isize|reset nbytes|Clearing|cleared)",
+    re.IGNORECASE,
+)
+
+
+class BtrfsAdapter(FilesystemAdapter):
+    family = "btrfs"
+    fstypes = ("btrfs",)
+    kernel_module = "btrfs"
+    tools = ("mkfs.btrfs", "btrfs")
+    # btrfs has no journal device; its log tree lives among the data.
+    supports_external_journal = False
+    min_size_bytes = 128 * 1024 * 1024
+    replay_patterns = (
+        # fs/btrfs/disk-io.c before btrfs_recover_log_trees().
+        re.compile(r"BTRFS info \(device .*\): start tree-log replay"),
+        re.compile(r"BTRFS .*: (log replay|replaying log)", re.IGNORECASE),
+    )
+
+    def mkfs_argv(
+        self,
+        target: Target,
+        dev: str,
+        *,
+        journal_dev: str | None = None,
+        size_bytes: int | None = None,
+    ) -> list[str]:
+        self._require_journal_dev(target, journal_dev)
+        # -f: overwrite an existing signature; -q: no summary.
+        argv = ["mkfs.btrfs", "-f", "-q"]
+        if size_bytes is not None:
+            argv += ["-b", str(size_bytes)]
+        return [*argv, *target.mkfs_options, dev]
+
+    def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
+        if not repair:
+            # --readonly is the default; say it anyway: this must never write.
+            return ["btrfs", "check", "--readonly", dev]
+        # --repair is the dangerous mode (btrfs-check(8) says to use it only
+        # when advised); here it runs on a throw-away snapshot of a crash
+        # state. --force skips the 10 s "think twice" delay, which would
+        # otherwise be counted as repair time; it also skips the mounted
+        # check, so callers must only repair unmounted devices.
+        return ["btrfs", "check", "--repair", "--force", dev]
+
+    def classify_fsck(
+        self, status: int, stdout: str, stderr: str, *, repair: bool
+    ) -> FsckVerdict:
+        # btrfs-check(8): zero if it succeeds, non-zero on failure. Nothing
+        # finer is documented, so the output separates "never got to look"
+        # from "found damage", and "changed something" from "nothing to do".
+        output = f"{stdout}\n{stderr}"
+        if any(p.search(output) for p in _TOOL_FAILURE):
+            return FsckVerdict.FAILED
+        if status != 0:
+            # Includes "No valid Btrfs found" / "cannot open file system":
+            # on a crash state an unreadable superblock or tree root is damage.
+            return FsckVerdict.CORRUPT
+        if repair and _REPAIR_DONE.search(output):
+            return FsckVerdict.REPAIRED
+        return FsckVerdict.CLEAN

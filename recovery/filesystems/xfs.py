@@ -1,0 +1,86 @@
+"""XFS (xfsprogs)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+
+if TYPE_CHECKING:
+    from recovery.targets import Target
+
+# mkfs.xfs (xfsprogs >= 5.19) refuses data sections of 300 MiB or less.
+MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
+
+
+class XfsAdapter(FilesystemAdapter):
+    family = "xfs"
+    fstypes = ("xfs",)
+    kernel_module = "xfs"
+    tools = ("mkfs.xfs", "xfs_repair")
+    supports_external_journal = True
+    min_size_bytes = MIN_SIZE_BYTES
+    replay_patterns = (
+        # fs/xfs/xfs_log_recover.c around log recovery.
+        re.compile(r"XFS \(.*\): Starting recovery"),
+        re.compile(r"XFS \(.*\): Ending recovery"),
+    )
+
+    def mkfs_argv(
+        self,
+        target: Target,
+        dev: str,
+        *,
+        journal_dev: str | None = None,
+        size_bytes: int | None = None,
+    ) -> list[str]:
+        journal_dev = self._require_journal_dev(target, journal_dev)
+        # -f: overwrite an existing signature; -q: no geometry report.
+        argv = ["mkfs.xfs", "-f", "-q"]
+        log = []
+        if journal_dev is not None:
+            log.append(f"logdev={journal_dev}")
+        if target.journal_size_mib is not None:
+            log.append(f"size={target.journal_size_mib}m")
+        if log:
+            argv += ["-l", ",".join(log)]
+        if size_bytes is not None:
+            argv += ["-d", f"size={size_bytes}"]
+        return [*argv, *target.mkfs_options, dev]
+
+    def mount_options(self, target: Target, *, journal_dev: str | None = None) -> list[str]:
+        opts = list(target.mount_options)
+        if journal_dev is not None:
+            # XFS does not record where an external log lives: it must be named.
+            opts.append(f"logdev={journal_dev}")
+        return opts
+
+    def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
+        # Repair never gets -L: zeroing a dirty log throws away the metadata
+        # updates the mount should have replayed, which would hide exactly
+        # the recovery bugs being looked for. A dirty log is a finding.
+        # -e makes "repaired something" visible as status 4.
+        argv = ["xfs_repair", "-e" if repair else "-n"]
+        if journal_dev is not None:
+            argv += ["-l", journal_dev]
+        return [*argv, dev]
+
+    def classify_fsck(
+        self, status: int, stdout: str, stderr: str, *, repair: bool
+    ) -> FsckVerdict:
+        # xfs_repair(8) EXIT STATUS: with -n, 1 = corruption found, 0 = none.
+        # Without -n: 0 = fine, 4 (with -e) = corruption found and fixed,
+        # 1 = runtime error (restart it), 2 = dirty log it cannot replay.
+        if not repair:
+            return {0: FsckVerdict.CLEAN, 1: FsckVerdict.CORRUPT}.get(status, FsckVerdict.FAILED)
+        if status == 0:
+            return FsckVerdict.CLEAN
+        if status == 4:
+            return FsckVerdict.REPAIRED
+        if status == 2:
+            # The log still holds updates and repair refuses to go on: the
+            # filesystem is left inconsistent (the mount that should have
+            # replayed the log failed or was skipped).
+            return FsckVerdict.CORRUPT
+        return FsckVerdict.FAILED

@@ -1,0 +1,192 @@
+"""Targets: a filesystem configuration under test, named like xfstests-bld configs.
+
+A target names the mkfs options, the mount options, where the journal
+lives and, optionally, the device profile of each of its disks. The
+built-in targets are in ``builtin_targets.toml`` (same format as user
+files); users add their own with ``load_targets()``::
+
+    [targets."ext4/data-journal-big"]
+    fstype = "ext4"
+    mkfs_options = ["-J", "size=128"]
+    mount_options = ["data=journal"]
+    journal = "internal"            # internal | external | none
+    journal_size_mib = 128          # optional
+    description = "ext4 data=journal with a 128 MiB journal"
+    disk_profiles = { data = "ssd", journal = "ram" }   # optional
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from framework.errors import ConfigError
+
+
+class JournalPlacement(StrEnum):
+    INTERNAL = "internal"  # on the data disk (for btrfs/f2fs: their log tree / roll-forward log)
+    EXTERNAL = "external"  # on a disk of its own
+    NONE = "none"  # no journal at all: recovery is fsck's job
+
+
+#: Disk roles a target may give a device profile to.
+DISK_ROLES = ("data", "journal")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    fstype: str  # the mount type: ext2, ext3, ext4, xfs, btrfs, f2fs, jfs, reiserfs
+    mkfs_options: tuple[str, ...] = ()
+    mount_options: tuple[str, ...] = ()
+    journal: JournalPlacement = JournalPlacement.INTERNAL
+    journal_size_mib: int | None = None
+    description: str = ""
+    #: (disk role, device profile name) pairs; roles are those in DISK_ROLES.
+    disk_profiles: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def needs_journal_disk(self) -> bool:
+        return self.journal is JournalPlacement.EXTERNAL
+
+    def disk_profile(self, role: str) -> str | None:
+        """The device profile this target asks for on disk ``role``, if any."""
+        return dict(self.disk_profiles).get(role)
+
+
+_KEYS = frozenset(
+    {"fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib", "description",
+     "disk_profiles"}
+)
+
+
+def _where(source: str, name: str) -> str:
+    return f"{source}: targets.{name!r}"
+
+
+def _string_list(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{what}: must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def target_from_mapping(name: str, table: Mapping[str, Any], *, source: str) -> Target:
+    """Build and validate one target from its TOML table."""
+    where = _where(source, name)
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: must be a table, got {table!r}")
+    for key in table:
+        if key not in _KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(_KEYS))})")
+    if "fstype" not in table:
+        raise ConfigError(f"{where}: missing key 'fstype'")
+    fstype = table["fstype"]
+    if not isinstance(fstype, str):
+        raise ConfigError(f"{where}.fstype: must be a string, got {fstype!r}")
+    journal_text = table.get("journal", "internal")
+    try:
+        journal = JournalPlacement(journal_text)
+    except ValueError:
+        choices = ", ".join(p.value for p in JournalPlacement)
+        raise ConfigError(f"{where}.journal: {journal_text!r} is not one of {choices}") from None
+    size = table.get("journal_size_mib")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
+        raise ConfigError(f"{where}.journal_size_mib: must be a positive integer, got {size!r}")
+    if size is not None and journal is JournalPlacement.NONE:
+        raise ConfigError(f"{where}.journal_size_mib: set, but journal is 'none'")
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(f"{where}.description: must be a string, got {description!r}")
+    profiles = table.get("disk_profiles", {})
+    if not isinstance(profiles, Mapping):
+        raise ConfigError(f"{where}.disk_profiles: must be a table, got {profiles!r}")
+    for role, profile in profiles.items():
+        if role not in DISK_ROLES:
+            raise ConfigError(
+                f"{where}.disk_profiles: unknown disk role {role!r} (known: {', '.join(DISK_ROLES)})"
+            )
+        if not isinstance(profile, str):
+            raise ConfigError(f"{where}.disk_profiles.{role}: must be a string, got {profile!r}")
+    if "journal" in profiles and journal is not JournalPlacement.EXTERNAL:
+        raise ConfigError(f"{where}.disk_profiles.journal: set, but journal is {journal.value!r}")
+    target = Target(
+        name=name,
+        fstype=fstype,
+        mkfs_options=_string_list(table.get("mkfs_options", []), f"{where}.mkfs_options"),
+        mount_options=_string_list(table.get("mount_options", []), f"{where}.mount_options"),
+        journal=journal,
+        journal_size_mib=size,
+        description=description,
+        disk_profiles=tuple(sorted(profiles.items())),
+    )
+    _check_supported(target, where)
+    return target
+
+
+def _check_supported(target: Target, where: str) -> None:
+    # Imported here: the adapters import this module for Target.
+    from recovery.filesystems import adapter_for
+
+    adapter = adapter_for(target.fstype, where=where)
+    if target.needs_journal_disk and not adapter.supports_external_journal:
+        raise ConfigError(f"{where}.journal: {target.fstype} cannot put its journal on its own disk")
+
+
+def parse_targets(text: str, *, source: str) -> dict[str, Target]:
+    """Targets defined in TOML ``text``; ``source`` names the file in messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # The decoder's message ends with "(at line L, column C)".
+        raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
+    for key in data:
+        if key != "targets":
+            raise ConfigError(f"{source}: unknown key {key!r} (expected only [targets.\"name\"] tables)")
+    tables = data.get("targets", {})
+    if not isinstance(tables, Mapping):
+        raise ConfigError(f"{source}: 'targets' must be a table of tables")
+    return {name: target_from_mapping(name, table, source=source) for name, table in tables.items()}
+
+
+def load_targets(path: str | os.PathLike[str]) -> dict[str, Target]:
+    """User targets from a TOML file; a name that shadows a built-in one is an error."""
+    source = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read target file: {exc.strerror}") from exc
+    targets = parse_targets(text, source=source)
+    for name in targets:
+        # Results are stored by target name: one name must mean one configuration.
+        if name in _builtin():
+            raise ConfigError(f"{source}: targets.{name!r}: redefines a built-in target")
+    return targets
+
+
+@functools.cache
+def _builtin() -> dict[str, Target]:
+    resource = importlib.resources.files("recovery").joinpath("builtin_targets.toml")
+    return parse_targets(resource.read_text(encoding="utf-8"), source="builtin_targets.toml")
+
+
+def list_targets(extra: Mapping[str, Target] | None = None) -> list[Target]:
+    """Built-in targets (in file order), then ``extra`` ones."""
+    return [*_builtin().values(), *(extra or {}).values()]
+
+
+def get_target(name: str, extra: Mapping[str, Target] | None = None) -> Target:
+    """The built-in target ``name``, or one of ``extra`` (e.g. from load_targets())."""
+    if extra and name in extra:
+        return extra[name]
+    try:
+        return _builtin()[name]
+    except KeyError:
+        known = ", ".join(t.name for t in list_targets(extra))
+        raise ConfigError(f"unknown target {name!r} (known: {known})") from None
