@@ -90,7 +90,7 @@ def cmd_vm_shell(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor", help="check tools, kernel features and the accelerator",
         description="Check that everything powercut needs is present: tools with their versions, "

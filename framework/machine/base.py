@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from framework.command import Argv, CommandResult
 
@@ -58,7 +59,7 @@ class Machine(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release everything the machine holds."""
 
-    def __enter__(self) -> Machine:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pexpect
@@ -71,8 +71,10 @@ def parse_status(match: re.Match[bytes]) -> int:
 class ConsoleRunner:
     """The command protocol over a pexpect-driven serial console."""
 
-    def __init__(self, child: pexpect.spawn, exchange_dir: Path) -> None:
+    def __init__(self, child: pexpect.spawn, exchange_dir: Path,
+                 token_factory: Callable[[], str] | None = None) -> None:
         self.child = child
+        self._token = token_factory or (lambda: secrets.token_hex(6))
         self.exchange_dir = exchange_dir
         self.exchange_dir.mkdir(parents=True, exist_ok=True)
         self._counter = 0
@@ -92,7 +94,7 @@ class ConsoleRunner:
 
     def sync(self, timeout_s: float = 30.0) -> None:
         """Prepare the shell (no echo, no prompt) and wait until it answers."""
-        token = secrets.token_hex(6)
+        token = self._token()
         self.child.send("stty -echo 2>/dev/null; PS1=''; PS2=''\n")
         self.child.send(f"printf '__PC_%s_%s__\\n' {token} 0\n")
         self._expect(marker_pattern(token), clock.Deadline(timeout_s), "console sync")
@@ -123,7 +125,7 @@ class ConsoleRunner:
                 cwd=cwd,
             )
         )
-        token = secrets.token_hex(6)
+        token = self._token()
         log.debug("guest+ %s", shlex.join(args))
         deadline = clock.Deadline(timeout_s)
         start = clock.monotonic()

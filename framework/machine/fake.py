@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import shlex
+import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +38,11 @@ class FakeMachine(Machine):
         self.rules: list[_Rule] = []
         self.calls: list[tuple[str, ...]] = []
         self.inputs: list[str | None] = []
-        self._tmp = None
+        self._cleanup: weakref.finalize | None = None
         if rundir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="powercut-fake-")
-            rundir = Path(self._tmp.name)
+            rundir = Path(tempfile.mkdtemp(prefix="powercut-fake-"))
+            # Removed on close() or when the fake is collected, without a warning.
+            self._cleanup = weakref.finalize(self, shutil.rmtree, rundir, True)
         self.rundir = rundir
         self.disks: dict[str, str] = {}
 
@@ -86,6 +89,5 @@ class FakeMachine(Machine):
         return self.disks.setdefault(name, f"/dev/fake-{name}")
 
     def close(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        if self._cleanup is not None:
+            self._cleanup()

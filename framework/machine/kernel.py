@@ -28,7 +28,7 @@ def bzimage_release(image: Path) -> str:
     """The release string from a bzImage's setup header (boot protocol >= 2.00)."""
     try:
         with open(image, "rb") as f:
-            head = f.read(0x4000)
+            head = f.read(0x10000)
     except FileNotFoundError:
         raise MissingPrerequisite(f"{image}: kernel image not found") from None
     except IsADirectoryError:

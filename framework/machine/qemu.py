@@ -19,7 +19,13 @@ import pexpect
 
 from framework import clock, command
 from framework.command import Argv, CommandResult
-from framework.errors import BootError, ConsoleTimeout, MachineError, MissingPrerequisite, ScratchDeviceError
+from framework.errors import (
+    BootError,
+    ConsoleTimeout,
+    MachineError,
+    MissingPrerequisite,
+    ScratchDeviceError,
+)
 from framework.machine import initramfs
 from framework.machine.base import DiskSpec, Machine, project_root, venv_python
 from framework.machine.console import ConsoleRunner

@@ -67,7 +67,7 @@ class FilesystemAdapter(abc.ABC):
     journal and no external-journal support.
     """
 
-    #: Family name (also the key in the adapter registry).
+    #: Family name: ext, xfs, btrfs, f2fs, jfs, reiserfs.
     family: str = ""
     #: Mount types this adapter serves (``Target.fstype``).
     fstypes: tuple[str, ...] = ()
@@ -75,8 +75,12 @@ class FilesystemAdapter(abc.ABC):
     kernel_module: str = ""
     #: Programs the adapter runs (for availability probes).
     tools: tuple[str, ...] = ()
+    #: Debian package that provides the tools.
+    package: str = ""
     #: Smallest data device mkfs accepts (0: no limit worth stating).
     min_size_bytes: int = 0
+    #: Smallest external journal device mkfs accepts.
+    min_journal_size_bytes: int = 0
     #: Whether a journal (or log) may live on its own device.
     supports_external_journal: bool = False
     #: Whether the kernel replays the journal at mount. JFS does not: it

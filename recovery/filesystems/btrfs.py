@@ -19,11 +19,15 @@ _TOOL_FAILURE = (
     re.compile(r"is currently mounted"),
 )
 
-# What --repair prints when it changed something (btrfs-progs check/*.c).
-_REPAIR_DONE = re.compile(
-    r"(^|\n)\s*(Repaired|Fixed|repair deleted|Deleted|fixing|Moving file|Recreating|"
-    r"reset isize|reset nbytes|Clearing|cleared)",
-    re.IGNORECASE,
+# What `btrfs check` prints when it found damage ("found N bytes used,
+# error(s) found", per-inode "errors 2001" reports, ERROR lines) and what
+# --repair prints when it changed something. A clean run ends with "no
+# error found" and --repair always says "Fixed 0 roots.", so counts of 0
+# do not count.
+_DAMAGE_REPORTED = re.compile(
+    r"error\(s\) found|^ERROR:|\berrors [0-9a-f]+\b|^(Repaired|Deleted|Moving file|reset isize|"
+    r"reset nbytes|Recreating|Trying to rebuild)|^Fixed [1-9]\d* roots",
+    re.MULTILINE,
 )
 
 
@@ -32,6 +36,7 @@ class BtrfsAdapter(FilesystemAdapter):
     fstypes = ("btrfs",)
     kernel_module = "btrfs"
     tools = ("mkfs.btrfs", "btrfs")
+    package = "btrfs-progs"
     # btrfs has no journal device; its log tree lives among the data.
     supports_external_journal = False
     min_size_bytes = 128 * 1024 * 1024
@@ -72,7 +77,8 @@ class BtrfsAdapter(FilesystemAdapter):
     ) -> FsckVerdict:
         # btrfs-check(8): zero if it succeeds, non-zero on failure. Nothing
         # finer is documented, so the output separates "never got to look"
-        # from "found damage", and "changed something" from "nothing to do".
+        # from "found damage", and (--repair exits 0 either way) "repaired
+        # damage" from "nothing to do".
         output = f"{stdout}\n{stderr}"
         if any(p.search(output) for p in _TOOL_FAILURE):
             return FsckVerdict.FAILED
@@ -80,6 +86,6 @@ class BtrfsAdapter(FilesystemAdapter):
             # Includes "No valid Btrfs found" / "cannot open file system":
             # on a crash state an unreadable superblock or tree root is damage.
             return FsckVerdict.CORRUPT
-        if repair and _REPAIR_DONE.search(output):
+        if repair and _DAMAGE_REPORTED.search(output):
             return FsckVerdict.REPAIRED
         return FsckVerdict.CLEAN

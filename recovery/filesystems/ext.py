@@ -21,6 +21,7 @@ class ExtAdapter(FilesystemAdapter):
     fstypes = ("ext2", "ext3", "ext4")
     kernel_module = "ext4"
     tools = ("mke2fs", "e2fsck")
+    package = "e2fsprogs"
     supports_external_journal = True
     replay_patterns = (
         # fs/ext4/super.c after jbd2_journal_load() replayed the log.

@@ -19,8 +19,10 @@ class XfsAdapter(FilesystemAdapter):
     fstypes = ("xfs",)
     kernel_module = "xfs"
     tools = ("mkfs.xfs", "xfs_repair")
+    package = "xfsprogs"
     supports_external_journal = True
     min_size_bytes = MIN_SIZE_BYTES
+    min_journal_size_bytes = 64 * 1024 * 1024  # "Log size must be at least 64MB."
     replay_patterns = (
         # fs/xfs/xfs_log_recover.c around log recovery.
         re.compile(r"XFS \(.*\): Starting recovery"),

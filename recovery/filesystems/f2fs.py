@@ -1,0 +1,74 @@
+"""f2fs (f2fs-tools)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
+
+if TYPE_CHECKING:
+    from recovery.targets import Target
+
+SECTOR_BYTES = 512
+
+# fsck.f2fs exits with -1 (255) when it cannot even load the superblock or
+# checkpoint: on a crash state that is damage, not a broken tool.
+_NO_FILESYSTEM = re.compile(
+    r"Can't find a valid F2FS superblock|Failed to get valid F2FS checkpoint|"
+    r"Magic Mismatch|Wrong segment_count|Invalid SB",
+    re.IGNORECASE,
+)
+
+
+class F2fsAdapter(FilesystemAdapter):
+    family = "f2fs"
+    fstypes = ("f2fs",)
+    kernel_module = "f2fs"
+    tools = ("mkfs.f2fs", "fsck.f2fs")
+    package = "f2fs-tools"
+    # No journal device: f2fs recovers from its last checkpoint plus
+    # roll-forward of fsynced node blocks.
+    supports_external_journal = False
+    replay_patterns = (
+        # fs/f2fs/super.c and recovery.c around roll-forward recovery.
+        re.compile(r"F2FS-fs \(.*\): .*recover", re.IGNORECASE),
+        re.compile(r"F2FS-fs \(.*\): .*roll.?forward", re.IGNORECASE),
+    )
+
+    def mkfs_argv(
+        self,
+        target: Target,
+        dev: str,
+        *,
+        journal_dev: str | None = None,
+        size_bytes: int | None = None,
+    ) -> list[str]:
+        self._require_journal_dev(target, journal_dev)
+        # -f: overwrite an existing signature; -q: no progress output.
+        argv = ["mkfs.f2fs", "-f", "-q", *target.mkfs_options, dev]
+        if size_bytes is not None:
+            # mkfs.f2fs takes the size as a trailing count of 512-byte sectors.
+            argv.append(str(size_bytes // SECTOR_BYTES))
+        return argv
+
+    def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
+        # -f: check everything even if the checkpoint says clean. Without
+        # --dry-run or -f, a damaged image makes fsck.f2fs ask "Do you want
+        # to fix this partition? [Y/N]" and loop on a closed stdin.
+        # --dry-run keeps the fix logic (so errors are counted) but never writes.
+        if repair:
+            return ["fsck.f2fs", "-f", dev]
+        return ["fsck.f2fs", "-f", "--dry-run", dev]
+
+    def classify_fsck(
+        self, status: int, stdout: str, stderr: str, *, repair: bool
+    ) -> FsckVerdict:
+        # Since f2fs-tools 1.14 fsck.f2fs uses fsck(8) codes (the man page
+        # still says "0 or -1"): 0 clean, 1 corrected, 4 left uncorrected,
+        # 8 operational error, 16 usage. A dry run that "corrected" something
+        # found errors it did not write back: corrupt.
+        if status == 255:
+            output = f"{stdout}\n{stderr}"
+            return FsckVerdict.CORRUPT if _NO_FILESYSTEM.search(output) else FsckVerdict.FAILED
+        return classify_fsck8_status(status, repair=repair)

@@ -1,0 +1,76 @@
+"""JFS (jfsutils)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
+
+if TYPE_CHECKING:
+    from recovery.targets import Target
+
+BLOCK_BYTES = 1024  # jfs_mkfs's trailing block count is in 1 KiB units
+
+
+class JfsAdapter(FilesystemAdapter):
+    family = "jfs"
+    fstypes = ("jfs",)
+    kernel_module = "jfs"
+    tools = ("jfs_mkfs", "jfs_fsck", "jfs_tune")
+    package = "jfsutils"
+    supports_external_journal = True
+    # fs/jfs/jfs_mount.c refuses a read-write mount of a dirty volume
+    # ("File System Dirty"); the log is replayed by jfs_fsck (logredo).
+    # Crash recovery for JFS is therefore: fsck first, then mount.
+    mount_replays_journal = False
+    # The kernel never replays a JFS log, so no kernel line reports one
+    # (a dirty volume shows up as a failed mount instead).
+    replay_patterns = ()
+
+    def mkfs_argv(
+        self,
+        target: Target,
+        dev: str,
+        *,
+        journal_dev: str | None = None,
+        size_bytes: int | None = None,
+    ) -> list[str]:
+        journal_dev = self._require_journal_dev(target, journal_dev)
+        # -q: no "Continue? (Y/N)" confirmation.
+        argv = ["jfs_mkfs", "-q"]
+        if target.journal_size_mib is not None and journal_dev is None:
+            argv += ["-s", str(target.journal_size_mib)]  # inline log size in MiB
+        if journal_dev is not None:
+            # The journal device is formatted by journal_mkfs_argv() first.
+            argv += ["-J", f"device={journal_dev}"]
+        argv += [*target.mkfs_options, dev]
+        if size_bytes is not None:
+            argv.append(str(size_bytes // BLOCK_BYTES))
+        return argv
+
+    def journal_mkfs_argv(self, target: Target, journal_dev: str) -> list[str] | None:
+        if not target.needs_journal_disk:
+            return None
+        return ["jfs_mkfs", "-q", "-J", "journal_dev", journal_dev]
+
+    def attach_journal_argv(self, target: Target, dev: str, journal_dev: str) -> list[str] | None:
+        # JFS has no mount option for the log device: the kernel opens the
+        # device number recorded in the superblock at mkfs time. Record the
+        # device the crash state is checked with (replays, other machines).
+        return ["jfs_tune", "-J", f"device={journal_dev}", dev]
+
+    def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
+        # -n: read-only, no log replay. -a -f: replay the log, then force a
+        # full check and fix everything without asking.
+        argv = ["jfs_fsck", *(["-a", "-f"] if repair else ["-n"])]
+        if journal_dev is not None:
+            argv += ["-j", journal_dev]
+        return [*argv, dev]
+
+    def classify_fsck(
+        self, status: int, stdout: str, stderr: str, *, repair: bool
+    ) -> FsckVerdict:
+        # jfs_fsck(8) EXIT CODE: 0 none, 1 corrected and/or log replayed,
+        # 2 corrected + reboot, 4 left uncorrected, 8 operational, 16 usage,
+        # 128 shared library error.
+        return classify_fsck8_status(status, repair=repair)

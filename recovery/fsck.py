@@ -1,0 +1,68 @@
+"""Running a filesystem's checker and recording its verdict and duration."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from framework.command import CommandRunner
+from recovery.filesystems import adapter_for
+from recovery.filesystems.base import FsckVerdict
+from recovery.targets import Target
+
+log = logging.getLogger(__name__)
+
+#: How many trailing output lines an FsckResult keeps.
+TAIL_LINES = 40
+
+# Checkers' messages are parsed where their exit status is not enough.
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+@dataclass(frozen=True, slots=True)
+class FsckResult:
+    verdict: FsckVerdict
+    status: int
+    duration_s: float
+    output_tail: str  # last TAIL_LINES lines of stdout then stderr
+    argv: tuple[str, ...]
+    repair: bool
+
+
+def output_tail(stdout: str, stderr: str, lines: int = TAIL_LINES) -> str:
+    body = [ln.rstrip() for ln in (stdout + "\n" + stderr).splitlines() if ln.strip()]
+    return "\n".join(body[-lines:])
+
+
+def run_fsck(
+    runner: CommandRunner,
+    target: Target,
+    dev: str,
+    *,
+    repair: bool,
+    journal_dev: str | None = None,
+    timeout_s: float,
+) -> FsckResult:
+    """Check (``repair=False``: never writes) or repair ``dev`` as ``target``'s filesystem.
+
+    Every exit status is data here; a checker that outlives ``timeout_s``
+    raises ``CommandTimeout`` (the caller records a hang).
+    """
+    adapter = adapter_for(target.fstype)
+    argv = adapter.fsck_argv(dev, repair=repair, journal_dev=journal_dev)
+    # ok_status=None: "errors found" and "errors corrected" are results.
+    # No input: stdin is closed, so a checker that still asks gets EOF.
+    result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
+    verdict = adapter.classify_fsck(result.status, result.stdout, result.stderr, repair=repair)
+    log.info(
+        "%s %s on %s: %s (status %d, %.3f s)",
+        "repair" if repair else "check", target.name, dev, verdict, result.status, result.duration_s,
+    )
+    return FsckResult(
+        verdict=verdict,
+        status=result.status,
+        duration_s=result.duration_s,
+        output_tail=output_tail(result.stdout, result.stderr),
+        argv=result.argv,
+        repair=repair,
+    )

@@ -1,0 +1,241 @@
+"""mkfs, timed mount (journal replay) and unmount of a target's filesystem.
+
+Everything goes through a ``CommandRunner``, so the same code runs on the
+host and inside a guest. The mount time is the duration of the mount
+command, which includes the kernel's journal replay; what the kernel said
+about the replay is taken from the kernel log lines that appeared during
+the mount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from framework.command import CommandResult, CommandRunner
+from framework.errors import CommandError
+from recovery.filesystems import adapter_for
+from recovery.fsck import C_LOCALE, output_tail
+from recovery.targets import Target
+
+log = logging.getLogger(__name__)
+
+MKFS_TIMEOUT_S = 300.0
+UMOUNT_TIMEOUT_S = 120.0
+DMESG_TIMEOUT_S = 30.0
+
+# dmesg's default format: "[  12.345678] text"; records spanning several
+# lines print the later ones without a timestamp.
+_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class MountResult:
+    ok: bool
+    duration_s: float
+    status: int
+    error: str  # tail of mount's output when it failed, else ""
+    replay_messages: tuple[str, ...]  # kernel lines reporting journal replay
+    kernel_messages: tuple[str, ...]  # every kernel line logged during the mount
+    kernel_log_read: bool  # False if dmesg could not be read (messages then empty)
+    argv: tuple[str, ...]
+
+
+def mkfs(
+    runner: CommandRunner,
+    target: Target,
+    dev: str,
+    *,
+    journal_dev: str | None = None,
+    size_bytes: int | None = None,
+    timeout_s: float = MKFS_TIMEOUT_S,
+) -> CommandResult:
+    """Make ``target``'s filesystem on ``dev`` (formatting its journal device first)."""
+    adapter = adapter_for(target.fstype)
+    argv = adapter.mkfs_argv(target, dev, journal_dev=journal_dev, size_bytes=size_bytes)
+    if journal_dev is not None:
+        journal_argv = adapter.journal_mkfs_argv(target, journal_dev)
+        if journal_argv is not None:
+            runner.run(journal_argv, timeout_s=timeout_s, env=C_LOCALE)
+    return runner.run(argv, timeout_s=timeout_s, env=C_LOCALE)
+
+
+def _records(dmesg_text: str) -> list[tuple[float | None, str]]:
+    records: list[tuple[float | None, str]] = []
+    for line in dmesg_text.splitlines():
+        m = _STAMP.match(line)
+        if m:
+            records.append((float(m.group(1)), m.group(2)))
+        elif line.strip():
+            stamp = records[-1][0] if records else None
+            records.append((stamp, line.strip()))
+    return records
+
+
+def new_kernel_lines(before: str, after: str) -> list[str]:
+    """Kernel log lines in ``after`` that were not yet in ``before`` (two dmesg outputs).
+
+    Compares timestamps rather than lengths: the ring buffer may have
+    dropped old records between the two reads.
+    """
+    old = _records(before)
+    new = _records(after)
+    stamps = [s for s, _ in old if s is not None]
+    if not stamps:
+        if after.startswith(before):
+            return [text for _, text in _records(after[len(before):])]
+        return [text for _, text in new]
+    last = stamps[-1]
+    # Records that share the last timestamp: skip as many as were seen.
+    seen_at_last = sum(1 for s, _ in old if s == last)
+    lines: list[str] = []
+    for stamp, text in new:
+        if stamp is None:
+            continue
+        if stamp > last:
+            lines.append(text)
+        elif stamp == last:
+            if seen_at_last > 0:
+                seen_at_last -= 1
+            else:
+                lines.append(text)
+    return lines
+
+
+def _read_kernel_log(runner: CommandRunner) -> str | None:
+    result = runner.run(["dmesg"], timeout_s=DMESG_TIMEOUT_S, ok_status=None, env=C_LOCALE)
+    if result.status != 0:
+        log.warning("cannot read the kernel log (dmesg status %d): %s", result.status,
+                    output_tail(result.stdout, result.stderr, 2))
+        return None
+    return result.stdout
+
+
+def mount_argv(
+    target: Target,
+    dev: str,
+    mountpoint: str,
+    *,
+    journal_dev: str | None = None,
+    extra_options: Sequence[str] = (),
+    readonly: bool = False,
+) -> list[str]:
+    adapter = adapter_for(target.fstype)
+    options = adapter.mount_options(target, journal_dev=journal_dev) + list(extra_options)
+    if readonly:
+        options.append("ro")
+    argv = ["mount", "-t", target.fstype]
+    if options:
+        argv += ["-o", ",".join(options)]
+    return [*argv, dev, mountpoint]
+
+
+def mount_timed(
+    runner: CommandRunner,
+    target: Target,
+    dev: str,
+    mountpoint: str,
+    *,
+    journal_dev: str | None = None,
+    extra_options: Sequence[str] = (),
+    readonly: bool = False,
+    timeout_s: float,
+) -> MountResult:
+    """Mount ``dev`` and time it; a failed mount is a result, a hung one raises CommandTimeout."""
+    adapter = adapter_for(target.fstype)
+    if journal_dev is not None:
+        attach = adapter.attach_journal_argv(target, dev, journal_dev)
+        if attach is not None:
+            runner.run(attach, timeout_s=timeout_s, env=C_LOCALE)
+    argv = mount_argv(target, dev, mountpoint, journal_dev=journal_dev,
+                      extra_options=extra_options, readonly=readonly)
+    before = _read_kernel_log(runner)
+    result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
+    after = _read_kernel_log(runner) if before is not None else None
+    kernel: list[str] = []
+    if before is not None and after is not None:
+        kernel = new_kernel_lines(before, after)
+    replay = adapter.journal_replay_messages("\n".join(kernel))
+    ok = result.status == 0
+    log.info("mount %s (%s) on %s: %s in %.3f s%s", dev, target.name, mountpoint,
+             "ok" if ok else f"failed (status {result.status})", result.duration_s,
+             f"; replay: {' | '.join(replay)}" if replay else "")
+    return MountResult(
+        ok=ok,
+        duration_s=result.duration_s,
+        status=result.status,
+        error="" if ok else output_tail(result.stdout, result.stderr, 5),
+        replay_messages=tuple(replay),
+        kernel_messages=tuple(kernel),
+        kernel_log_read=before is not None and after is not None,
+        argv=result.argv,
+    )
+
+
+def umount(runner: CommandRunner, mountpoint: str, *, timeout_s: float = UMOUNT_TIMEOUT_S) -> CommandResult:
+    """Unmount ``mountpoint``; raises CommandError if it stays mounted."""
+    return runner.run(["umount", mountpoint], timeout_s=timeout_s, env=C_LOCALE)
+
+
+@contextlib.contextmanager
+def mounted(
+    runner: CommandRunner,
+    target: Target,
+    dev: str,
+    mountpoint: str,
+    *,
+    journal_dev: str | None = None,
+    extra_options: Sequence[str] = (),
+    readonly: bool = False,
+    timeout_s: float,
+) -> Iterator[MountResult]:
+    """Mount for the duration of a ``with`` block; always unmounts.
+
+    A failed mount raises CommandError (use mount_timed() to record it as
+    a result). An unmount failure is logged and never hides an exception
+    raised inside the block.
+    """
+    result = mount_timed(runner, target, dev, mountpoint, journal_dev=journal_dev,
+                         extra_options=extra_options, readonly=readonly, timeout_s=timeout_s)
+    if not result.ok:
+        raise CommandError(
+            f"mount failed with status {result.status}: {' '.join(result.argv)} -- "
+            f"{result.error.replace(chr(10), ' | ')}",
+            result,
+        )
+    try:
+        yield result
+    except BaseException:
+        try:
+            umount(runner, mountpoint)
+        except Exception as exc:  # teardown must not hide the original error
+            log.warning("could not unmount %s: %s", mountpoint, exc)
+        raise
+    umount(runner, mountpoint)
+
+
+def missing_prerequisites(runner: CommandRunner, target: Target) -> list[str]:
+    """What this machine lacks to mkfs, mount and check ``target`` (empty: nothing).
+
+    Loads the kernel module if the filesystem is not registered yet.
+    """
+    adapter = adapter_for(target.fstype)
+    missing: list[str] = []
+    for tool in adapter.tools:
+        if runner.run(["which", tool], timeout_s=DMESG_TIMEOUT_S, ok_status=None).status != 0:
+            missing.append(f"program {tool} (install Debian package {adapter.package})")
+    if not _fs_registered(runner, target.fstype):
+        probe = runner.run(["modprobe", adapter.kernel_module], timeout_s=DMESG_TIMEOUT_S,
+                           ok_status=None, env=C_LOCALE)
+        if not _fs_registered(runner, target.fstype):
+            why = output_tail(probe.stdout, probe.stderr, 1) or f"modprobe status {probe.status}"
+            missing.append(f"kernel filesystem {target.fstype} (modprobe {adapter.kernel_module}: {why})")
+    return missing
+
+
+def _fs_registered(runner: CommandRunner, fstype: str) -> bool:
+    result = runner.run(["cat", "/proc/filesystems"], timeout_s=DMESG_TIMEOUT_S, ok_status=None)
+    return any(line.split()[-1:] == [fstype] for line in result.stdout.splitlines())

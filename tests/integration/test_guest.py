@@ -1,0 +1,92 @@
+"""The qemu machine end to end: boot, round trips, timeouts, teardown, doctor."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from framework.errors import ConsoleTimeout
+from framework.machine.kernel import default_kernel
+from framework.machine.qemu import QemuMachine
+
+POWERCUT = [sys.executable, "-m", "framework.cli"]
+
+
+def test_status_and_output_round_trip(guest):
+    assert guest.run(["sh", "-c", "exit 7"], ok_status=None).status == 7
+    noise = "guest# $ __PC_deadbeef_0__ \\000\\001\\377\\033[2J end"
+    res = guest.run(["sh", "-c", f"printf '{noise}'; printf 'to-stderr' >&2"])
+    raw = res.stdout.encode("utf-8", "surrogateescape")
+    assert raw.startswith(b"guest# $ __PC_deadbeef_0__ \x00\x01")
+    assert res.stdout.endswith("\x1b[2J end") and res.stderr == "to-stderr"
+    big = guest.run(["head", "-c", "3000000", "/dev/zero"])
+    assert len(big.stdout) == 3_000_000
+
+
+def test_guest_has_the_dm_targets_and_disks(guest):
+    targets = guest.run(["dmsetup", "targets"]).stdout
+    for name in ("log-writes", "flakey", "snapshot", "delay"):
+        assert name in targets
+    size = guest.run(["blockdev", "--getsize64", guest.disk("log")]).stdout.strip()
+    assert int(size) == 128 << 20
+
+
+def test_cli_vm_run_exits_with_the_guest_status():
+    out = subprocess.run([*POWERCUT, "vm", "run", "--", "sh", "-c", "dmsetup targets; exit 7"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 7, out.stderr
+    assert "log-writes" in out.stdout and "flakey" in out.stdout
+
+
+def test_timeout_raises_and_tears_the_guest_down(tmp_path):
+    machine = QemuMachine(fstypes=(), rundir=tmp_path / "run")
+    machine.start()
+    try:
+        child = machine.child
+        assert child is not None and child.isalive()
+        with pytest.raises(ConsoleTimeout, match="timed out after 2 s: sleep 60"):
+            machine.run(["sleep", "60"], timeout_s=2)
+        assert not child.isalive()
+    finally:
+        machine.close()
+    assert not (tmp_path / "run" / "disks").exists() or not any(
+        p for p in (tmp_path / "run").rglob("*.img"))
+
+
+def test_missing_kernel_is_a_one_line_error(tmp_path):
+    out = subprocess.run([*POWERCUT, "vm", "run", "--kernel", str(tmp_path / "bzImage"), "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3
+    assert out.stderr.strip().count("\n") == 0
+    assert "bzImage: kernel image not found" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.skipif(shutil.which("depmod") is None, reason="depmod missing: install kmod")
+def test_doctor_reports_a_kernel_without_dm_log_writes(tmp_path):
+    """A modules tree without dm-log-writes: doctor flags it statically and in the booted guest."""
+    kernel = default_kernel()
+    src = kernel.modules_dir
+    dst = tmp_path / "lib" / "modules" / kernel.release
+    shutil.copytree(src, dst, symlinks=True, copy_function=os.link,
+                    ignore=shutil.ignore_patterns("build", "source"))
+    for ko in dst.rglob("dm-log-writes.ko*"):
+        ko.unlink()
+    subprocess.run(["depmod", "-b", str(tmp_path), kernel.release], check=True)
+    out = subprocess.run([*POWERCUT, "doctor", "--boot", "--kernel", str(kernel.image),
+                          "--modules", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL CONFIG_DM_LOG_WRITES" in out.stdout
+    assert "FAIL dm target log-writes" in out.stdout
+    assert "ok   dm target flakey" in out.stdout
+    assert "CONFIG_DM_LOG_WRITES" in out.stderr
+
+
+def test_no_qemu_left_behind():
+    mine = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64.*{Path(os.getcwd())}"],
+                          capture_output=True, text=True)
+    assert mine.stdout.strip() == ""

@@ -1,0 +1,113 @@
+"""Initramfs: module resolution, archive layout, cache key."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from framework.errors import MissingPrerequisite
+from framework.machine import initramfs
+from framework.machine.fake import FakeMachine
+from framework.machine.initramfs import KernelModule, parse_show_depends, resolve_modules
+
+SHOW_DEPENDS_DM = """\
+insmod /lib/modules/r/kernel/drivers/md/dm-mod.ko
+insmod /lib/modules/r/kernel/drivers/md/dm-log-writes.ko
+"""
+
+
+def test_parse_show_depends_keeps_order_and_builtins():
+    files, builtins = parse_show_depends(SHOW_DEPENDS_DM + "builtin crc32c\n")
+    assert [f.name for f in files] == ["dm-mod.ko", "dm-log-writes.ko"]
+    assert builtins == ["crc32c"]
+
+
+def fake_modprobe(answers: dict[str, str]) -> FakeMachine:
+    fake = FakeMachine()
+
+    def respond(argv, _input):
+        name = argv[-1]
+        if name in answers:
+            return 0, answers[name], ""
+        return 1, "", f"modprobe: FATAL: Module {name} not found in directory"
+
+    fake.on("modprobe --show-depends *", respond=respond)
+    return fake
+
+
+def test_resolve_dedups_shared_dependencies_in_load_order():
+    fake = fake_modprobe({
+        "dm-log-writes": SHOW_DEPENDS_DM,
+        "dm-flakey": "insmod /lib/modules/r/kernel/drivers/md/dm-mod.ko\n"
+                     "insmod /lib/modules/r/kernel/drivers/md/dm-flakey.ko\n",
+    })
+    mods, missing = resolve_modules(["dm-log-writes", "dm-flakey"], "r", runner=fake)
+    assert [m.name for m in mods] == ["dm-mod", "dm-log-writes", "dm-flakey"]
+    assert missing == []
+    assert fake.calls[0][:4] == ("modprobe", "--show-depends", "-S", "r")
+
+
+def test_resolve_under_a_modules_root_passes_dash_d(tmp_path):
+    fake = fake_modprobe({"dm-mod": f"insmod {tmp_path}/lib/modules/r/kernel/dm-mod.ko\n"})
+    mods, _ = resolve_modules(["dm-mod"], "r", tmp_path, runner=fake)
+    assert "-d" in fake.calls[0] and str(tmp_path) in fake.calls[0]
+    assert mods[0].path == tmp_path / "lib/modules/r/kernel/dm-mod.ko"
+
+
+def test_missing_module_is_an_error_naming_it_or_reported_when_allowed():
+    fake = fake_modprobe({})
+    with pytest.raises(MissingPrerequisite, match="module 'dm-log-writes' not found"):
+        resolve_modules(["dm-log-writes"], "r", runner=fake)
+    mods, missing = resolve_modules(["dm-log-writes"], "r", runner=fake, missing_ok=True)
+    assert (mods, missing) == ([], ["dm-log-writes"])
+
+
+def test_builtin_module_needs_no_file():
+    fake = fake_modprobe({"ext4": "builtin ext4\n"})
+    assert resolve_modules(["ext4"], "r", runner=fake) == ([], [])
+
+
+def test_filesystem_modules_are_added_once():
+    names = initramfs.modules_for(["ext2", "ext4", "xfs"])
+    assert names.count("ext4") == 1 and "xfs" in names and "dm-log-writes" in names
+
+
+@pytest.fixture
+def fake_inputs(tmp_path):
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"\x7fELF busybox")
+    mod = tmp_path / "dm-mod.ko"
+    mod.write_bytes(b"module bytes")
+    return busybox, [KernelModule("dm-mod", mod)]
+
+
+@pytest.mark.skipif(subprocess.run(["which", "cpio"], capture_output=True).returncode != 0,
+                    reason="cpio not installed (Debian package cpio)")
+def test_archive_unpacks_with_cpio(tmp_path, fake_inputs):
+    busybox, mods = fake_inputs
+    archive = initramfs.build_cpio(mods, busybox)
+    out = tmp_path / "unpacked"
+    out.mkdir()
+    subprocess.run(["cpio", "-id", "--quiet"], input=archive, cwd=out, check=True)
+    assert (out / "init").read_text().startswith("#!/bin/busybox sh")
+    assert (out / "init").stat().st_mode & 0o111
+    assert (out / "bin/busybox").read_bytes() == busybox.read_bytes()
+    assert (out / "modules/dm-mod.ko").read_bytes() == b"module bytes"
+    assert (out / "modules.order").read_text() == "dm-mod.ko\n"
+
+
+def test_cache_key_changes_with_module_content(tmp_path, fake_inputs, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    busybox, mods = fake_inputs
+    first = initramfs.initramfs(mods, busybox=busybox)
+    assert initramfs.initramfs(mods, busybox=busybox) == first  # cached
+    mods[0].path.write_bytes(b"rebuilt module")
+    second = initramfs.initramfs(mods, busybox=busybox)
+    assert second != first and second.exists()
+
+
+def test_missing_busybox_names_the_package(tmp_path):
+    with pytest.raises(MissingPrerequisite, match="busybox-static"):
+        initramfs.build_cpio([], Path(tmp_path / "nope"))
