@@ -37,6 +37,7 @@ VERSION = 1
 END_MARK = "dm-log-writes-end"
 """The mark the kernel target appends when it is removed."""
 
+HEADER_WINDOW_BYTES = 64 << 10
 MIN_SECTORSIZE = 512
 MAX_SECTORSIZE = 65536
 
@@ -56,6 +57,11 @@ class LogFlag(enum.IntFlag):
 
 
 KNOWN_FLAGS = int(LogFlag.FLUSH | LogFlag.FUA | LogFlag.DISCARD | LogFlag.MARK | LogFlag.METADATA)
+# IntFlag arithmetic builds new members on every operation, which shows up in
+# a replay of tens of thousands of entries: the hot paths test plain ints.
+_MEMBERS = {bits: LogFlag(bits) for bits in range(KNOWN_FLAGS + 1)}
+_FLUSH, _FUA, _DISCARD, _MARK = 1, 2, 4, 8
+_has = int.__and__
 _FLAG_NAMES = (
     (LogFlag.FLUSH, "FLUSH"),
     (LogFlag.FUA, "FUA"),
@@ -109,33 +115,35 @@ class LogEntry:
     @property
     def payload_length(self) -> int:
         """Bytes of payload stored in the log after the header (none for discards)."""
-        return 0 if self.flags & LogFlag.DISCARD else self.nr_sectors * self.sectorsize
+        return 0 if _has(self.flags, _DISCARD) else self.nr_sectors * self.sectorsize
 
     @property
     def payload_end(self) -> int:
         """Offset in the log just past this entry; the next header starts here."""
-        return self.payload_offset + self.payload_length
+        if _has(self.flags, _DISCARD):
+            return self.payload_offset
+        return self.payload_offset + self.nr_sectors * self.sectorsize
 
     @property
     def is_mark(self) -> bool:
-        return bool(self.flags & LogFlag.MARK)
+        return _has(self.flags, _MARK) != 0
 
     @property
     def is_flush(self) -> bool:
-        return bool(self.flags & LogFlag.FLUSH)
+        return _has(self.flags, _FLUSH) != 0
 
     @property
     def is_fua(self) -> bool:
-        return bool(self.flags & LogFlag.FUA)
+        return _has(self.flags, _FUA) != 0
 
     @property
     def is_discard(self) -> bool:
-        return bool(self.flags & LogFlag.DISCARD)
+        return _has(self.flags, _DISCARD) != 0
 
     @property
     def is_write(self) -> bool:
         """Carries payload to write (plain, FUA or flush-with-data write)."""
-        return self.payload_length > 0
+        return self.nr_sectors > 0 and not _has(self.flags, _DISCARD)
 
 
 def _is_valid_sectorsize(size: int) -> bool:
@@ -169,6 +177,9 @@ class LogReader:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise LogFormatError(f"{self.path}: cannot open log: {exc.strerror}") from exc
+        self._window = b""
+        self._window_offset = 0
+        self._large_gap = False
         try:
             mode = os.fstat(self._fd).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode)):
@@ -259,6 +270,22 @@ class LogReader:
             )
         return LogSuper(nr_entries=nr_entries, sectorsize=sectorsize)
 
+    def _header_block(self, offset: int) -> bytes:
+        """The header block at ``offset`` (short at end of file), via a read-ahead window.
+
+        Logs of small writes pack many headers into a few KiB; reading a
+        window serves them with one syscall. After a large payload the next
+        header is read alone, so big entries are not read twice.
+        """
+        size = self.super.sectorsize
+        start = offset - self._window_offset
+        if start >= 0 and start + size <= len(self._window):
+            return self._window[start : start + size]
+        want = size if self._large_gap else max(size, HEADER_WINDOW_BYTES)
+        self._window = _pread_exact(self._fd, want, offset)
+        self._window_offset = offset
+        return self._window[:size]
+
     def read_entry(self, index: int, header_offset: int) -> LogEntry:
         """Parse the entry whose header block is at ``header_offset``."""
         size = self.super.sectorsize
@@ -274,7 +301,7 @@ class LogReader:
                 index=index,
                 offset=header_offset,
             )
-        block = _pread_exact(self._fd, size, header_offset)
+        block = self._header_block(header_offset)
         if len(block) < size:
             raise self._error(
                 f"truncated entry header ({len(block)} of {size} bytes)",
@@ -305,7 +332,7 @@ class LogReader:
             )
         mark: str | None = None
         text_len = 0
-        if flags & LogFlag.MARK:
+        if flags & _MARK:
             text_len = data_len
             text = block[ENTRY.size : ENTRY.size + data_len]
             # surrogateescape: any bytes round-trip, nothing raises.
@@ -323,13 +350,14 @@ class LogReader:
             index=index,
             sector=sector,
             nr_sectors=nr_sectors,
-            flags=LogFlag(flags),
+            flags=_MEMBERS[flags],
             data_len=data_len,
             mark=mark,
             header_offset=header_offset,
             payload_offset=payload_offset,
             sectorsize=size,
         )
+        self._large_gap = entry.payload_length >= HEADER_WINDOW_BYTES // 2
         if entry.payload_end > self.size_bytes:
             present = max(0, self.size_bytes - payload_offset)
             raise self._error(

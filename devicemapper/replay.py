@@ -25,6 +25,7 @@ import logging
 import os
 import stat
 import struct
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -41,6 +42,8 @@ MAX_SPAN_GAP_BYTES = 256 << 10
 MAX_DISCARD_CHUNK_BYTES = 1 << 30
 """One BLKDISCARD at most this large, as replay-log does, to keep each ioctl short."""
 DISCARD_PROBE_BYTES = 64 << 10
+MAX_AHEAD_ENTRIES = 1 << 16
+"""Scanned-ahead entries kept in memory (a few MiB); beyond, headers are re-read."""
 MAX_OFFSET = (1 << 63) - 1
 """off_t is signed 64-bit: a sector past this came from a corrupt log."""
 
@@ -166,6 +169,15 @@ class _Applier:
                 for rel, length in _pieces(entry, sectors):
                     self._discard(entry.byte_offset + rel, length, entry.index)
         elif entry.is_write:
+            if sectors is None:  # the common case, kept lean: it runs per entry
+                self._enqueue(
+                    entry.payload_offset,
+                    entry.nr_sectors * entry.sectorsize,
+                    entry.sector * entry.sectorsize,
+                    entry.index,
+                )
+                self.entries_applied += 1
+                return
             for rel, length in _pieces(entry, sectors):
                 self._enqueue(
                     entry.payload_offset + rel, length, entry.byte_offset + rel, entry.index
@@ -433,6 +445,9 @@ class Replayer:
         self._marks: dict[str, list[int]] = {}
         self._fuas: list[int] = []
         self._flushes: list[int] = []
+        # Entries a search scanned but that are not applied yet, contiguous
+        # from the position: applying them next needs no second header read.
+        self._ahead: deque[LogEntry] = deque()
 
     # -- lifecycle -------------------------------------------------------
 
@@ -504,8 +519,14 @@ class Replayer:
                 self.reader.iter_entries(self._seen_index, self._seen_offset), 1
             ):
                 self._note(entry)
+                self._keep_ahead(entry)
                 if scanned >= 256:
                     break
+
+    def _keep_ahead(self, entry: LogEntry) -> None:
+        expected = self._ahead[-1].index + 1 if self._ahead else self._next_index
+        if entry.index == expected and len(self._ahead) < MAX_AHEAD_ENTRIES:
+            self._ahead.append(entry)
 
     # -- replaying -------------------------------------------------------
 
@@ -537,11 +558,15 @@ class Replayer:
                 f"(the log has {self.reader.nr_entries} entries)"
             )
         # Walk (headers only) over the entries being skipped.
-        for entry in self.reader.iter_entries(self._next_index, self._next_offset):
-            if entry.index >= start:
-                break
-            self._note(entry)
+        while self._ahead and self._ahead[0].index < start:
+            entry = self._ahead.popleft()
             self._next_index, self._next_offset = entry.index + 1, entry.payload_end
+        if self._next_index < start:
+            for entry in self.reader.iter_entries(self._next_index, self._next_offset):
+                if entry.index >= start:
+                    break
+                self._note(entry)
+                self._next_index, self._next_offset = entry.index + 1, entry.payload_end
         self._advance(stop)
         return self.last_entry
 
@@ -576,14 +601,22 @@ class Replayer:
         """Apply entries from the position up to (not including) ``stop``."""
         if stop <= self._next_index:
             return
-        for entry in self.reader.iter_entries(self._next_index, self._next_offset):
-            self._note(entry)
-            self._applier.add(entry)
+        add = self._applier.add
+        while self._ahead and self._next_index < stop:
+            entry = self._ahead.popleft()
+            add(entry)
             self.last_entry = entry
             self._next_index = entry.index + 1
             self._next_offset = entry.payload_end
-            if self._next_index >= stop:
-                break
+        if self._next_index < stop:
+            for entry in self.reader.iter_entries(self._next_index, self._next_offset):
+                self._note(entry)
+                add(entry)
+                self.last_entry = entry
+                self._next_index = entry.index + 1
+                self._next_offset = entry.payload_end
+                if self._next_index >= stop:
+                    break
         self._applier.flush()
         if self.sync:
             os.fsync(self._fd)

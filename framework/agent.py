@@ -37,6 +37,9 @@ _HANDLERS: dict[str, Handler] = {}
 TASK_MODULES: dict[str, str] = {
     "env": "framework.agent",
     "echo": "framework.agent",
+    "bench-rep": "framework.benchtask",
+    "crash-record": "crashcases.tasks",
+    "crash-check": "crashcases.tasks",
 }
 
 

@@ -17,7 +17,9 @@ log = logging.getLogger("powercut")
 # Modules that add sub-commands: each has add_parser(subparsers).
 COMMAND_MODULES = (
     "framework.cli_vm",
-    # "framework.cli_log",
+    "framework.cli_log",
+    "framework.cli_crash",
+    "framework.cli_bench",
 )
 
 DESCRIPTION = """\

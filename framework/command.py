@@ -95,32 +95,58 @@ def run(
         full_env.update(env)
     start = clock.monotonic()
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             args,
-            input=input,
-            capture_output=True,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            timeout=timeout_s,
             env=full_env,
             cwd=cwd,
-            stdin=None if input is not None else subprocess.DEVNULL,
         )
     except FileNotFoundError as exc:
         raise MissingPrerequisite(
             f"{args[0]}: not found; run 'make setup' to install powercut's tools"
         ) from exc
-    except subprocess.TimeoutExpired as exc:
+    try:
+        stdout, stderr = proc.communicate(input, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            # A process stuck in the kernel (a hung mount) cannot die: leave it
+            # rather than wait forever; the caller records a hang.
+            log.warning("could not reap %s after killing it", args[0])
         raise CommandTimeout(
             f"command timed out after {timeout_s:g} s: {shlex.join(args)}"
-        ) from exc
+        ) from None
+    except BaseException:
+        proc.kill()
+        raise
     result = CommandResult(
         argv=args,
         status=proc.returncode,
-        stdout=proc.stdout,
-        stderr=proc.stderr,
+        stdout=stdout,
+        stderr=stderr,
         duration_s=clock.monotonic() - start,
     )
     if result.status != 0:
         log.debug("exit %s after %.3fs: %s", result.status, result.duration_s, _tail(result.stderr))
     return check_status(result, ok_status)
+
+
+class HostRunner:
+    """The command protocol on this machine (the agent's runner inside a guest)."""
+
+    def run(
+        self,
+        argv: Argv,
+        *,
+        timeout_s: float = 60.0,
+        ok_status: Iterable[int] | None = (0,),
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        return run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input, env=env)

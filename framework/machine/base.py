@@ -20,6 +20,8 @@ class DiskSpec:
 
     name: str
     size_bytes: int
+    image: Path | None = None  # an existing image to attach instead of a new sparse file
+    readonly: bool = False
 
 
 class Machine(abc.ABC):

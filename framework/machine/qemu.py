@@ -88,6 +88,9 @@ class QemuMachine(Machine):
     # --- lifecycle -------------------------------------------------------
 
     def disk_image(self, name: str) -> Path:
+        for spec in self.disk_specs:
+            if spec.name == name and spec.image is not None:
+                return spec.image
         return self.rundir / "disks" / f"{name}.img"
 
     def qemu_argv(self, initrd: Path, accel: str) -> list[str]:
@@ -139,9 +142,10 @@ class QemuMachine(Machine):
             argv += ["-accel", "tcg,thread=multi", "-cpu", "max"]
         for i, spec in enumerate(self.disk_specs):
             image = self.disk_image(spec.name)
+            ro = ",readonly=on" if spec.readonly else ""
             argv += [
                 "-drive",
-                f"file={image},format=raw,if=none,id=disk{i},cache={self.disk_cache},discard=unmap",
+                f"file={image},format=raw,if=none,id=disk{i},cache={self.disk_cache},discard=unmap{ro}",
                 "-device",
                 f"virtio-blk-pci,drive=disk{i},serial={spec.name[:20]}",
             ]
@@ -149,6 +153,10 @@ class QemuMachine(Machine):
 
     def _make_disks(self) -> None:
         for spec in self.disk_specs:
+            if spec.image is not None:
+                if not spec.image.is_file():
+                    raise ScratchDeviceError(f"{spec.image}: disk image not found (disk {spec.name!r})")
+                continue
             image = self.disk_image(spec.name)
             image.parent.mkdir(parents=True, exist_ok=True)
             with open(image, "wb") as f:

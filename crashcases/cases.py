@@ -1,0 +1,470 @@
+"""Crash workloads by name: hand-written cases, generated sequences, random runs.
+
+Specs:
+
+- ``hand:<name>``: a known idiom (atomic replace, log append, ...).
+- ``gen:seq1``: every operation variant on a small file set, followed by
+  each durability op that could make it durable.
+- ``gen:seq2``: every ordered pair of operation variants, each followed
+  by a durability op (rotating through the ones that apply).
+- ``gen:seq3``: a seeded sample of triples (``max_sequences``, default
+  ``SEQ3_DEFAULT``).
+- ``random:N``: N random ops for the seed, durability ops interleaved.
+
+Every recording costs a mkfs and a mount in a VM, so generated sequences
+are *packed*: each runs in its own directory (``s0017/`` is always the
+sequence numbered 17 of its enumeration), one after the other, each
+starting from a synced setup (two files with content, an xattr, a
+subdirectory and an empty directory) so that its operation has something
+to act on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from crashcases.operations import (
+    FallocMode,
+    FsModel,
+    Op,
+    OpKind,
+    Workload,
+    WorkloadError,
+    parent_of,
+)
+from crashcases.oracle import NodeKind
+from framework.errors import ConfigError
+
+SEQ3_DEFAULT = 200
+B = 4096
+
+# ---------------------------------------------------------------------------
+# Packing
+
+
+def _prefix(path: str, ns: str) -> str:
+    return f"{ns}/{path}" if path else ns
+
+
+def pack(
+    workloads: Sequence[Workload],
+    *,
+    name: str = "packed",
+    seed: int = 0,
+    namespaces: Sequence[str] | None = None,
+) -> Workload:
+    """One workload running each of ``workloads`` in its own top-level directory, in turn.
+
+    Paths (and ``fsync_dir`` of the root) move under the namespace;
+    ``sync`` stays global; symlink targets must be relative to stay inside.
+    """
+    names = (
+        list(namespaces) if namespaces is not None else [f"s{i:04d}" for i in range(len(workloads))]
+    )
+    if len(names) != len(workloads) or len(set(names)) != len(names):
+        raise WorkloadError(
+            f"pack {name!r}: need {len(workloads)} distinct namespaces, got {names!r}"
+        )
+    ops: list[Op] = []
+    for ns, w in zip(names, workloads, strict=True):
+        if "/" in ns or not ns:
+            raise WorkloadError(f"pack {name!r}: namespace {ns!r} must be one path component")
+        ops.append(Op(OpKind.MKDIR, ns))
+        for op in w.ops:
+            if op.kind is OpKind.SYMLINK and op.target.startswith("/"):
+                raise WorkloadError(f"pack {name!r}: {w.name} has an absolute symlink target")
+            if op.kind is OpKind.SYNC:
+                ops.append(op)
+            else:
+                ops.append(
+                    replace(
+                        op, path=_prefix(op.path, ns), dst=_prefix(op.dst, ns) if op.dst else ""
+                    )
+                )
+    return Workload(name=name, seed=seed, ops=tuple(ops))
+
+
+# ---------------------------------------------------------------------------
+# The file set and the operation variants
+
+
+def _setup() -> list[Op]:
+    return [
+        Op(OpKind.MKDIR, "d"),
+        Op(OpKind.MKDIR, "e"),
+        Op(OpKind.CREAT, "f0"),
+        Op(OpKind.WRITE, "f0", length=2 * B + 100),
+        Op(OpKind.SETXATTR, "f0", xattr="user.pc", length=16),
+        Op(OpKind.CREAT, "d/f1"),
+        Op(OpKind.WRITE, "d/f1", length=B + 904),
+        Op(OpKind.SYNC),
+    ]
+
+
+def _variants() -> list[tuple[str, Op]]:
+    """(label, op) for every operation with its parameter variants, on the setup's file set."""
+    F = FallocMode
+    return [
+        ("creat-new", Op(OpKind.CREAT, "f2")),
+        ("creat-new-in-subdir", Op(OpKind.CREAT, "d/f2")),
+        ("creat-truncates", Op(OpKind.CREAT, "f0")),
+        ("mkdir", Op(OpKind.MKDIR, "d2")),
+        ("mkdir-nested", Op(OpKind.MKDIR, "d/e2")),
+        ("write-small", Op(OpKind.WRITE, "f0", length=100)),
+        ("write-large", Op(OpKind.WRITE, "f0", length=3 * B + 7)),
+        ("pwrite-aligned", Op(OpKind.PWRITE, "f0", offset=B, length=B)),
+        ("pwrite-unaligned", Op(OpKind.PWRITE, "f0", offset=10, length=100)),
+        ("pwrite-past-eof", Op(OpKind.PWRITE, "f0", offset=4 * B, length=B)),
+        ("append-small", Op(OpKind.APPEND, "f0", length=100)),
+        ("append-blocks", Op(OpKind.APPEND, "f0", length=2 * B)),
+        ("truncate-zero", Op(OpKind.TRUNCATE, "f0", size=0)),
+        ("truncate-shrink", Op(OpKind.TRUNCATE, "f0", size=B + 10)),
+        ("truncate-grow", Op(OpKind.TRUNCATE, "f0", size=5 * B)),
+        ("fallocate", Op(OpKind.FALLOCATE, "f0", offset=2 * B, length=2 * B, falloc=F.ALLOCATE)),
+        (
+            "fallocate-keep-size",
+            Op(OpKind.FALLOCATE, "f0", offset=2 * B, length=4 * B, falloc=F.KEEP_SIZE),
+        ),
+        ("punch-hole", Op(OpKind.FALLOCATE, "f0", offset=0, length=B, falloc=F.PUNCH_HOLE)),
+        ("zero-range", Op(OpKind.FALLOCATE, "f0", offset=B, length=B, falloc=F.ZERO_RANGE)),
+        ("rename-new-name", Op(OpKind.RENAME, "f0", dst="f2")),
+        ("rename-replace", Op(OpKind.RENAME, "f0", dst="d/f1")),
+        ("rename-to-subdir", Op(OpKind.RENAME, "d/f1", dst="f3")),
+        ("rename-dir", Op(OpKind.RENAME, "d", dst="d2")),
+        ("link", Op(OpKind.LINK, "f0", dst="f2")),
+        ("link-to-subdir", Op(OpKind.LINK, "f0", dst="d/f2")),
+        ("unlink", Op(OpKind.UNLINK, "f0")),
+        ("unlink-in-subdir", Op(OpKind.UNLINK, "d/f1")),
+        ("rmdir", Op(OpKind.RMDIR, "e")),
+        ("symlink", Op(OpKind.SYMLINK, "l", target="f0")),
+        ("setxattr-new", Op(OpKind.SETXATTR, "f0", xattr="user.new", length=20)),
+        ("setxattr-replace", Op(OpKind.SETXATTR, "f0", xattr="user.pc", length=30)),
+        ("removexattr", Op(OpKind.REMOVEXATTR, "f0", xattr="user.pc")),
+    ]
+
+
+def durables(op: Op, model: FsModel) -> list[Op]:
+    """Durability ops that could make ``op`` durable, valid in ``model`` (after ``op``)."""
+    subject = op.dst if op.kind in (OpKind.RENAME, OpKind.LINK) else op.path
+    out: list[Op] = []
+    kind = model.kind_of(subject)
+    if kind is NodeKind.FILE:
+        out += [Op(OpKind.FSYNC, subject), Op(OpKind.FDATASYNC, subject)]
+    if kind is NodeKind.DIR:
+        out.append(Op(OpKind.FSYNC_DIR, subject))
+    out.append(Op(OpKind.FSYNC_DIR, parent_of(subject)))
+    if op.kind is OpKind.RENAME and parent_of(op.path) != parent_of(op.dst):
+        out.append(Op(OpKind.FSYNC_DIR, parent_of(op.path)))
+    out.append(Op(OpKind.SYNC))
+    return [d for d in out if model.check(d) is None]
+
+
+def _try(ops: Sequence[Op]) -> FsModel | None:
+    """The model after ``ops``, or None if one of them cannot be applied."""
+    model = FsModel()
+    for op in ops:
+        if model.check(op) is not None:
+            return None
+        model.apply(op, bytes(op.length))
+    return model
+
+
+def _rotation(turns: list[int]) -> Callable[[list[Op]], Op]:
+    """A picker choosing entry ``turns[n] % len`` at its n-th call."""
+    it = iter(turns)
+    return lambda choices: choices[next(it) % len(choices)]
+
+
+def _sequence(ops: Sequence[Op], pick: Callable[[list[Op]], Op]) -> list[Op] | None:
+    """Setup, then each op followed by a durability op ``pick``ed from those that apply."""
+    out = _setup()
+    model = _try(out)
+    assert model is not None
+    for op in ops:
+        if model.check(op) is not None:
+            return None
+        model.apply(op, bytes(op.length))
+        out.append(op)
+        sync_op = pick(durables(op, model))
+        out.append(sync_op)
+    return out
+
+
+def seq1() -> list[tuple[str, list[Op]]]:
+    """Every op variant followed by every durability op that applies to it."""
+    out = []
+    for label, op in _variants():
+        model = _try([*_setup(), op])
+        assert model is not None, label
+        for d in durables(op, model):
+            out.append((f"{label}+{d.describe()}", [*_setup(), op, d]))
+    return out
+
+
+def seq2() -> list[tuple[str, list[Op]]]:
+    """Every valid ordered pair of op variants, each followed by a rotating durability op."""
+    variants = _variants()
+    out = []
+    for (i, (la, a)), (j, (lb, b)) in itertools.product(enumerate(variants), repeat=2):
+        ops = _sequence((a, b), _rotation([i + j, i * 7 + j * 3]))
+        if ops is not None:
+            out.append((f"{la},{lb}", ops))
+    return out
+
+
+def seq3(seed: int, count: int) -> list[tuple[int, str, list[Op]]]:
+    """A seeded sample of ``count`` valid triples, each op followed by a random durability op."""
+    rng = random.Random(f"powercut-seq3:{seed}")
+    variants = _variants()
+    out: list[tuple[int, str, list[Op]]] = []
+    attempts = 0
+    while len(out) < count and attempts < count * 50:
+        attempts += 1
+        picks = [rng.randrange(len(variants)) for _ in range(3)]
+        ops = _sequence([variants[p][1] for p in picks], rng.choice)
+        if ops is not None:
+            index = (picks[0] * len(variants) + picks[1]) * len(variants) + picks[2]
+            out.append((index, ",".join(variants[p][0] for p in picks), ops))
+    return out
+
+
+def _sample(
+    items: Sequence[tuple[int, str, list[Op]]], limit: int | None, seed: int
+) -> list[tuple[int, str, list[Op]]]:
+    if limit is None or limit >= len(items):
+        return list(items)
+    chosen = random.Random(f"powercut-sample:{seed}").sample(range(len(items)), limit)
+    return [items[i] for i in sorted(chosen)]
+
+
+def _packed(spec: str, items: Sequence[tuple[int, str, list[Op]]], seed: int) -> Workload:
+    seen: dict[str, None] = {}
+    workloads, names = [], []
+    for index, label, ops in items:
+        ns = f"s{index:04d}" if index < 10_000 else f"s{index}"
+        if ns in seen:
+            continue  # a sample may draw the same triple twice
+        seen[ns] = None
+        workloads.append(Workload(name=label, seed=seed, ops=tuple(ops)))
+        names.append(ns)
+    return pack(workloads, name=spec, seed=seed, namespaces=names)
+
+
+# ---------------------------------------------------------------------------
+# Random workloads
+
+
+_RANDOM_FILES = ("f0", "f1", "f2", "d0/f0", "d0/f1", "d1/f0")
+_RANDOM_DIRS = ("d0", "d1", "d2", "d0/e")
+
+
+def random_ops(n_ops: int, seed: int) -> list[Op]:
+    """``n_ops`` valid random ops in directory ``r``, about one in four a durability op."""
+    rng = random.Random(f"powercut-random:{seed}")
+    ops: list[Op] = [Op(OpKind.MKDIR, "r")]
+    model = FsModel()
+    model.apply(ops[0])
+
+    def path(pool: Sequence[str]) -> str:
+        return "r/" + rng.choice(pool)
+
+    def anything() -> str:
+        return path(_RANDOM_FILES + _RANDOM_DIRS + ("l0", "d0/l1"))
+
+    makers: list[Callable[[], Op]] = [
+        lambda: Op(OpKind.CREAT, path(_RANDOM_FILES)),
+        lambda: Op(OpKind.MKDIR, path(_RANDOM_DIRS)),
+        lambda: Op(OpKind.WRITE, path(_RANDOM_FILES), length=rng.choice((1, 100, B, 2 * B + 5))),
+        lambda: Op(
+            OpKind.PWRITE,
+            path(_RANDOM_FILES),
+            offset=rng.randrange(0, 4 * B, 512),
+            length=rng.choice((7, 512, B)),
+        ),
+        lambda: Op(OpKind.APPEND, path(_RANDOM_FILES), length=rng.choice((1, 300, B + 1))),
+        lambda: Op(OpKind.TRUNCATE, path(_RANDOM_FILES), size=rng.choice((0, 100, B, 3 * B + 1))),
+        lambda: Op(
+            OpKind.FALLOCATE,
+            path(_RANDOM_FILES),
+            offset=rng.randrange(0, 3 * B, B),
+            length=rng.choice((B, 2 * B)),
+            falloc=rng.choice(list(FallocMode)),
+        ),
+        lambda: Op(OpKind.RENAME, anything(), dst=anything()),
+        lambda: Op(OpKind.LINK, path(_RANDOM_FILES), dst=path(_RANDOM_FILES)),
+        lambda: Op(OpKind.UNLINK, anything()),
+        lambda: Op(OpKind.RMDIR, path(_RANDOM_DIRS)),
+        lambda: Op(
+            OpKind.SYMLINK, path(("l0", "d0/l1")), target=rng.choice(("f0", "../f1", "nowhere"))
+        ),
+        lambda: Op(
+            OpKind.SETXATTR,
+            anything(),
+            xattr=rng.choice(("user.a", "user.b")),
+            length=rng.choice((1, 40)),
+        ),
+        lambda: Op(OpKind.REMOVEXATTR, anything(), xattr=rng.choice(("user.a", "user.b"))),
+    ]
+    durable_makers: list[Callable[[], Op]] = [
+        lambda: Op(OpKind.FSYNC, path(_RANDOM_FILES)),
+        lambda: Op(OpKind.FDATASYNC, path(_RANDOM_FILES)),
+        lambda: Op(OpKind.FSYNC_DIR, rng.choice(("r", *(f"r/{d}" for d in _RANDOM_DIRS)))),
+        lambda: Op(OpKind.SYNC),
+    ]
+    while len(ops) < n_ops:
+        pool = durable_makers if rng.random() < 0.25 else makers
+        for _ in range(200):
+            op = rng.choice(pool)()
+            if model.check(op) is None:
+                break
+        else:
+            op = Op(OpKind.SYNC)
+        model.apply(op, bytes(op.length))
+        ops.append(op)
+    return ops[:n_ops]
+
+
+# ---------------------------------------------------------------------------
+# Hand-written cases
+
+
+def _hand_cases() -> dict[str, list[Op]]:
+    K = OpKind
+    return {
+        # The atomic-replace idiom done right: write, fsync, rename, fsync the directory.
+        "write-fsync-rename": [
+            Op(K.CREAT, "data"),
+            Op(K.WRITE, "data", length=2 * B),
+            Op(K.FSYNC, "data"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.CREAT, "data.tmp"),
+            Op(K.WRITE, "data.tmp", length=2 * B + 1808),
+            Op(K.FSYNC, "data.tmp"),
+            Op(K.RENAME, "data.tmp", dst="data"),
+            Op(K.FSYNC_DIR, ""),
+        ],
+        # Replace via rename without fsync of the new file: only ext4 auto_da_alloc helps.
+        "replace-rename-nofsync": [
+            Op(K.CREAT, "conf"),
+            Op(K.WRITE, "conf", length=B + 10),
+            Op(K.SYNC),
+            Op(K.CREAT, "conf.new"),
+            Op(K.WRITE, "conf.new", length=B + 300),
+            Op(K.RENAME, "conf.new", dst="conf"),
+            Op(K.FSYNC_DIR, ""),
+        ],
+        # A log: appends each made durable by fdatasync.
+        "append-fdatasync": [
+            Op(K.CREAT, "log"),
+            Op(K.FSYNC_DIR, ""),
+            *itertools.chain.from_iterable(
+                (Op(K.APPEND, "log", length=700 + 300 * i), Op(K.FDATASYNC, "log"))
+                for i in range(8)
+            ),
+        ],
+        # A new file in a new directory: file fsync, then each directory.
+        "create-dir-fsync": [
+            Op(K.MKDIR, "dir"),
+            Op(K.CREAT, "dir/file"),
+            Op(K.WRITE, "dir/file", length=B + 1000),
+            Op(K.FSYNC, "dir/file"),
+            Op(K.FSYNC_DIR, "dir"),
+            Op(K.FSYNC_DIR, ""),
+        ],
+        "rename-dir": [
+            Op(K.MKDIR, "a"),
+            Op(K.CREAT, "a/f"),
+            Op(K.WRITE, "a/f", length=3000),
+            Op(K.SYNC),
+            Op(K.RENAME, "a", dst="b"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.CREAT, "b/g"),
+            Op(K.WRITE, "b/g", length=B),
+            Op(K.FSYNC, "b/g"),
+            Op(K.FSYNC_DIR, "b"),
+        ],
+        "link-unlink": [
+            Op(K.CREAT, "f"),
+            Op(K.WRITE, "f", length=5000),
+            Op(K.FSYNC, "f"),
+            Op(K.LINK, "f", dst="g"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.UNLINK, "f"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.APPEND, "g", length=100),
+            Op(K.FSYNC, "g"),
+        ],
+        "truncate-fallocate": [
+            Op(K.CREAT, "f"),
+            Op(K.WRITE, "f", length=5 * B),
+            Op(K.FSYNC, "f"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.TRUNCATE, "f", size=B + 100),
+            Op(K.FSYNC, "f"),
+            Op(K.TRUNCATE, "f", size=6 * B),
+            Op(K.FDATASYNC, "f"),
+            Op(K.FALLOCATE, "f", offset=B, length=2 * B, falloc=FallocMode.PUNCH_HOLE),
+            Op(K.FSYNC, "f"),
+            Op(K.FALLOCATE, "f", offset=6 * B, length=2 * B, falloc=FallocMode.ALLOCATE),
+            Op(K.FSYNC, "f"),
+        ],
+        "xattr-fsync": [
+            Op(K.CREAT, "f"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.SETXATTR, "f", xattr="user.one", length=10),
+            Op(K.SETXATTR, "f", xattr="user.two", length=200),
+            Op(K.FSYNC, "f"),
+            Op(K.SETXATTR, "f", xattr="user.one", length=33),
+            Op(K.REMOVEXATTR, "f", xattr="user.two"),
+            Op(K.FSYNC, "f"),
+        ],
+        "symlink-fsync-dir": [
+            Op(K.CREAT, "target"),
+            Op(K.SYMLINK, "link", target="target"),
+            Op(K.FSYNC_DIR, ""),
+            Op(K.UNLINK, "link"),
+            Op(K.SYMLINK, "link", target="elsewhere/" + "x" * 100),
+            Op(K.SYNC),
+        ],
+    }
+
+
+def list_cases() -> list[str]:
+    return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "random:200"]
+
+
+def load_case(spec: str, *, seed: int, max_sequences: int | None = None) -> Workload:
+    """The workload ``spec`` names (see the module docstring); deterministic for ``seed``.
+
+    ``max_sequences`` caps the sequences packed by ``gen:*`` (a seeded
+    sample, namespaces keep their enumeration numbers).
+    """
+    family, _, arg = spec.partition(":")
+    if max_sequences is not None and max_sequences < 1:
+        raise ConfigError(f"case {spec!r}: max_sequences must be at least 1, got {max_sequences}")
+    if family == "hand":
+        cases = _hand_cases()
+        if arg not in cases:
+            raise ConfigError(f"case {spec!r}: no hand case {arg!r} (known: {', '.join(cases)})")
+        return pack(
+            [Workload(name=arg, seed=seed, ops=tuple(cases[arg]))],
+            name=spec,
+            seed=seed,
+            namespaces=["h"],
+        )
+    if family == "gen":
+        if arg in ("seq1", "seq2"):
+            found = seq1() if arg == "seq1" else seq2()
+            items = [(i, label, ops) for i, (label, ops) in enumerate(found)]
+            return _packed(spec, _sample(items, max_sequences, seed), seed)
+        if arg == "seq3":
+            return _packed(spec, seq3(seed, max_sequences or SEQ3_DEFAULT), seed)
+        raise ConfigError(f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3)")
+    if family == "random":
+        if not arg.isdigit() or int(arg) < 1:
+            raise ConfigError(f"case {spec!r}: expected random:N with N >= 1 ops")
+        return Workload(name=spec, seed=seed, ops=tuple(random_ops(int(arg), seed)))
+    raise ConfigError(f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3 or random:N")

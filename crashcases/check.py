@@ -1,0 +1,152 @@
+"""Checking one crash state: mount, oracle, read everything, fsck.
+
+Order per state: mount (timed: this is journal replay), verify what the
+oracle says was promised, walk and read the whole tree, unmount, fsck
+read-only, and only if that finds errors, fsck repair (timed). A mount
+or fsck that outlives its deadline is a *finding* (``hang``), not a
+harness error. Filesystems whose kernel driver does not replay the
+journal at mount (JFS) get fsck repair first, as their users would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from crashcases.oracle import Finding, FindingKind, OracleLog, verify, walk_tree
+from crashcases.persistence import PersistenceRules
+from framework import clock
+from framework.command import CommandRunner
+from framework.errors import CommandError, CommandTimeout
+from recovery.filesystems import FsckVerdict, adapter_for
+from recovery.fsck import run_fsck
+from recovery.mount import mount_timed, umount
+from recovery.targets import Target
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    OK = "ok"  # mounted, kept every promise, fsck clean
+    RECOVERED = "recovered"  # kept every promise, but needed fsck repair
+    DATA_LOSS = "data-loss"  # broke a durability promise
+    CORRUPT = "corrupt"  # fsck could not repair it, or reading failed
+    UNMOUNTABLE = "unmountable"  # the kernel refused to mount it
+    HANG = "hang"  # mount, umount or fsck outlived its deadline
+
+
+# Worst first: a state gets the worst outcome any of its steps shows.
+SEVERITY = [Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUPT,
+            Outcome.RECOVERED, Outcome.OK]
+
+LOSS_KINDS = {FindingKind.DATA_LOSS, FindingKind.WRONG_CONTENT, FindingKind.UNEXPECTED_ENTRY,
+              FindingKind.WRONG_TYPE, FindingKind.WRONG_TARGET, FindingKind.WRONG_XATTR,
+              FindingKind.LINK_COUNT, FindingKind.IDENTITY}
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    mount_s: float = 120.0
+    fsck_s: float = 300.0
+    umount_s: float = 60.0
+
+
+@dataclass(slots=True)
+class CheckResult:
+    key: str
+    outcome: Outcome = Outcome.OK
+    mount_ok: bool = False
+    mount_s: float | None = None
+    mount_error: str = ""
+    replay_messages: list[str] = field(default_factory=list)
+    fsck_check: str = ""
+    fsck_check_s: float | None = None
+    fsck_repair: str = ""
+    fsck_repair_s: float | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["outcome"] = self.outcome.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CheckResult:
+        d = dict(d)
+        d["outcome"] = Outcome(d["outcome"])
+        return cls(**d)
+
+
+def worst(*outcomes: Outcome) -> Outcome:
+    return min(outcomes, key=SEVERITY.index)
+
+
+def outcome_of(result: CheckResult) -> Outcome:
+    """The outcome implied by what the steps recorded."""
+    found = {Outcome.OK}
+    kinds = {FindingKind(f["kind"]) for f in result.findings}
+    if kinds & LOSS_KINDS:
+        found.add(Outcome.DATA_LOSS)
+    if FindingKind.IO_ERROR in kinds:
+        found.add(Outcome.CORRUPT)
+    if not result.mount_ok:
+        found.add(Outcome.UNMOUNTABLE)
+    if result.fsck_check == FsckVerdict.CORRUPT.value:
+        found.add(Outcome.RECOVERED if result.fsck_repair == FsckVerdict.REPAIRED.value else Outcome.CORRUPT)
+    elif result.fsck_check == FsckVerdict.FAILED.value:
+        found.add(Outcome.CORRUPT)
+    return worst(*found)
+
+
+def _findings(items: list[Finding]) -> list[dict[str, Any]]:
+    return [{"kind": f.kind.value, "path": f.path, "detail": f.detail, "mark": f.mark} for f in items]
+
+
+def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Path, *,
+                oracle: OracleLog, last_mark: str | None, rules: PersistenceRules, key: str,
+                timeouts: Timeouts = Timeouts()) -> CheckResult:
+    """Check the crash state on ``dev`` (a throwaway snapshot: this writes to it)."""
+    start = clock.monotonic()
+    result = CheckResult(key=key)
+    adapter = adapter_for(target.fstype)
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    try:
+        if not adapter.mount_replays_journal:
+            # The kernel will not replay this journal; fsck does, before mount.
+            pre = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
+            result.notes.append(f"pre-mount fsck: {pre.verdict.value} in {pre.duration_s:.3f}s")
+        mres = mount_timed(runner, target, dev, os.fspath(mountpoint), timeout_s=timeouts.mount_s)
+        result.mount_ok, result.mount_s = mres.ok, mres.duration_s
+        result.replay_messages = list(mres.replay_messages)
+        if not mres.ok:
+            result.mount_error = mres.error
+        else:
+            try:
+                found = verify(oracle, mountpoint, last_mark=last_mark, rules=rules)
+                found += walk_tree(mountpoint)
+                result.findings = _findings(found)
+            finally:
+                umount(runner, os.fspath(mountpoint), timeout_s=timeouts.umount_s)
+        fck = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
+        result.fsck_check, result.fsck_check_s = fck.verdict.value, fck.duration_s
+        if fck.verdict is not FsckVerdict.CLEAN:
+            rep = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
+            result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
+            if fck.verdict is FsckVerdict.FAILED:
+                result.notes.append(f"read-only fsck failed to run: {fck.output_tail}")
+        result.outcome = outcome_of(result)
+    except CommandTimeout as exc:
+        result.outcome = Outcome.HANG
+        result.notes.append(str(exc))
+    except CommandError as exc:
+        # umount failing after a successful mount: the state is not usable.
+        result.notes.append(str(exc))
+        result.outcome = worst(outcome_of(result), Outcome.CORRUPT)
+    result.duration_s = clock.monotonic() - start
+    return result

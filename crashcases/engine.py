@@ -1,0 +1,409 @@
+"""A crash run, driven from the host: record once, then check every state.
+
+1. Record the workload in a guest (``crash-record``); the log stays in the
+   run directory as ``log.img`` and the oracle as ``oracle.json``.
+2. Enumerate crash points and plan the states (host side, from the log).
+3. Check the states in order of their replay base, in chunks, over one
+   guest per job (``crash-check``): replay only moves forward and every
+   check gets its own throwaway snapshot, so replay I/O stays near one pass
+   over the log and mount/fsck never dirty the replayed disk.
+4. A hang (a step past its deadline, or a guest that stops answering) is
+   recorded for the state in progress; the guest is replaced and the run
+   goes on with the next state.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crashcases.cases import load_case
+from crashcases.check import CheckResult, Outcome, Timeouts
+from crashcases.oracle import OracleLog
+from crashcases.points import (
+    CrashPoint,
+    CrashState,
+    Variant,
+    build_state,
+    enumerate_points,
+    plan_states,
+)
+from crashcases.tasks import parse_results
+from devicemapper.logformat import LogEntry, LogReader
+from devicemapper.replay import Replayer, apply_entries
+from framework import agent, clock
+from framework.errors import ConfigError, MachineError, PowercutError
+from framework.machine.base import DiskSpec, Machine
+from recovery.filesystems import adapter_for
+from recovery.targets import JournalPlacement, Target, get_target
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+CHUNK = 12  # states per agent call: few round trips, little lost to a hang
+MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
+
+
+@dataclass(frozen=True, slots=True)
+class CrashPlan:
+    target: str
+    case: str
+    seed: int = 0
+    points: str = "marks"
+    variants: tuple[str, ...] = ("prefix",)
+    per_point: int = 2
+    jobs: int = 1
+    check_timeout_s: float = 600.0
+    inject_hang: str | None = None
+    max_images: int = 5
+    data_mib: int | None = None
+    max_sequences: int | None = None
+
+
+@dataclass
+class CrashRunResult:
+    run_dir: Path
+    plan: CrashPlan
+    record: dict[str, Any]
+    states: list[CrashState]
+    results: dict[str, CheckResult] = field(default_factory=dict)
+    replacements: int = 0
+    wall_s: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out = {o.value: 0 for o in Outcome}
+        for r in self.results.values():
+            out[r.outcome.value] += 1
+        return out
+
+
+def disk_sizes(target: Target, data_mib: int | None) -> dict[str, int]:
+    adapter = adapter_for(target.fstype)
+    data = max(data_mib or 128, -(-adapter.min_size_bytes // MiB) + 16)
+    # The log holds mkfs (full metadata init) plus every workload write.
+    return {"data": data * MiB, "log": 2 * data * MiB + 64 * MiB, "replay": data * MiB, "cow": 96 * MiB}
+
+
+def check_target(target: Target) -> None:
+    if target.journal is JournalPlacement.EXTERNAL:
+        # dm-log-writes records one device; an external journal is a second
+        # device whose writes interleave with the data disk's.
+        raise ConfigError(
+            f"target {target.name}: crash runs need the journal on the recorded disk; "
+            "external-journal targets are for recovery timing and benchmarks"
+        )
+
+
+def reproducer_command(run_dir: Path, key: str) -> str:
+    return f"powercut recheck {os.fspath(run_dir)} {key}"
+
+
+def timeouts_for(budget_s: float) -> Timeouts:
+    return Timeouts(mount_s=budget_s / 3, fsck_s=budget_s / 3, umount_s=max(budget_s / 10, 10))
+
+
+class CrashEngine:
+    def __init__(self, plan: CrashPlan, run_dir: Path, factory: MachineFactory,
+                 progress: Callable[[int, int, CheckResult | None], None] | None = None) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.factory = factory
+        self.progress = progress or (lambda done, total, r: None)
+        self.target = get_target(plan.target)
+        check_target(self.target)
+        self.sizes = disk_sizes(self.target, plan.data_mib)
+        self.fstypes = (self.target.fstype,)
+        self._lock = threading.Lock()
+        self.results: dict[str, CheckResult] = {}
+        self.replacements = 0
+
+    # -- recording ----------------------------------------------------------
+
+    def record(self) -> tuple[Machine, dict[str, Any]]:
+        workload = load_case(self.plan.case, seed=self.plan.seed, max_sequences=self.plan.max_sequences)
+        disks = [DiskSpec(n, self.sizes[n]) for n in ("data", "log", "replay", "cow")]
+        machine = self.factory(disks, self.run_dir / "vm-0", self.fstypes)
+        try:
+            info = agent.call(machine, {
+                "task": "crash-record", "target": self.plan.target, "workload": workload.to_json(),
+                "data_dev": machine.disk("data"), "log_dev": machine.disk("log"),
+                # The guest writes only into its run directory (the rest of
+                # the host is read-only or hidden there).
+                "oracle_path": os.fspath(machine.rundir / "oracle.json"),
+            }, timeout_s=3600)[0]
+            shutil.copyfile(machine.rundir / "oracle.json", self.oracle_path)
+        except BaseException:
+            machine.close()
+            raise
+        info["workload"] = workload.name
+        info["ops"] = len(workload.ops)
+        return machine, info
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "vm-0" / "disks" / "log.img"
+
+    @property
+    def oracle_path(self) -> Path:
+        return self.run_dir / "oracle.json"
+
+    # -- planning -----------------------------------------------------------
+
+    def entries(self) -> list[LogEntry]:
+        with LogReader(self.log_path) as reader:
+            return list(reader)
+
+    def plan_states(self, entries: list[LogEntry]) -> list[CrashState]:
+        marks = OracleLog.from_json(self.oracle_path.read_text()).marks
+        points = enumerate_points(entries, self.plan.points, workload_marks=marks, seed=self.plan.seed)
+        return plan_states(entries, points, self.plan.variants, workload_marks=marks,
+                           seed=self.plan.seed, per_point=self.plan.per_point)
+
+    # -- checking -----------------------------------------------------------
+
+    def _checker(self, shard: int) -> Machine:
+        disks = [DiskSpec("log", self.log_path.stat().st_size, image=self.log_path, readonly=True),
+                 DiskSpec("replay", self.sizes["replay"]), DiskSpec("cow", self.sizes["cow"])]
+        return self.factory(disks, self.run_dir / f"vm-{shard + 1}", self.fstypes)
+
+    def check_shard(self, shard: int, states: list[CrashState], machine: Machine | None,
+                    total: int) -> None:
+        todo = list(states)
+        try:
+            while todo:
+                if machine is None:
+                    machine = self._checker(shard)
+                results_path = guest_files(machine, self.oracle_path)
+                chunk = todo[:CHUNK]
+                done_before = len(parse_results(results_path))
+                hung = self._check_chunk(machine, chunk, results_path)
+                got = parse_results(results_path)[done_before:]
+                for r in got:
+                    self._store(r, total)
+                finished = {r.key for r in got}
+                if hung or (got and got[-1].outcome is Outcome.HANG):
+                    if hung:
+                        pending = [s for s in chunk if s.key not in finished]
+                        if pending:
+                            r = CheckResult(key=pending[0].key, outcome=Outcome.HANG,
+                                            notes=[f"guest stopped answering: {hung}"])
+                            self._store(r, total)
+                            finished.add(r.key)
+                    machine.close()
+                    machine = None
+                    with self._lock:
+                        self.replacements += 1
+                    log.warning("replaced the guest after a hang (%s)", shard)
+                todo = [s for s in todo if s.key not in finished]
+        finally:
+            if machine is not None:
+                machine.close()
+
+    def _check_chunk(self, machine: Machine, chunk: list[CrashState], results_path: Path) -> str:
+        """Check a chunk; return '' or why the guest had to be abandoned."""
+        budget = self.plan.check_timeout_s
+        task = {
+            "task": "crash-check", "target": self.plan.target,
+            "log_dev": machine.disk("log"), "replay_dev": machine.disk("replay"),
+            "cow_dev": machine.disk("cow"), "oracle_path": os.fspath(machine.rundir / "oracle.json"),
+            "results_path": os.fspath(results_path), "states": [s.to_dict() for s in chunk],
+            "timeouts": asdict(timeouts_for(budget)), "inject_hang": self.plan.inject_hang,
+        }
+        try:
+            agent.call(machine, task, timeout_s=budget * len(chunk) + 120)
+        except MachineError as exc:  # console timeout or the guest died
+            return str(exc)
+        return ""
+
+    def _store(self, result: CheckResult, total: int) -> None:
+        with self._lock:
+            self.results[result.key] = result
+            done = len(self.results)
+        self.progress(done, total, result)
+
+    def check(self, states: list[CrashState], first_machine: Machine | None) -> None:
+        jobs = max(1, min(self.plan.jobs, len(states) or 1))
+        # Contiguous shards: each machine's replay still moves forward only.
+        size = -(-len(states) // jobs) if states else 0
+        shards = [states[i * size:(i + 1) * size] for i in range(jobs)]
+        if jobs == 1:
+            self.check_shard(0, shards[0], first_machine, len(states))
+            return
+        if first_machine is not None:
+            first_machine.close()
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            futures = [pool.submit(self.check_shard, i, shard, None, len(states))
+                       for i, shard in enumerate(shards) if shard]
+            for f in futures:
+                f.result()
+
+    # -- artifacts ----------------------------------------------------------
+
+    def keep_artifacts(self, result: CrashRunResult, entries: list[LogEntry]) -> None:
+        """Keep the log beside the results; crash images for the first failures."""
+        final_log = self.run_dir / "log.img"
+        if self.log_path.exists():
+            os.replace(self.log_path, final_log)
+        for vm in self.run_dir.glob("vm-*"):
+            shutil.rmtree(vm, ignore_errors=True)
+        bad = [s for s in result.states
+               if s.key in result.results and result.results[s.key].outcome is not Outcome.OK
+               and result.results[s.key].outcome is not Outcome.RECOVERED]
+        for state in bad[: self.plan.max_images]:
+            write_image(final_log, entries, state, self.run_dir / image_name(state.key),
+                        self.sizes["data"])
+
+
+def guest_files(machine: Machine, oracle: Path) -> Path:
+    """Put the oracle where the guest can read it; return its results file."""
+    copy = machine.rundir / "oracle.json"
+    if not copy.exists():
+        shutil.copyfile(oracle, copy)
+    return machine.rundir / "results.jsonl"
+
+
+def image_name(key: str) -> str:
+    return "state-" + key.replace("/", "-").replace(":", "-") + ".img.gz"
+
+
+def write_image(log_path: Path, entries: list[LogEntry], state: CrashState, out: Path,
+                size_bytes: int) -> None:
+    """The crash state as a gzip-compressed raw image (the bytes before mount)."""
+    raw = out.with_suffix("")
+    with open(raw, "wb") as f:
+        f.truncate(size_bytes)
+    with Replayer(log_path, raw) as rep:
+        if state.base >= 0:
+            rep.replay_to(state.base)
+    if state.extra:
+        with LogReader(log_path) as reader:
+            fd = os.open(raw, os.O_RDWR)
+            try:
+                torn = {k: range(*v) for k, v in state.torn.items()}
+                apply_entries([entries[i] for i in state.extra], reader, fd, torn=torn)
+            finally:
+                os.close(fd)
+    with open(raw, "rb") as src, gzip.open(out, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    raw.unlink()
+
+
+def new_run_dir(results_dir: Path) -> Path:
+    stamp = clock.timestamp().replace(":", "").replace("-", "").replace("+0000", "")
+    path = results_dir / f"crash-{stamp}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def run_crash(plan: CrashPlan, results_dir: Path, factory: MachineFactory,
+              progress: Callable[[int, int, CheckResult | None], None] | None = None,
+              on_planned: Callable[[int], None] | None = None) -> CrashRunResult:
+    start = clock.monotonic()
+    run_dir = new_run_dir(results_dir)
+    engine = CrashEngine(plan, run_dir, factory, progress)
+    (run_dir / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
+    recorder, info = engine.record()
+    machine: Machine | None = recorder
+    result = CrashRunResult(run_dir, plan, info, [])
+    entries: list[LogEntry] = []
+    try:
+        entries = engine.entries()
+        result.states = engine.plan_states(entries)
+        if on_planned:
+            on_planned(len(result.states))
+        engine.check(result.states, machine)
+        machine = None
+    finally:
+        if machine is not None:
+            machine.close()
+        result.results = dict(engine.results)
+        result.replacements = engine.replacements
+        result.wall_s = clock.monotonic() - start
+        save_results(result)
+    engine.keep_artifacts(result, entries)
+    return result
+
+
+def save_results(result: CrashRunResult) -> None:
+    data = {
+        "plan": asdict(result.plan), "record": result.record, "wall_s": result.wall_s,
+        "replacements": result.replacements, "counts": result.counts(),
+        "states": [
+            {**s.to_dict(), "result": result.results[s.key].to_dict() if s.key in result.results else None,
+             "reproducer": reproducer_command(result.run_dir, s.key)}
+            for s in result.states
+        ],
+    }
+    tmp = result.run_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, result.run_dir / "results.json")
+
+
+# -- reproducers --------------------------------------------------------------
+
+
+def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
+    """Rebuild a state of an earlier run from its key (``POINT/VARIANT``)."""
+    try:
+        raw: dict[str, Any] = json.loads((run_dir / "plan.json").read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
+    raw["variants"] = tuple(raw["variants"])
+    plan = CrashPlan(**raw)
+    point_text, sep, variant_text = key.partition("/")
+    if not sep or not point_text.isdigit():
+        raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
+    variant = Variant.parse(variant_text)
+    log_path = run_dir / "log.img"
+    marks = OracleLog.from_json((run_dir / "oracle.json").read_text()).marks
+    with LogReader(log_path) as reader:
+        entries = list(reader)
+    index = int(point_text)
+    if index >= len(entries):
+        raise ConfigError(f"state {key!r}: the log has only {len(entries)} entries")
+    from crashcases.points import PointKind, annotate
+
+    point: CrashPoint = annotate(entries, [(index, PointKind.SAMPLE)], set(marks))[0]
+    state = build_state(entries, point, variant, marks)
+    if state is None:
+        raise ConfigError(f"state {key!r}: this variant does not exist at that point")
+    return plan, state
+
+
+def recheck(run_dir: Path, key: str, factory: MachineFactory) -> CheckResult:
+    plan, state = load_state(run_dir, key)
+    target = get_target(plan.target)
+    sizes = disk_sizes(target, plan.data_mib)
+    log_path = run_dir / "log.img"
+    scratch = run_dir / f"recheck-{uuid.uuid4().hex[:6]}"
+    disks = [DiskSpec("log", log_path.stat().st_size, image=log_path, readonly=True),
+             DiskSpec("replay", sizes["replay"]), DiskSpec("cow", sizes["cow"])]
+    machine = factory(disks, scratch, (target.fstype,))
+    try:
+        results_path = guest_files(machine, run_dir / "oracle.json")
+        agent.call(machine, {
+            "task": "crash-check", "target": plan.target, "log_dev": machine.disk("log"),
+            "replay_dev": machine.disk("replay"), "cow_dev": machine.disk("cow"),
+            "oracle_path": os.fspath(machine.rundir / "oracle.json"),
+            "results_path": os.fspath(results_path),
+            "states": [state.to_dict()], "timeouts": asdict(timeouts_for(plan.check_timeout_s)),
+        }, timeout_s=plan.check_timeout_s + 120)
+        results = parse_results(results_path)
+    except MachineError as exc:
+        results = [CheckResult(key=key, outcome=Outcome.HANG, notes=[str(exc)])]
+    finally:
+        machine.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not results:
+        raise PowercutError(f"recheck of {key}: the guest returned no result")
+    return results[0]

@@ -1,0 +1,114 @@
+"""powercut bench end to end in a qemu guest, and every workload in one guest."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from framework import agent
+from framework.benchtask import RepetitionRequest, RepetitionResult
+from framework.machine.base import DiskSpec
+from framework.machine.qemu import QemuMachine
+from framework.stats import summarize
+from framework.store import RunStatus, Store
+from framework.workloads import Scale
+
+POWERCUT = [sys.executable, "-m", "framework.cli"]
+TARGETS = ("ext2", "ext4/ordered", "ext4/writeback", "ext4/journal")
+NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+CELL = re.compile(rf"({NUM}) \[({NUM}), ({NUM})\]")
+OVERHEAD = re.compile(rf"({NUM})% \[({NUM})%, ({NUM})%\]")
+
+
+def test_bench_over_four_journal_modes(tmp_path):
+    db = tmp_path / "results.db"
+    out = subprocess.run(
+        [*POWERCUT, "bench", "--targets", ",".join(TARGETS), "--workload", "fsmark",
+         "--reps", "5", "--seed", "7", "--db", str(db)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    # Progress: one line per trial on stderr, with an ETA.
+    assert len(re.findall(r"^\[\d+/20\] ", out.stderr, re.M)) == 20
+    assert "ETA" in out.stderr
+
+    # Means with their interval, one per target, for the primary metric.
+    means_line = next(ln for ln in text.splitlines() if ln.startswith("files *"))
+    cells = [tuple(float(x) for x in m) for m in CELL.findall(means_line)]
+    assert len(cells) == 4
+    for mean, low, high in cells:
+        assert 0 < low <= mean <= high  # files/s: positive, interval around the mean
+
+    # The printed means are those of the stored samples, in the same target order.
+    with Store(db) as store:
+        (run,) = store.runs()
+        assert run.status is RunStatus.FINISHED and run.environment["bench"]["seed"] == 7
+        assert run.environment["accel"] in ("kvm", "tcg")
+        samples = store.bench_samples(run.id, metric="files")
+        assert len(samples) == 20 and {s.unit for s in samples} == {"files/s"}
+        for target, (mean, _low, _high) in zip(TARGETS, cells):
+            values = [s.value for s in samples if s.target == target and s.value is not None]
+            assert len(values) == 5
+            assert mean == pytest.approx(summarize(values).mean, rel=1e-3)
+        applied = store.targets(run.id)
+        assert "data=journal" in applied["ext4/journal"]["applied_mount_options"]
+        assert "data=writeback" in applied["ext4/writeback"]["applied_mount_options"]
+
+    # Overhead of the three ext4 modes against ext2, each with an interval around it.
+    lines = [ln for ln in text.splitlines() if ln.startswith("files *")]
+    assert len(lines) == 2
+    overheads = [tuple(float(x) for x in m) for m in OVERHEAD.findall(lines[1])]
+    assert len(overheads) == 3
+    for value, low, high in overheads:
+        assert low <= value <= high and -1000 < low and high <= 100  # 1 - ratio: at most 100%
+
+    # ANOVA: the allocation of variation adds up, the F-test is stated.
+    assert "One-factor design for files [files/s]" in text and "5 replications" in text
+    m = re.search(rf"target explains ({NUM})% of the variation, errors ({NUM})%", text)
+    assert m is not None
+    assert float(m.group(1)) + float(m.group(2)) == pytest.approx(100.0, abs=0.2)
+    assert re.search(rf"F = {NUM} (>|<=) F-crit\(95%\) = {NUM}, p = ", text)
+    assert "wall time" in text and "kernel " in text
+
+
+EXPECTED_UNITS = {
+    "bonnie": {"KiB/s", "seeks/s", "files/s", "us", "s"},
+    "postmark": {"transactions/s", "files/s", "MB/s", "s"},
+    "dbench": {"MB/s", "ms", "ops", "s"},
+    "fio-file-server": {"MB/s", "IOPS", "us", "s"},
+    "fsmark": {"files/s", "us", "s"},
+    "mongo": {"s"},
+}
+PRIMARY = {"bonnie": "block_write", "postmark": "transactions", "dbench": "throughput",
+           "fio-file-server": "read_bw", "fsmark": "files", "mongo": "total"}
+
+
+@pytest.fixture(scope="module")
+def bench_guest():
+    machine = QemuMachine(disks=[DiskSpec("data", 256 << 20)], fstypes=("ext4",))
+    machine.start()
+    yield machine
+    machine.close()
+
+
+@pytest.mark.parametrize("workload", list(EXPECTED_UNITS))
+def test_each_workload_runs_on_ext4_ordered(bench_guest, workload):
+    req = RepetitionRequest("ext4/ordered", workload, Scale.TINY, bench_guest.disk("data"))
+    (raw,) = agent.call(bench_guest, req.to_task(), timeout_s=900)
+    res = RepetitionResult.from_json(raw)
+    assert res.target == "ext4/ordered" and "data=ordered" in res.mount_options
+    units = {m.unit for m in res.metrics}
+    assert units <= EXPECTED_UNITS[workload], units - EXPECTED_UNITS[workload]
+    primary = res.metric(PRIMARY[workload])
+    assert primary.value is not None and primary.value > 0
+    measured = [m for m in res.metrics if m.value is not None]
+    assert len(measured) >= 3
+    assert all(math.isfinite(m.value) and m.value >= 0 for m in measured if m.value is not None)
+    # The bench's own timings agree with each other.
+    assert res.metric("durable_s").value == pytest.approx(res.run_s + res.umount_s)
+    assert 0 < res.run_s < 900 and res.mkfs_s > 0 and res.mount_s > 0

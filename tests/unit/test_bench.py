@@ -1,0 +1,396 @@
+"""powercut bench: run order, warm-up, the CI stopping rule, analysis wiring and rendering."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from framework import agent, bench, benchtask
+from framework.bench import BenchConfig, Sample, Scheduler, Trial
+from framework.benchtask import RepetitionRequest, RepetitionResult
+from framework.cli import build_parser
+from framework.errors import CommandError, ConfigError
+from framework.machine import FakeMachine
+from framework.stats import full_factorial, overhead
+from framework.workloads import Metric, Scale
+from recovery.targets import get_target
+
+
+def result(target: str, value: float | None, *, seconds: float = 1.0) -> RepetitionResult:
+    """A repetition of a fake workload: one throughput and the bench's own timings."""
+    return RepetitionResult(
+        target=target, workload="fsmark", scale=Scale.TINY,
+        metrics=(Metric("files", value, "files/s", True),
+                 Metric("run_s", seconds, "s", False),
+                 Metric("umount_s", seconds / 10, "s", False),
+                 Metric("durable_s", seconds * 1.1, "s", False)),
+        mkfs_s=0.1, mount_s=0.05, run_s=seconds, umount_s=seconds / 10,
+        kernel="6.1.0-test", mount_options="rw,relatime",
+    )
+
+
+class FakeExecute:
+    """Draws each target's throughput from its own normal distribution (seeded)."""
+
+    def __init__(self, means: dict[str, float], stdevs: dict[str, float], seed: int = 7,
+                 warm: float | None = None) -> None:
+        self.means, self.stdevs = means, stdevs
+        self.rng = random.Random(seed)
+        self.warm = warm
+        self.trials: list[Trial] = []
+
+    def __call__(self, trial: Trial) -> RepetitionResult:
+        self.trials.append(trial)
+        if trial.warmup and self.warm is not None:
+            return result(trial.target, self.warm)
+        m, s = self.means[trial.target], self.stdevs[trial.target]
+        value = self.rng.gauss(m, s)
+        return result(trial.target, value, seconds=100.0 / value)
+
+
+TARGETS = ("ext2", "ext4/ordered", "ext4/journal")
+
+
+# ---- run order ------------------------------------------------------------
+
+
+def test_order_is_a_seeded_shuffle_with_every_repetition():
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=5, seed=11)
+    first = Scheduler(config).first_round()
+    again = Scheduler(config).first_round()
+    other = Scheduler(BenchConfig(targets=TARGETS, workload="fsmark", reps=5, seed=12)).first_round()
+    assert [t.target for t in first] == [t.target for t in again]
+    assert [t.target for t in first] != [t.target for t in other]
+    assert Counter(t.target for t in first) == dict.fromkeys(TARGETS, 5)
+    assert [t.seq for t in first] == list(range(15))
+    # Interleaved, not blocked by target: a blocked order has only 2 target changes.
+    changes = sum(1 for a, b in itertools.pairwise(first) if a.target != b.target)
+    assert changes > 2
+    for target in TARGETS:
+        assert [t.rep for t in first if t.target == target] == [1, 2, 3, 4, 5]
+        assert not any(t.warmup for t in first)
+
+
+def test_warmup_is_the_first_trial_of_each_target_and_is_discarded():
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=4, warmup=True, seed=3)
+    fake = FakeExecute(dict.fromkeys(TARGETS, 100.0), dict.fromkeys(TARGETS, 1.0), warm=1e6)
+    run = bench.run_bench(config, fake)
+    assert len(run.samples) == 15
+    for target in TARGETS:
+        mine = [s.trial for s in run.samples if s.trial.target == target]
+        assert mine[0].warmup and mine[0].rep == 0
+        assert [t.rep for t in mine[1:]] == [1, 2, 3, 4] and not any(t.warmup for t in mine[1:])
+    a = bench.analyse(run)
+    for target in TARGETS:
+        cell = a.cell(target, "files")
+        assert len(cell.values) == 4
+        assert cell.summary is not None and cell.summary.mean < 200  # the 1e6 warm-up is gone
+    # Positive control: without the warm-up flag the outlier would dominate the mean.
+    assert bench.kept_values([Sample(Trial(0, "ext2", 1), result("ext2", 1e6), 0.0)],
+                             "files", TARGETS)["ext2"] == [1e6]
+
+
+def test_until_ci_stops_each_target_on_its_own_and_respects_the_cap():
+    config = BenchConfig(targets=("quiet", "noisy"), workload="fsmark", reps=3, seed=5,
+                         until_ci_pct=5.0, max_reps=12)
+    fake = FakeExecute({"quiet": 100.0, "noisy": 100.0}, {"quiet": 0.5, "noisy": 60.0})
+    run = bench.run_bench(config, fake)
+    counts = Counter(s.trial.target for s in run.samples)
+    assert counts["quiet"] == 3  # +-0.5 on 100: the interval is well under 5% after 3
+    assert counts["noisy"] == 12  # never tight enough: stopped by the cap
+    quiet = bench.kept_values(run.samples, "files", ("quiet",))["quiet"]
+    assert bench.relative_half_width(quiet) < 0.05
+    noisy = bench.kept_values(run.samples, "files", ("noisy",))["noisy"]
+    assert bench.relative_half_width(noisy) > 0.05
+
+
+def test_until_ci_stops_as_soon_as_the_interval_is_tight():
+    config = BenchConfig(targets=("a", "b"), workload="fsmark", reps=2, seed=1,
+                         until_ci_pct=10.0, max_reps=50)
+    fake = FakeExecute({"a": 100.0, "b": 50.0}, {"a": 8.0, "b": 4.0}, seed=2)
+    run = bench.run_bench(config, fake)
+    for target in ("a", "b"):
+        values = bench.kept_values(run.samples, "files", (target,))[target]
+        assert len(values) < 50
+        assert bench.relative_half_width(values) <= 0.10
+        # It stopped at the first n where the rule held, not later.
+        assert bench.relative_half_width(values[:-1]) > 0.10
+
+
+def test_until_ci_order_is_reproducible():
+    def order() -> list[str]:
+        config = BenchConfig(targets=TARGETS, workload="fsmark", reps=2, seed=9,
+                             until_ci_pct=2.0, max_reps=6)
+        fake = FakeExecute(dict.fromkeys(TARGETS, 100.0), dict.fromkeys(TARGETS, 10.0), seed=4)
+        return [s.trial.target for s in bench.run_bench(config, fake).samples]
+
+    assert order() == order()
+
+
+def test_each_sample_is_recorded_before_the_next_trial_and_interrupt_keeps_them():
+    events: list[str] = []
+
+    class Recorder:
+        def add(self, sample: Sample) -> None:
+            events.append(f"stored {sample.trial.seq}")
+
+    def execute(trial: Trial) -> RepetitionResult:
+        if trial.seq == 3:
+            raise KeyboardInterrupt
+        events.append(f"ran {trial.seq}")
+        return result(trial.target, 10.0 + trial.seq)
+
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=2, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(config, execute, recorder=Recorder())
+    assert events == ["ran 0", "stored 0", "ran 1", "stored 1", "ran 2", "stored 2"]
+
+
+def test_config_is_checked():
+    with pytest.raises(ConfigError, match="baseline 'xfs' is not one of the targets"):
+        BenchConfig(targets=TARGETS, workload="fsmark", baseline="xfs").validate()
+    with pytest.raises(ConfigError, match="at least 2"):
+        BenchConfig(targets=TARGETS, workload="fsmark", reps=1).validate()
+    with pytest.raises(ConfigError, match="named twice"):
+        BenchConfig(targets=("ext2", "ext2"), workload="fsmark").validate()
+    with pytest.raises(ConfigError, match="--max-reps 3 is below --reps 5"):
+        BenchConfig(targets=TARGETS, workload="fsmark", reps=5, until_ci_pct=5,
+                    max_reps=3).validate()
+
+
+def test_a_metric_the_workload_does_not_report_is_named():
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=2, metric="bogus")
+    fake = FakeExecute(dict.fromkeys(TARGETS, 100.0), dict.fromkeys(TARGETS, 1.0))
+    with pytest.raises(ConfigError, match="metric 'bogus' not reported by fsmark.*files"):
+        bench.run_bench(config, fake)
+
+
+# ---- analysis ---------------------------------------------------------------
+
+
+def run_of(values: dict[str, list[float]], **kw: object) -> bench.BenchRun:
+    config = BenchConfig(targets=tuple(values), workload="fsmark", reps=len(next(iter(values.values()))),
+                         **kw)  # type: ignore[arg-type]
+    samples = []
+    seq = 0
+    for target, vs in values.items():
+        for i, v in enumerate(vs):
+            samples.append(Sample(Trial(seq, target, i + 1), result(target, v, seconds=100.0 / v), 1.0))
+            seq += 1
+    return bench.BenchRun(config, tuple(samples), "files", 12.5)
+
+
+def test_overhead_sign_and_interval_come_from_stats():
+    values = {"ext2": [100.0, 102.0, 98.0, 101.0, 99.0],
+              "ext4/journal": [80.0, 81.0, 79.0, 82.0, 78.0]}
+    a = bench.analyse(run_of(values))
+    o = a.overhead_of("ext4/journal", "files").overhead
+    assert o is not None
+    expected = overhead(values["ext4/journal"], values["ext2"], 0.95, higher_is_better=True)
+    assert o == expected
+    assert o.overhead == pytest.approx(0.20) and o.significant  # 20% of throughput lost
+    # Time (lower is better): 25% more time for the same loss; same sign.
+    t = a.overhead_of("ext4/journal", "run_s").overhead
+    assert t is not None and t.overhead > 0.2 and not t.higher_is_better
+    with pytest.raises(KeyError):
+        a.overhead_of("ext2", "files")  # the baseline is not compared with itself
+
+
+def test_baseline_can_be_another_target_and_a_faster_target_has_negative_overhead():
+    values = {"ext2": [100.0, 102.0, 98.0], "ext4/ordered": [90.0, 91.0, 89.0]}
+    a = bench.analyse(run_of(values, baseline="ext4/ordered"))
+    o = a.overhead_of("ext2", "files").overhead
+    assert o is not None and o.overhead < 0 and o.ci.high < 0
+
+
+def test_one_factor_anova_matches_full_factorial_and_its_verdicts():
+    values = {"ext2": [100.0, 102.0, 98.0, 101.0], "ext4/ordered": [95.0, 97.0, 94.0, 96.0],
+              "ext4/journal": [80.0, 81.0, 79.0, 82.0]}
+    a = bench.analyse(run_of(values))
+    assert a.design is not None and a.design_replications == 4
+    direct = full_factorial([{"target": t, "y": y} for t, vs in values.items() for y in vs],
+                            ["target"], "y", level=0.95)
+    assert a.design == direct
+    assert a.design.term("target").significant
+    assert a.design.term("target").percent > 90
+    # Negative control: the same numbers for every target explain nothing.
+    same = [100.0, 103.0, 97.0, 101.0]
+    flat = bench.analyse(run_of({"ext2": same, "ext4/ordered": same[::-1], "ext4/journal": same}))
+    assert flat.design is not None and not flat.design.term("target").significant
+    assert flat.design.term("target").percent == pytest.approx(0.0, abs=1e-9)
+
+
+def test_unbalanced_counts_use_the_first_r_of_each_target():
+    values = {"a": [10.0, 11.0, 12.0, 13.0, 50.0], "b": [20.0, 21.0, 22.0]}
+    design, r, why = bench.one_factor_design(values, 0.95)
+    assert r == 3 and not why and design is not None
+    assert design.grand_mean == pytest.approx((10 + 11 + 12 + 20 + 21 + 22) / 6)
+    none, _, reason = bench.one_factor_design({"a": [1.0, 2.0]}, 0.95)
+    assert none is None and "one target" in reason
+
+
+def test_the_report_shows_means_intervals_overhead_and_anova():
+    values = {"ext2": [100.0, 102.0, 98.0, 101.0], "ext4/ordered": [95.0, 97.0, 94.0, 96.0],
+              "ext4/journal": [80.0, 81.0, 79.0, 82.0]}
+    run = run_of(values, warmup=True, seed=4)
+    text = bench.format_report(run, bench.analyse(run))
+    s = bench.analyse(run).cell("ext4/journal", "files").summary
+    assert s is not None
+    ci = s.ci(0.95)
+    journal_line = next(ln for ln in text.splitlines() if ln.startswith("files *"))
+    assert f"80.50 [{ci.low:.2f}, {ci.high:.2f}]" in journal_line
+    assert "Overhead against ext2" in text and "positive: the target is worse" in text
+    overhead_line = [ln for ln in text.splitlines() if ln.startswith("files *")][1]
+    assert "+19.7% [" in overhead_line
+    assert "n.s." not in overhead_line
+    assert "SST" in text and "errors" in text and "target explains" in text
+    assert "the targets differ at 95%" in text
+    assert "seed 4" in text and "warm-up" in text and "kernel 6.1.0-test" in text
+
+
+def test_json_report_is_data():
+    values = {"ext2": [100.0, 102.0, 98.0], "ext4/ordered": [95.0, 97.0, 94.0]}
+    run = run_of(values)
+    doc = json.loads(json.dumps(bench.report_json(run, bench.analyse(run))))
+    assert doc["primary"] == "files" and doc["baseline"] == "ext2"
+    assert doc["means"]["files"]["ext2"]["mean"] == pytest.approx(100.0)
+    assert doc["overhead"]["files"]["ext4/ordered"]["overhead"] == pytest.approx(0.0467, abs=1e-3)
+    assert doc["anova"]["df_target"] == 1 and doc["anova"]["df_error"] == 4
+    assert [o["target"] for o in doc["order"]] == ["ext2"] * 3 + ["ext4/ordered"] * 3
+
+
+def test_primary_metric_prefers_total():
+    r = result("ext2", 1.0)
+    assert bench.choose_primary(r, None) == "files"
+    with_total = dataclasses.replace(r, metrics=(Metric("create", 1.0, "s", False),
+                                                 Metric("total", 3.0, "s", False)))
+    assert bench.choose_primary(with_total, None) == "total"
+    assert bench.choose_primary(with_total, "create") == "create"
+
+
+# ---- the guest side, over fakes --------------------------------------------
+
+
+def test_guest_executor_sends_one_task_per_trial_with_the_right_disks():
+    fake = FakeMachine()
+
+    def respond(_argv: tuple[str, ...], stdin: str | None) -> tuple[int, str, str]:
+        task = json.loads(stdin or "{}")
+        return 0, agent.frame({"result": result(task["target"], 42.0).to_json()}) + "\n", ""
+
+    fake.on("* -m framework.agent", respond=respond)
+    config = BenchConfig(targets=("ext2", "ext4/logdev"), workload="fsmark", reps=2, seed=1)
+    run = bench.run_bench(config, bench.GuestExecutor(fake, config))
+    tasks = [json.loads(i or "{}") for i in fake.inputs]
+    assert len(tasks) == 4 and {t["task"] for t in tasks} == {"bench-rep"}
+    for t in tasks:
+        assert t["data_dev"] == "/dev/fake-data" and t["scale"] == "tiny"
+        assert t["journal_dev"] == ("/dev/fake-journal" if t["target"] == "ext4/logdev" else None)
+    assert [s.result.metric("files").value for s in run.samples] == [42.0] * 4
+
+
+def test_disks_follow_the_targets_needs():
+    small = bench.disks_for([get_target("ext2"), get_target("ext4/ordered")], Scale.TINY)
+    assert [d.name for d in small] == ["data"] and small[0].size_bytes == 256 << 20
+    big = bench.disks_for([get_target("xfs"), get_target("ext4/logdev")], Scale.TINY)
+    assert [d.name for d in big] == ["data", "journal"]
+    assert big[0].size_bytes > 300 * 1000 * 1000
+    assert big[1].size_bytes >= 128 << 20
+
+
+def test_repetition_runs_mkfs_mount_workload_umount_in_order(monkeypatch, tmp_path):
+    monkeypatch.setattr(benchtask, "drop_caches", lambda: None)
+    monkeypatch.setattr(benchtask, "_mount_options", lambda _mnt: "rw,data=journal")
+    fake = FakeMachine()
+    fake.on("env -C * fs_mark *", stdout="     0         200         4096       1234.5          5678\n")
+    req = RepetitionRequest("ext4/journal", "fsmark", Scale.TINY, "/dev/vda",
+                            mountpoint=str(tmp_path / "mnt"))
+    res = benchtask.run_repetition(fake, req)
+    tools = [c[0] if c[0] != "env" else c[3] for c in fake.calls if c[0] != "dmesg"]
+    assert tools == ["mke2fs", "mount", "mkdir", "fs_mark", "umount"]
+    mount = next(c for c in fake.calls if c[0] == "mount")
+    assert "data=journal" in mount[mount.index("-o") + 1]
+    assert res.metric("files").value == pytest.approx(1234.5)
+    assert res.metric("durable_s").value == pytest.approx(res.run_s + res.umount_s)
+    assert res.mount_options == "rw,data=journal"
+    assert RepetitionResult.from_json(json.loads(json.dumps(res.to_json()))) == res
+
+
+def test_repetition_unmounts_when_the_workload_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(benchtask, "drop_caches", lambda: None)
+    monkeypatch.setattr(benchtask, "_mount_options", lambda _mnt: "")
+    fake = FakeMachine()
+    fake.on("env -C * fs_mark *", status=1, stderr="fs_mark: no space left")
+    req = RepetitionRequest("ext2", "fsmark", Scale.TINY, "/dev/vda", mountpoint=str(tmp_path / "m"))
+    with pytest.raises(CommandError, match="fs_mark failed"):
+        benchtask.run_repetition(fake, req)
+    assert fake.calls[-1][0] == "umount"
+
+
+def test_a_logdev_target_without_a_journal_disk_is_refused(tmp_path):
+    req = RepetitionRequest("ext4/logdev", "fsmark", Scale.TINY, "/dev/vda",
+                            mountpoint=str(tmp_path / "m"))
+    with pytest.raises(ConfigError, match="needs a journal disk"):
+        benchtask.run_repetition(FakeMachine(), req)
+
+
+# ---- command line ----------------------------------------------------------
+
+
+def test_help_teaches_overhead_sign_and_interval(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert "Positive means" in text and "1 - target/baseline" in text
+    assert "95% confidence" in text and "--until-ci" in text and "--warmup" in text
+
+
+def test_cli_builds_the_config():
+    from framework.cli_bench import config_from_args
+
+    args = build_parser().parse_args(["bench", "--targets", "ext2, ext4/ordered", "--workload",
+                                      "fsmark", "--reps", "5", "--seed", "3", "--until-ci", "5"])
+    config = config_from_args(args)
+    assert config.targets == ("ext2", "ext4/ordered") and config.seed == 3
+    assert config.until_ci_pct == 5.0 and config.max_reps == 30 and config.baseline_target == "ext2"
+    bad = build_parser().parse_args(["bench", "--targets", "ext2", "--workload", "fsmark",
+                                     "--baseline", "xfs"])
+    with pytest.raises(ConfigError, match="baseline"):
+        config_from_args(bad)
+
+
+def test_store_recorder_keeps_every_sample_of_an_interrupted_run(tmp_path):
+    from framework.store import RunStatus, Store
+
+    config = BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark", reps=3, seed=2,
+                         warmup=True)
+    fake = FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0}, {"ext2": 1.0, "ext4/ordered": 1.0})
+
+    def execute(trial: Trial) -> RepetitionResult:
+        if trial.seq == 5:
+            raise KeyboardInterrupt
+        return fake(trial)
+
+    with Store(tmp_path / "results.db") as store:
+        run_id = store.start_run(command_line="powercut bench", study="bench",
+                                 environment=bench.environment(config, {"machine": "fake"}))
+        recorder = bench.StoreRecorder(store, run_id, config)
+        with pytest.raises(KeyboardInterrupt):
+            bench.run_bench(config, execute, recorder=recorder)
+        store.finish_run(run_id, RunStatus.INTERRUPTED)
+    with Store(tmp_path / "results.db") as store:
+        assert store.run(run_id).status is RunStatus.INTERRUPTED
+        assert store.run(run_id).environment["bench"]["seed"] == 2
+        rows = store.bench_samples(run_id, metric="files", include_warmup=True)
+        assert sorted(r.trial_order for r in rows) == [0, 1, 2, 3, 4]
+        ran = {(t.target, t.rep, t.warmup) for t in fake.trials}
+        assert {(r.target, r.repetition, r.warmup) for r in rows} == ran
+        assert any(r.warmup for r in rows)  # warm-ups are stored, flagged
+        assert {r.metric for r in store.bench_samples(run_id)} >= {"files", "durable_s", "mkfs_s",
+                                                                   "mount_s", "trial_wall_s"}
+        assert store.targets(run_id)["ext2"]["applied_mount_options"] == "rw,relatime"

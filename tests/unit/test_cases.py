@@ -1,0 +1,155 @@
+"""Case generation: determinism, counts, packing."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from crashcases import cases
+from crashcases.cases import durables, list_cases, load_case, pack, random_ops
+from crashcases.operations import DURABILITY_OPS, FsModel, Op, OpKind, Workload, WorkloadError
+from framework.errors import ConfigError
+from tests.unit.test_oracle import assert_clean_everywhere, record
+
+K = OpKind
+
+
+def namespace_of(op: Op) -> str | None:
+    return op.path.split("/")[0] if op.path else None
+
+
+def test_every_listed_case_loads_and_executes(tmp_path: Path) -> None:
+    for i, spec in enumerate(list_cases()):
+        w = load_case(spec, seed=1, max_sequences=3)
+        assert w.ops and w.durability_count >= 1, spec
+        oracle, marks = record(w, tmp_path / str(i))
+        assert len(marks) == w.durability_count == len(oracle.marks)
+
+
+@pytest.mark.parametrize(
+    "spec", ["gen:seq1", "gen:seq2", "gen:seq3", "random:80", "hand:link-unlink"]
+)
+def test_cases_are_deterministic_for_a_seed(spec: str) -> None:
+    a = load_case(spec, seed=7, max_sequences=20)
+    assert a == load_case(spec, seed=7, max_sequences=20)
+    assert Workload.from_json(a.to_json()) == a
+
+
+def test_seeds_change_samples_and_random_runs() -> None:
+    assert load_case("random:50", seed=1) != load_case("random:50", seed=2)
+    assert load_case("gen:seq3", seed=1, max_sequences=5) != load_case(
+        "gen:seq3", seed=2, max_sequences=5
+    )
+
+
+def test_seq1_is_every_variant_with_every_applicable_durability_op() -> None:
+    variants = cases._variants()
+    expected = 0
+    for _, op in variants:
+        model = FsModel()
+        for setup_op in [*cases._setup(), op]:
+            assert model.check(setup_op) is None
+            model.apply(setup_op, bytes(setup_op.length))
+        expected += len(durables(op, model))
+    kinds_covered = {op.kind for _, op in variants}
+    assert kinds_covered == set(OpKind) - DURABILITY_OPS  # every non-durability op has variants
+    seqs = cases.seq1()
+    assert len(seqs) == expected
+    w = load_case("gen:seq1", seed=0)
+    assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == expected
+    # Each sequence: setup (ending in sync), one op, one durability op.
+    assert all(ops[-1].kind in DURABILITY_OPS and ops[-3].kind is K.SYNC for _, ops in seqs)
+
+
+def test_seq2_is_every_valid_ordered_pair() -> None:
+    variants = cases._variants()
+    valid = 0
+    for (_, a), (_, b) in itertools.product(variants, repeat=2):
+        model = FsModel()
+        ok = True
+        for op in [*cases._setup(), a, b]:
+            if model.check(op) is not None:
+                ok = False
+                break
+            model.apply(op, bytes(op.length))
+        valid += ok
+    assert len(variants) ** 2 > valid > len(variants) ** 2 // 2
+    assert len(cases.seq2()) == valid
+    w = load_case("gen:seq2", seed=0, max_sequences=40)
+    assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == 40
+
+
+def test_seq3_count_is_capped() -> None:
+    w = load_case("gen:seq3", seed=4, max_sequences=12)
+    spaces = {namespace_of(op) for op in w.ops if op.kind is not K.SYNC}
+    assert 1 <= len(spaces) <= 12
+    assert len(spaces) >= 10  # duplicates of one triple are rare
+
+
+def test_pack_keeps_namespaces_disjoint() -> None:
+    seqs = [
+        Workload(
+            name=f"w{i}",
+            seed=i,
+            ops=(Op(K.CREAT, "f"), Op(K.RENAME, "f", dst="g"), Op(K.FSYNC_DIR, ""), Op(K.SYNC)),
+        )
+        for i in range(3)
+    ]
+    packed = pack(seqs, name="p")
+    per_space: dict[str, list[Op]] = {}
+    for op in packed.ops:
+        if op.kind is K.SYNC:
+            continue
+        ns = op.path.split("/")[0]
+        assert not op.dst or op.dst.split("/")[0] == ns
+        per_space.setdefault(ns, []).append(op)
+    assert sorted(per_space) == ["s0000", "s0001", "s0002"]
+    assert per_space["s0001"] == [
+        Op(K.MKDIR, "s0001"),
+        Op(K.CREAT, "s0001/f"),
+        Op(K.RENAME, "s0001/f", dst="s0001/g"),
+        Op(K.FSYNC_DIR, "s0001"),
+    ]
+    with pytest.raises(WorkloadError, match="distinct namespaces"):
+        pack(seqs, namespaces=["a", "a", "b"])
+
+
+def test_gen_namespaces_keep_enumeration_numbers() -> None:
+    full = load_case("gen:seq1", seed=0)
+    capped = load_case("gen:seq1", seed=9, max_sequences=5)
+    full_spaces = {namespace_of(op) for op in full.ops if op.kind is not K.SYNC}
+    capped_spaces = {namespace_of(op) for op in capped.ops if op.kind is not K.SYNC}
+    assert len(capped_spaces) == 5 and capped_spaces <= full_spaces
+    by_space = lambda w, ns: [op for op in w.ops if namespace_of(op) == ns]  # noqa: E731
+    for ns in capped_spaces:
+        assert by_space(capped, ns) == by_space(full, ns)
+
+
+def test_random_ops_are_valid_and_mix_everything() -> None:
+    ops = random_ops(400, seed=11)
+    assert len(ops) == 400
+    model = FsModel()
+    for op in ops:
+        assert model.check(op) is None, op
+        model.apply(op, bytes(op.length))
+    seen = {op.kind for op in ops}
+    assert seen == set(OpKind)
+    share = sum(op.kind in DURABILITY_OPS for op in ops) / len(ops)
+    assert 0.1 < share < 0.4
+
+
+def test_packed_seq1_sample_is_clean_at_every_prefix(tmp_path: Path) -> None:
+    assert_clean_everywhere(load_case("gen:seq1", seed=3, max_sequences=8), tmp_path)
+
+
+@pytest.mark.parametrize("spec", ["hand:nope", "gen:seq9", "random:x", "random:0", "bogus"])
+def test_bad_specs_are_config_errors(spec: str) -> None:
+    with pytest.raises(ConfigError, match="case"):
+        load_case(spec, seed=0)
+
+
+def test_max_sequences_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="max_sequences"):
+        load_case("gen:seq1", seed=0, max_sequences=0)

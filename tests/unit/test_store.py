@@ -1,0 +1,275 @@
+"""The results store: schema, round trips, resume, shard merge, WAL and crash safety."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from framework.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    CrashPointKind,
+    Outcome,
+    RunStatus,
+    Store,
+    StoreError,
+    Variant,
+    merge,
+)
+from framework.workloads import Metric
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fill_crash(store: Store, run_id: int, target: str, *, points: int, seed: int = 1) -> None:
+    """A recording with ``points`` crash points, one prefix check each."""
+    rec = store.add_recording(run_id, target, case_spec="fsync-append", seed=seed,
+                              log_path=f"logs/{target}.log", entries=100, marks=points)
+    for i in range(points):
+        cp = store.add_crash_point(rec, entry_index=10 * i, kind=CrashPointKind.MARK,
+                                   last_mark=f"fsync-{i}")
+        store.add_check(cp, variant=Variant.PREFIX, variant_seed=0,
+                        outcome=Outcome.OK if i % 2 == 0 else Outcome.RECOVERED,
+                        mount_s=0.1 * i, fsck_s=0.2, fsck_verdicts={"readonly": 0},
+                        findings=[], reproducer=f"powercut log replay --entry {10 * i}")
+
+
+def metrics(n: int, scale: float = 1.0) -> list[Metric]:
+    return [Metric(f"m{i}", scale * (i + 1), "MB/s", True) for i in range(n)]
+
+
+def test_schema_is_created_and_versioned(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        assert store.schema_version == SCHEMA_VERSION == len(MIGRATIONS)
+    db = sqlite3.connect(tmp_path / "r.db")
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"runs", "targets", "recordings", "crash_points", "checks", "recoveries",
+            "bench_samples", "artifacts"} <= tables
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+    with Store(tmp_path / "r.db") as store:  # reopening migrates nothing
+        assert store.runs() == []
+
+
+def test_newer_schema_and_garbage_files_are_refused(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.db"
+    db = sqlite3.connect(newer)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(StoreError, match="newer than this powercut"):
+        Store(newer)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="garbage.db: not a usable results database"):
+        Store(garbage)
+
+
+def test_run_lifecycle(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        run_id = store.start_run(command_line="powercut run quick", study="quick",
+                                 environment={"kernel": "6.1.0", "accel": "tcg"},
+                                 git_revision="abc123")
+        run = store.run(run_id)
+        assert run.status is RunStatus.RUNNING and run.finished_at is None
+        assert run.environment == {"kernel": "6.1.0", "accel": "tcg"}
+        store.finish_run(run_id, RunStatus.INTERRUPTED)
+        store.resume_run(run_id)
+        store.finish_run(run_id, "finished")
+        run = store.run(run_id)
+        assert run.status is RunStatus.FINISHED and run.finished_at is not None
+        assert store.run_by_uuid(run.uuid) == run
+        with pytest.raises(StoreError, match="no run with id 99"):
+            store.finish_run(99, RunStatus.FAILED)
+        with pytest.raises(ValueError):
+            store.finish_run(run_id, "exploded")
+
+
+def test_check_round_trip_and_outcome_counts(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        run_id = store.start_run(command_line="c", study="s")
+        store.add_target(run_id, "ext4/ordered", {"mkfs": ["-t", "ext4"]})
+        fill_crash(store, run_id, "ext4/ordered", points=5)
+        rec = store.add_recording(run_id, "xfs", case_spec="rename", seed=2, log_path=None,
+                                  entries=10, marks=1)
+        cp = store.add_crash_point(rec, entry_index=7, kind="fua")
+        store.add_check(cp, variant="subset", variant_seed=42, outcome="data-loss",
+                        findings=[{"path": "a", "missing": True}],
+                        image_path="images/xfs-7.img.zst")
+        checks = store.checks(run_id)
+        assert len(checks) == 6
+        loss = store.checks(run_id, outcome=Outcome.DATA_LOSS)
+        assert len(loss) == 1
+        row = loss[0]
+        assert (row.target, row.case_spec, row.seed, row.entry_index, row.kind) == (
+            "xfs", "rename", 2, 7, CrashPointKind.FUA)
+        assert row.variant is Variant.SUBSET and row.variant_seed == 42
+        assert row.findings == [{"path": "a", "missing": True}]
+        assert row.image_path == "images/xfs-7.img.zst"
+        first = checks[0]
+        assert first.last_mark == "fsync-0" and first.fsck_verdicts == {"readonly": 0}
+        assert first.reproducer == "powercut log replay --entry 0"
+        assert store.outcome_counts(run_id) == {Outcome.OK: 3, Outcome.RECOVERED: 2,
+                                                Outcome.DATA_LOSS: 1}
+        assert store.outcome_counts(run_id, target="xfs") == {Outcome.DATA_LOSS: 1}
+        assert store.targets(run_id) == {"ext4/ordered": {"mkfs": ["-t", "ext4"]}, "xfs": {}}
+        with pytest.raises(ValueError):
+            store.add_check(cp, variant="sideways", variant_seed=0, outcome="ok")
+
+
+def test_bench_and_recovery_round_trip(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        run_id = store.start_run(command_line="c", study="s")
+        store.add_bench_samples(run_id, "ext4", "fio-oltp-8k", repetition=0, warmup=True,
+                                metrics=metrics(2, 9.0))
+        store.add_bench_samples(run_id, "ext4", "fio-oltp-8k", repetition=1, trial_order=3,
+                                metrics=metrics(2))
+        store.add_bench_sample(run_id, "ext4", "bonnie", repetition=1,
+                               metric=Metric("block_read", None, "KiB/s", True))
+        samples = store.bench_samples(run_id, workload="fio-oltp-8k")
+        assert [(s.repetition, s.trial_order, s.metric, s.value) for s in samples] == [
+            (1, 3, "m0", 1.0), (1, 3, "m1", 2.0)]
+        assert len(store.bench_samples(run_id, workload="fio-oltp-8k",
+                                       include_warmup=True)) == 4
+        (unmeasured,) = store.bench_samples(run_id, workload="bonnie")
+        assert unmeasured.value is None and unmeasured.unit == "KiB/s"  # no value, not 0
+        assert store.bench_samples(run_id, metric="m1", target="xfs") == []
+
+        store.add_recovery(run_id, "ext4", trial=0, outcome="recovered", in_flight_bytes=4096,
+                           in_flight_ops=3, mount_s=0.25, fsck_s=0.5,
+                           replay_messages=["EXT4-fs: recovery complete"])
+        (rec,) = store.recoveries(run_id)
+        assert rec.outcome is Outcome.RECOVERED and rec.in_flight_bytes == 4096
+        assert rec.replay_messages == ["EXT4-fs: recovery complete"]
+
+        store.add_artifact(run_id, "logs/ext4.log", sha256="00" * 32, kind="log",
+                           size_bytes=1024)
+        assert store.artifacts(run_id)[0].kind == "log"
+
+
+def test_done_keys_let_a_resumed_run_skip_finished_work(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        run_id = store.start_run(command_line="c", study="s")
+        fill_crash(store, run_id, "ext4", points=3)
+        store.add_bench_samples(run_id, "ext4", "dbench", repetition=0, metrics=metrics(3))
+        store.add_recovery(run_id, "ext4", trial=4, outcome="ok")
+        store.finish_run(run_id, RunStatus.INTERRUPTED)
+    with Store(path) as store:  # a new process resumes
+        (run,) = store.runs()
+        store.resume_run(run.id)
+        done = store.done_keys(run.id)
+        assert done.checks == {("ext4", "fsync-append", 1, i * 10, "mark", "prefix", 0)
+                               for i in range(3)}
+        assert done.bench == {("ext4", "dbench", 0)}
+        assert done.recoveries == {("ext4", 4)}
+        # Re-recording the same case and point reuses rows instead of duplicating.
+        fill_crash(store, run.id, "ext4", points=4)
+        assert len(store.checks(run.id)) == 4
+        assert len(store.done_keys(run.id).checks) == 4
+
+
+def test_an_exception_inside_a_result_keeps_earlier_results(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        run_id = store.start_run(command_line="c", study="s")
+        store.add_bench_samples(run_id, "ext4", "fsmark", repetition=0, metrics=metrics(2))
+
+        def broken() -> object:
+            yield from metrics(2)
+            raise RuntimeError("tool died half-way through the repetition")
+
+        with pytest.raises(RuntimeError, match="half-way"):
+            store.add_bench_samples(run_id, "ext4", "fsmark", repetition=1,
+                                    metrics=broken())  # type: ignore[arg-type]
+        # No half repetition: repetition 1 is absent, so a resume redoes it whole.
+        assert store.done_keys(run_id).bench == {("ext4", "fsmark", 0)}
+        assert len(store.bench_samples(run_id)) == 2
+        store.add_bench_samples(run_id, "ext4", "fsmark", repetition=1, metrics=metrics(2))
+        assert len(store.bench_samples(run_id)) == 4
+
+
+def _python(code: str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def test_a_killed_writer_loses_only_its_open_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    proc = _python("""
+        import os, sys
+        from framework.store import Store
+        from framework.workloads import Metric
+        store = Store(sys.argv[1])
+        run = store.start_run(command_line="c", study="s")
+        for rep in range(3):
+            store.add_bench_samples(run, "ext4", "w", repetition=rep,
+                                    metrics=[Metric("x", rep, "s", False)])
+        with store.transaction() as db:
+            db.execute("UPDATE runs SET status = 'finished'")
+            os._exit(9)  # the power goes out mid-transaction
+    """, str(path))
+    assert proc.returncode == 9, proc.stderr
+    with Store(path) as store:
+        (run,) = store.runs()
+        assert run.status is RunStatus.RUNNING  # the open transaction is gone
+        assert store.done_keys(run.id).bench == {("ext4", "w", r) for r in range(3)}
+        assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_reader_in_another_process_is_not_blocked_by_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        run_id = store.start_run(command_line="c", study="s")
+        store.add_bench_samples(run_id, "ext4", "w", repetition=0, metrics=metrics(1))
+        with store.transaction() as db:  # an uncommitted write holds the write lock
+            db.execute("UPDATE runs SET study = 'uncommitted'")
+            reader = _python("""
+                import sys
+                from framework.store import Store
+                with Store(sys.argv[1], timeout_s=2) as store:
+                    (run,) = store.runs()
+                    print(run.study, len(store.bench_samples(run.id)))
+            """, str(path), timeout_s=30)
+            assert reader.returncode == 0, reader.stderr
+            assert reader.stdout.split() == ["s", "1"]  # committed state, no wait
+
+
+def make_shard(path: Path, *, uuid: str, target: str, status: RunStatus) -> None:
+    with Store(path) as store:
+        run_id = store.start_run(command_line="powercut ci --shard", study="ci", uuid=uuid)
+        fill_crash(store, run_id, target, points=2)
+        store.add_bench_samples(run_id, target, "dbench", repetition=0, metrics=metrics(2))
+        store.add_recovery(run_id, target, trial=0, outcome="ok", mount_s=0.3)
+        store.add_artifact(run_id, f"logs/{target}.log", sha256="ab" * 32, kind="log",
+                           size_bytes=10)
+        store.finish_run(run_id, status)
+
+
+def test_merge_of_shards(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "c.db"
+    make_shard(a, uuid="ci-1", target="ext4", status=RunStatus.FINISHED)
+    make_shard(b, uuid="ci-1", target="xfs", status=RunStatus.FAILED)
+    make_shard(c, uuid="other", target="btrfs", status=RunStatus.FINISHED)
+    into = tmp_path / "all.db"
+    merge(into, [a, b, c])
+    merge(into, [a])  # merging a shard twice adds nothing
+    with Store(into) as store:
+        runs = {r.uuid: r for r in store.runs()}
+        assert set(runs) == {"ci-1", "other"}
+        ci = runs["ci-1"]
+        assert ci.status is RunStatus.FAILED  # as bad as its worst shard
+        assert set(store.targets(ci.id)) == {"ext4", "xfs"}
+        assert len(store.checks(ci.id)) == 4
+        assert store.outcome_counts(ci.id) == {Outcome.OK: 2, Outcome.RECOVERED: 2}
+        assert len(store.bench_samples(ci.id)) == 4
+        assert {r.target for r in store.recoveries(ci.id)} == {"ext4", "xfs"}
+        assert {x.path for x in store.artifacts(ci.id)} == {"logs/ext4.log", "logs/xfs.log"}
+        other = runs["other"]
+        assert [c.target for c in store.checks(other.id)] == ["btrfs", "btrfs"]
+        assert store.done_keys(other.id).bench == {("btrfs", "dbench", 0)}
+    with pytest.raises(StoreError, match="missing.db: no such results database"):
+        merge(into, [tmp_path / "missing.db"])
