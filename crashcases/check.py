@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +21,20 @@ from crashcases.persistence import PersistenceRules
 from framework import clock
 from framework.command import CommandRunner
 from framework.errors import CommandError, CommandTimeout
+from framework.store import Outcome
 from recovery.filesystems import FsckVerdict, adapter_for
 from recovery.fsck import run_fsck
 from recovery.mount import mount_timed, umount
-from recovery.targets import Target
+from recovery.targets import JournalPlacement, Target
 
 log = logging.getLogger(__name__)
 
 
-class Outcome(StrEnum):
-    OK = "ok"  # mounted, kept every promise, fsck clean
-    RECOVERED = "recovered"  # kept every promise, but needed fsck repair
-    DATA_LOSS = "data-loss"  # broke a durability promise
-    CORRUPT = "corrupt"  # fsck could not repair it, or reading failed
-    UNMOUNTABLE = "unmountable"  # the kernel refused to mount it
-    HANG = "hang"  # mount, umount or fsck outlived its deadline
-
-
+# Outcomes (framework.store.Outcome): ok = mounted, kept every promise, fsck
+# clean; recovered = kept every promise but needed fsck repair; data-loss =
+# broke a durability promise; corrupt = fsck could not repair it, or reading
+# failed; unmountable = the kernel refused it; hang = mount, umount or fsck
+# outlived its deadline.
 # Worst first: a state gets the worst outcome any of its steps shows.
 SEVERITY = [Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUPT,
             Outcome.RECOVERED, Outcome.OK]
@@ -101,11 +97,32 @@ def outcome_of(result: CheckResult) -> Outcome:
         found.add(Outcome.RECOVERED if result.fsck_repair == FsckVerdict.REPAIRED.value else Outcome.CORRUPT)
     elif result.fsck_check == FsckVerdict.FAILED.value:
         found.add(Outcome.CORRUPT)
+    if result.fsck_repair in (FsckVerdict.CORRUPT.value, FsckVerdict.FAILED.value):
+        found.add(Outcome.CORRUPT)
     return worst(*found)
 
 
 def _findings(items: list[Finding]) -> list[dict[str, Any]]:
     return [{"kind": f.kind.value, "path": f.path, "detail": f.detail, "mark": f.mark} for f in items]
+
+
+def _fsck(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
+          timeouts: Timeouts) -> None:
+    """Read-only check (timed); only if it finds errors, repair (timed)."""
+    fck = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
+    result.fsck_check, result.fsck_check_s = fck.verdict.value, fck.duration_s
+    if fck.verdict is not FsckVerdict.CLEAN:
+        rep = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
+        result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
+        if fck.verdict is FsckVerdict.FAILED:
+            result.notes.append(f"read-only fsck failed to run: {fck.output_tail}")
+
+
+def fsck_first(target: Target) -> bool:
+    """Whether recovery is fsck before mount: no journal, or a kernel driver that
+    does not replay its journal at mount (JFS). That is what such systems do at
+    boot after a crash; reading an unrepaired tree would test nothing real."""
+    return target.journal is JournalPlacement.NONE or not adapter_for(target.fstype).mount_replays_journal
 
 
 def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Path, *,
@@ -114,13 +131,11 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
     """Check the crash state on ``dev`` (a throwaway snapshot: this writes to it)."""
     start = clock.monotonic()
     result = CheckResult(key=key)
-    adapter = adapter_for(target.fstype)
     mountpoint.mkdir(parents=True, exist_ok=True)
+    early = fsck_first(target)
     try:
-        if not adapter.mount_replays_journal:
-            # The kernel will not replay this journal; fsck does, before mount.
-            pre = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
-            result.notes.append(f"pre-mount fsck: {pre.verdict.value} in {pre.duration_s:.3f}s")
+        if early:
+            _fsck(runner, target, dev, result, timeouts)
         mres = mount_timed(runner, target, dev, os.fspath(mountpoint), timeout_s=timeouts.mount_s)
         result.mount_ok, result.mount_s = mres.ok, mres.duration_s
         result.replay_messages = list(mres.replay_messages)
@@ -133,13 +148,15 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
                 result.findings = _findings(found)
             finally:
                 umount(runner, os.fspath(mountpoint), timeout_s=timeouts.umount_s)
-        fck = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
-        result.fsck_check, result.fsck_check_s = fck.verdict.value, fck.duration_s
-        if fck.verdict is not FsckVerdict.CLEAN:
-            rep = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
-            result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
-            if fck.verdict is FsckVerdict.FAILED:
-                result.notes.append(f"read-only fsck failed to run: {fck.output_tail}")
+        if not early:
+            _fsck(runner, target, dev, result, timeouts)
+        elif result.mount_ok:
+            # After repair, mount and unmount, the filesystem must check clean.
+            after = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
+            if after.verdict is not FsckVerdict.CLEAN:
+                result.notes.append(f"fsck after repair and remount: {after.verdict.value}: "
+                                    f"{after.output_tail}")
+                result.fsck_repair = FsckVerdict.CORRUPT.value
         result.outcome = outcome_of(result)
     except CommandTimeout as exc:
         result.outcome = Outcome.HANG

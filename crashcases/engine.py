@@ -42,8 +42,10 @@ from crashcases.tasks import parse_results
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework import agent, clock
+from framework.environment import command_line, git_revision, host_facts
 from framework.errors import ConfigError, MachineError, PowercutError
 from framework.machine.base import DiskSpec, Machine
+from framework.store import RunStatus, Store
 from recovery.filesystems import adapter_for
 from recovery.targets import JournalPlacement, Target, get_target
 
@@ -79,6 +81,7 @@ class CrashRunResult:
     results: dict[str, CheckResult] = field(default_factory=dict)
     replacements: int = 0
     wall_s: float = 0.0
+    run_id: int | None = None
 
     def counts(self) -> dict[str, int]:
         out = {o.value: 0 for o in Outcome}
@@ -114,8 +117,10 @@ def timeouts_for(budget_s: float) -> Timeouts:
 
 class CrashEngine:
     def __init__(self, plan: CrashPlan, run_dir: Path, factory: MachineFactory,
-                 progress: Callable[[int, int, CheckResult | None], None] | None = None) -> None:
+                 progress: Callable[[int, int, CheckResult | None], None] | None = None,
+                 sink: Callable[[CheckResult], None] | None = None) -> None:
         self.plan = plan
+        self.sink = sink
         self.run_dir = run_dir
         self.factory = factory
         self.progress = progress or (lambda done, total, r: None)
@@ -124,6 +129,7 @@ class CrashEngine:
         self.sizes = disk_sizes(self.target, plan.data_mib)
         self.fstypes = (self.target.fstype,)
         self._lock = threading.Lock()
+        self.inject_key: str | None = None
         self.results: dict[str, CheckResult] = {}
         self.replacements = 0
 
@@ -217,10 +223,11 @@ class CrashEngine:
             "log_dev": machine.disk("log"), "replay_dev": machine.disk("replay"),
             "cow_dev": machine.disk("cow"), "oracle_path": os.fspath(machine.rundir / "oracle.json"),
             "results_path": os.fspath(results_path), "states": [s.to_dict() for s in chunk],
-            "timeouts": asdict(timeouts_for(budget)), "inject_hang": self.plan.inject_hang,
+            "timeouts": asdict(timeouts_for(budget)), "inject_hang": self.inject_key,
         }
         try:
-            agent.call(machine, task, timeout_s=budget * len(chunk) + 120)
+            agent.call(machine, task, timeout_s=budget * len(chunk) + 120,
+                       watch=progress_watch(results_path, budget))
         except MachineError as exc:  # console timeout or the guest died
             return str(exc)
         return ""
@@ -229,9 +236,17 @@ class CrashEngine:
         with self._lock:
             self.results[result.key] = result
             done = len(self.results)
+            if self.sink is not None:
+                self.sink(result)
         self.progress(done, total, result)
 
     def check(self, states: list[CrashState], first_machine: Machine | None) -> None:
+        # Fault injection (tests of the hang handling): "#N" is the N-th state.
+        inject = self.plan.inject_hang
+        if inject and inject.startswith("#") and inject[1:].isdigit() and 0 < int(inject[1:]) <= len(states):
+            self.inject_key = states[int(inject[1:]) - 1].key
+        else:
+            self.inject_key = inject
         jobs = max(1, min(self.plan.jobs, len(states) or 1))
         # Contiguous shards: each machine's replay still moves forward only.
         size = -(-len(states) // jobs) if states else 0
@@ -262,6 +277,26 @@ class CrashEngine:
         for state in bad[: self.plan.max_images]:
             write_image(final_log, entries, state, self.run_dir / image_name(state.key),
                         self.sizes["data"])
+
+
+def progress_watch(results_path: Path, budget_s: float) -> Callable[[], str | None]:
+    """A stall detector: no new result within one state's budget is a hang."""
+    last = {"size": -1, "since": clock.monotonic()}
+
+    def watch() -> str | None:
+        try:
+            size = results_path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        now = clock.monotonic()
+        if size != last["size"]:
+            last["size"], last["since"] = size, now
+            return None
+        if now - last["since"] > budget_s + 30:
+            return f"no crash state finished for {now - last['since']:.0f} s (budget {budget_s:g} s per state)"
+        return None
+
+    return watch
 
 
 def guest_files(machine: Machine, oracle: Path) -> Path:
@@ -305,33 +340,84 @@ def new_run_dir(results_dir: Path) -> Path:
     return path
 
 
+class StoreSink:
+    """Writes every checked state to the results store, one transaction each."""
+
+    def __init__(self, store: Store, run_id: int, plan: CrashPlan, run_dir: Path) -> None:
+        self.store, self.run_id, self.plan, self.run_dir = store, run_id, plan, run_dir
+        self.recording_id: int | None = None
+        self.states: dict[str, CrashState] = {}
+
+    def recorded(self, info: dict[str, Any], states: list[CrashState]) -> None:
+        self.recording_id = self.store.add_recording(
+            self.run_id, self.plan.target, case_spec=self.plan.case, seed=self.plan.seed,
+            log_path=os.fspath(self.run_dir / "log.img"), entries=int(info["entries"]),
+            marks=int(info["marks"]))
+        self.states = {s.key: s for s in states}
+
+    def __call__(self, result: CheckResult) -> None:
+        state = self.states.get(result.key)
+        if state is None or self.recording_id is None:
+            return
+        cp = self.store.add_crash_point(self.recording_id, entry_index=state.point.index,
+                                        kind=state.point.kind, last_mark=state.point.last_mark)
+        self.store.add_check(
+            cp, variant=state.variant.kind, variant_seed=state.variant.seed, outcome=result.outcome,
+            mount_s=result.mount_s, fsck_s=result.fsck_check_s,
+            fsck_verdicts={"check": result.fsck_check, "repair": result.fsck_repair,
+                           "repair_s": result.fsck_repair_s, "replay": result.replay_messages,
+                           "notes": result.notes},
+            findings=result.findings, reproducer=reproducer_command(self.run_dir, result.key))
+
+
 def run_crash(plan: CrashPlan, results_dir: Path, factory: MachineFactory,
               progress: Callable[[int, int, CheckResult | None], None] | None = None,
-              on_planned: Callable[[int], None] | None = None) -> CrashRunResult:
+              on_planned: Callable[[int], None] | None = None,
+              store: Store | None = None) -> CrashRunResult:
+    """Record, plan and check; every result lands in ``store`` as soon as it is known."""
     start = clock.monotonic()
     run_dir = new_run_dir(results_dir)
-    engine = CrashEngine(plan, run_dir, factory, progress)
+    sink: StoreSink | None = None
+    run_id = None
+    if store is not None:
+        run_id = store.start_run(
+            command_line=command_line(), study=f"crash {plan.target} {plan.case}",
+            environment={**host_facts(), "run_dir": os.fspath(run_dir), "plan": asdict(plan)},
+            git_revision=git_revision())
+        sink = StoreSink(store, run_id, plan, run_dir)
+    engine = CrashEngine(plan, run_dir, factory, progress, sink)
     (run_dir / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
-    recorder, info = engine.record()
-    machine: Machine | None = recorder
-    result = CrashRunResult(run_dir, plan, info, [])
-    entries: list[LogEntry] = []
+    status = RunStatus.FAILED
     try:
-        entries = engine.entries()
-        result.states = engine.plan_states(entries)
-        if on_planned:
-            on_planned(len(result.states))
-        engine.check(result.states, machine)
-        machine = None
+        recorder, info = engine.record()
+        machine: Machine | None = recorder
+        result = CrashRunResult(run_dir, plan, info, [], run_id=run_id)
+        entries: list[LogEntry] = []
+        try:
+            entries = engine.entries()
+            result.states = engine.plan_states(entries)
+            if sink is not None:
+                sink.recorded(info, result.states)
+            if on_planned:
+                on_planned(len(result.states))
+            engine.check(result.states, machine)
+            machine = None
+        finally:
+            if machine is not None:
+                machine.close()
+            result.results = dict(engine.results)
+            result.replacements = engine.replacements
+            result.wall_s = clock.monotonic() - start
+            save_results(result)
+        engine.keep_artifacts(result, entries)
+        status = RunStatus.FINISHED
+        return result
+    except KeyboardInterrupt:
+        status = RunStatus.INTERRUPTED
+        raise
     finally:
-        if machine is not None:
-            machine.close()
-        result.results = dict(engine.results)
-        result.replacements = engine.replacements
-        result.wall_s = clock.monotonic() - start
-        save_results(result)
-    engine.keep_artifacts(result, entries)
-    return result
+        if store is not None and run_id is not None:
+            store.finish_run(run_id, status)
 
 
 def save_results(result: CrashRunResult) -> None:

@@ -24,28 +24,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from devicemapper.logformat import LogEntry
 from framework.errors import ConfigError
+from framework.store import CrashPointKind as PointKind
+from framework.store import Variant as VariantKind
 
 MKFS_MARK = "mkfs"
 END_MARK = "dm-log-writes-end"
-
-
-class PointKind(StrEnum):
-    MARK = "mark"
-    FUA = "fua"
-    FLUSH = "flush"
-    EVERY = "every"
-    SAMPLE = "sample"
-
-
-class VariantKind(StrEnum):
-    PREFIX = "prefix"
-    SUBSET = "subset"
-    TORN = "torn"
-    LYING = "lying"
 
 
 @dataclass(frozen=True, slots=True)

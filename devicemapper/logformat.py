@@ -37,7 +37,7 @@ VERSION = 1
 END_MARK = "dm-log-writes-end"
 """The mark the kernel target appends when it is removed."""
 
-HEADER_WINDOW_BYTES = 64 << 10
+HEADER_WINDOW_BYTES = 128 << 10
 MIN_SECTORSIZE = 512
 MAX_SECTORSIZE = 65536
 
@@ -357,7 +357,7 @@ class LogReader:
             payload_offset=payload_offset,
             sectorsize=size,
         )
-        self._large_gap = entry.payload_length >= HEADER_WINDOW_BYTES // 2
+        self._large_gap = entry.payload_length >= HEADER_WINDOW_BYTES // 8
         if entry.payload_end > self.size_bytes:
             present = max(0, self.size_bytes - payload_offset)
             raise self._error(

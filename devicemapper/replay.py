@@ -42,6 +42,8 @@ MAX_SPAN_GAP_BYTES = 256 << 10
 MAX_DISCARD_CHUNK_BYTES = 1 << 30
 """One BLKDISCARD at most this large, as replay-log does, to keep each ioctl short."""
 DISCARD_PROBE_BYTES = 64 << 10
+MIN_PUNCH_BYTES = 1 << 20
+"""Discards on a file smaller than this are written as zeros instead of punched."""
 MAX_AHEAD_ENTRIES = 1 << 16
 """Scanned-ahead entries kept in memory (a few MiB); beyond, headers are re-read."""
 MAX_OFFSET = (1 << 63) - 1
@@ -287,6 +289,9 @@ class _Applier:
         self.bytes_discarded += length
 
     def _discard_chunk(self, offset: int, length: int, index: int) -> None:
+        if not self.is_block:
+            self._clear_file_range(offset, length, index)
+            return
         if self._discard_method == DiscardMethod.IOCTL:
             try:
                 fcntl.ioctl(self.fd, BLKDISCARD, struct.pack("=QQ", offset, length))
@@ -297,24 +302,57 @@ class _Applier:
                     exc.strerror,
                 )
                 self._discard_method = DiscardMethod.ZERO
-        elif self._discard_method == DiscardMethod.PUNCH and not _fallocate_punch(
-            self.fd, offset, length
-        ):
-            log.info("%s: cannot punch holes; discards are written as zeros", self.target_name)
-            self._discard_method = DiscardMethod.ZERO
-        if self._discard_method != DiscardMethod.ZERO and not self._discard_verified:
-            # A device may discard without reading back zeros afterwards; a
-            # replayed image must not depend on that, so check once.
-            self._discard_verified = True
-            probe = os.pread(self.fd, min(length, DISCARD_PROBE_BYTES), offset)
-            if probe.count(0) != len(probe):
-                log.info(
-                    "%s: discarded range does not read back as zeros; writing zeros instead",
-                    self.target_name,
-                )
-                self._discard_method = DiscardMethod.ZERO
+            else:
+                self._verify_zeros(offset, length)
         if self._discard_method == DiscardMethod.ZERO:
             self._zero(offset, length, index)
+
+    def _clear_file_range(self, offset: int, length: int, index: int) -> None:
+        """Make a file range read as zeros, touching only the parts holding data.
+
+        A discard mostly lands where nothing was written yet, which
+        SEEK_DATA finds without I/O. Small data parts are written as zeros:
+        punching makes the filesystem write back and drop the range's cached
+        pages in a journal transaction, milliseconds each. Big parts are
+        punched, which keeps the image sparse (mkfs discards whole devices).
+        """
+        end = offset + length
+        pos = offset
+        while pos < end:
+            try:
+                start = os.lseek(self.fd, pos, os.SEEK_DATA)
+                stop = min(os.lseek(self.fd, start, os.SEEK_HOLE), end)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    return  # nothing but holes from pos to the end of the file
+                start, stop = pos, end  # no SEEK_DATA here: treat it all as data
+            if start >= end:
+                return
+            size = stop - start
+            if self._discard_method == DiscardMethod.PUNCH and size >= MIN_PUNCH_BYTES:
+                if _fallocate_punch(self.fd, start, size):
+                    self._verify_zeros(start, size)
+                else:
+                    log.info("%s: cannot punch holes; writing zeros", self.target_name)
+                    self._discard_method = DiscardMethod.ZERO
+            if self._discard_method == DiscardMethod.ZERO or size < MIN_PUNCH_BYTES:
+                self._zero(start, size, index)
+            pos = stop
+
+    def _verify_zeros(self, offset: int, length: int) -> None:
+        """Check once that a discarded range reads back as zeros, else write zeros from now on."""
+        if self._discard_verified:
+            return
+        # A device may discard without reading back zeros afterwards; a
+        # replayed image must not depend on that.
+        self._discard_verified = True
+        probe = os.pread(self.fd, min(length, DISCARD_PROBE_BYTES), offset)
+        if probe.count(0) != len(probe):
+            log.info(
+                "%s: discarded range does not read back as zeros; writing zeros instead",
+                self.target_name,
+            )
+            self._discard_method = DiscardMethod.ZERO
 
     def _zero(self, offset: int, length: int, index: int) -> None:
         zeros = memoryview(_ZEROS)
@@ -448,6 +486,7 @@ class Replayer:
         # Entries a search scanned but that are not applied yet, contiguous
         # from the position: applying them next needs no second header read.
         self._ahead: deque[LogEntry] = deque()
+        self._failed = False
 
     # -- lifecycle -------------------------------------------------------
 
@@ -599,24 +638,40 @@ class Replayer:
 
     def _advance(self, stop: int) -> None:
         """Apply entries from the position up to (not including) ``stop``."""
+        if self._failed:
+            raise ReplayError(
+                f"{self.target_path}: an earlier replay step failed, so the target is in "
+                "an unknown state; replay onto a fresh target"
+            )
         if stop <= self._next_index:
             return
         add = self._applier.add
-        while self._ahead and self._next_index < stop:
-            entry = self._ahead.popleft()
-            add(entry)
-            self.last_entry = entry
-            self._next_index = entry.index + 1
-            self._next_offset = entry.payload_end
-        if self._next_index < stop:
-            for entry in self.reader.iter_entries(self._next_index, self._next_offset):
-                self._note(entry)
-                add(entry)
-                self.last_entry = entry
-                self._next_index = entry.index + 1
-                self._next_offset = entry.payload_end
-                if self._next_index >= stop:
-                    break
-        self._applier.flush()
-        if self.sync:
-            os.fsync(self._fd)
+        last: LogEntry | None = None
+        try:
+            while self._ahead and self._next_index < stop:
+                last = self._ahead.popleft()
+                add(last)
+                self._next_index = last.index + 1
+            if self._next_index < stop:
+                if last is not None:
+                    self._next_offset = last.payload_end
+                # The per-entry loop is the hot path of a replay: position
+                # bookkeeping happens once, after it.
+                for entry in self.reader.iter_entries(self._next_index, self._next_offset):
+                    if entry.index == self._seen_index:
+                        self._note(entry)
+                    add(entry)
+                    last = entry
+                    if entry.index + 1 >= stop:
+                        break
+            self._applier.flush()
+            if self.sync:
+                os.fsync(self._fd)
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            if last is not None:
+                self.last_entry = last
+                self._next_index = last.index + 1
+                self._next_offset = last.payload_end

@@ -40,6 +40,8 @@ TASK_MODULES: dict[str, str] = {
     "bench-rep": "framework.benchtask",
     "crash-record": "crashcases.tasks",
     "crash-check": "crashcases.tasks",
+    "cut-oracle": "crashcases.cut",
+    "cut-trial": "crashcases.cut",
 }
 
 
@@ -116,13 +118,19 @@ class AgentError(errors.PowercutError):
     """The agent reported an error while performing a task."""
 
 
-def call(machine: Any, task_obj: dict[str, Any], *, timeout_s: float = 600.0) -> list[dict[str, Any]]:
-    """Run one task in ``machine`` and return its results; raise on an agent error."""
+def call(machine: Any, task_obj: dict[str, Any], *, timeout_s: float = 600.0,
+         watch: Callable[[], str | None] | None = None) -> list[dict[str, Any]]:
+    """Run one task in ``machine`` and return its results; raise on an agent error.
+
+    ``watch`` (machines that support it) is asked about once a second whether
+    the task is stuck, so a hang is noticed before the whole deadline."""
+    extra = {"watch": watch} if watch is not None else {}
     result: CommandResult = machine.run(
         [*machine.python_argv(), "-m", "framework.agent"],
         input=json.dumps(task_obj),
         timeout_s=timeout_s,
         ok_status=None,
+        **extra,
     )
     frames = list(parse_frames(result.stdout))
     for f in frames:

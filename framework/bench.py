@@ -156,6 +156,10 @@ class Scheduler:
         self._seq += 1
         return t
 
+    def kept_trials(self, target: str) -> int:
+        """Trials scheduled for ``target`` so far, its warm-up not counted."""
+        return self._trials[target] - (1 if self.config.warmup and self._trials[target] else 0)
+
     def first_round(self) -> list[Trial]:
         per_target = self.config.reps + (1 if self.config.warmup else 0)
         names = [t for t in self.config.targets for _ in range(per_target)]
@@ -169,10 +173,11 @@ class Scheduler:
             return []
         out = []
         for target in self.config.targets:
-            values = list(kept.get(target, ()))
-            if len(values) >= self.config.max_reps:
+            # The cap counts trials, not values: a metric the tool could not
+            # measure (None) must not keep a target running for ever.
+            if self.kept_trials(target) >= self.config.max_reps:
                 continue
-            if relative_half_width(values, self.config.level) > pct / 100.0:
+            if relative_half_width(list(kept.get(target, ())), self.config.level) > pct / 100.0:
                 out.append(target)
         return out
 
@@ -245,7 +250,9 @@ def kept_values(samples: Iterable[Sample], metric: str, targets: Sequence[str]) 
     for s in samples:
         if s.trial.warmup:
             continue
-        value = s.result.metric(metric).value
+        # A tool may leave a figure out of one run (dbench omits operations
+        # it did not do): that repetition has no value, not a zero.
+        value = next((m.value for m in s.result.metrics if m.name == metric), None)
         if value is not None:
             out.setdefault(s.trial.target, []).append(value)
     return out
@@ -370,7 +377,7 @@ def print_progress(sample: Sample, state: BenchState, stream: Any = None) -> Non
     out = stream or sys.stderr
     primary = state.primary or ""
     t = sample.trial
-    m = sample.result.metric(primary)
+    m = next((x for x in sample.result.metrics if x.name == primary), None)
     values = state.kept(primary).get(t.target, [])
     so_far = ""
     if len(values) >= 2:
@@ -379,8 +386,9 @@ def print_progress(sample: Sample, state: BenchState, stream: Any = None) -> Non
     eta = state.eta_s()
     eta_text = "?" if math.isnan(eta) else f"{eta:.0f} s"
     kind = "warm-up" if t.warmup else f"rep {t.rep}"
-    value = "-" if m.value is None else _num(m.value)
-    print(f"[{len(state.samples)}/{state.planned}] {t.target} {kind}: {primary} {value} {m.unit}"
+    value = "-" if m is None or m.value is None else _num(m.value)
+    unit = "" if m is None else m.unit
+    print(f"[{len(state.samples)}/{state.planned}] {t.target} {kind}: {primary} {value} {unit}"
           f"{so_far} in {sample.wall_s:.1f} s; ETA {eta_text}", file=out, flush=True)
 
 

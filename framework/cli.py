@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "framework.cli_vm",
     "framework.cli_log",
     "framework.cli_crash",
+    "framework.cli_cut",
     "framework.cli_bench",
 )
 

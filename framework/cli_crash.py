@@ -27,6 +27,7 @@ from framework.cli import add_machine_options
 from framework.machine.base import DiskSpec, Machine
 from framework.machine.kernel import kernel_spec
 from framework.machine.qemu import QemuMachine
+from framework.store import Store
 from recovery.targets import JournalPlacement, get_target
 
 FAILING = {Outcome.DATA_LOSS, Outcome.CORRUPT, Outcome.UNMOUNTABLE, Outcome.HANG}
@@ -125,8 +126,9 @@ def cmd_crash(args: argparse.Namespace) -> int:
                 bad["n"] += 1
             progress.update(task, completed=done, status=f"{bad['n']} failing")
 
-        result = run_crash(plan, Path(args.results), machine_factory(args), progress=step,
-                           on_planned=planned)
+        with Store(Path(args.db)) as store:
+            result = run_crash(plan, Path(args.results), machine_factory(args), progress=step,
+                               on_planned=planned, store=store)
     out = Console()
     out.print(summary_table(result))
     junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"
@@ -135,7 +137,8 @@ def cmd_crash(args: argparse.Namespace) -> int:
                if s.key in result.results and fails(result.results[s.key].outcome, journalled)]
     out.print(f"log: {result.record['entries']} entries, {len(result.states)} states checked in "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
-    out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}")
+    out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}  db: {args.db} "
+              f"(run {result.run_id})")
     for s in failing[:10]:
         r = result.results[s.key]
         what = r.findings[0] if r.findings else {"kind": "", "path": "", "detail": "; ".join(r.notes)[:200]}
@@ -186,6 +189,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-mib", type=int, metavar="MIB", help="size of the data disk (default: 128, more if the filesystem needs it)")
     p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
     p.add_argument("--junit", metavar="PATH", help="JUnit XML path (default: RUN_DIR/junit.xml)")
+    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+                   help="sqlite results store; every state is written as soon as it is checked "
+                        "(default: results/powercut.sqlite)")
     p.add_argument("--inject-hang", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)

@@ -273,7 +273,10 @@ class Store:
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE
             # takes the write lock up front, so two writers wait instead of
             # failing on a lock upgrade).
-            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+            # check_same_thread=False: parallel guests report through one store;
+            # callers serialise their writes.
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None,
+                                       check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the results database: {exc}") from exc
         self._db.row_factory = sqlite3.Row

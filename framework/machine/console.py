@@ -79,15 +79,25 @@ class ConsoleRunner:
         self.exchange_dir.mkdir(parents=True, exist_ok=True)
         self._counter = 0
 
-    def _expect(self, pattern: re.Pattern[bytes], deadline: clock.Deadline, what: str) -> re.Match[bytes]:
-        try:
-            self.child.expect([pattern], timeout=max(deadline.remaining(), 0.01))
-        except pexpect.TIMEOUT:
-            raise ConsoleTimeout(
-                f"{what}: no answer from the guest within {deadline.timeout_s:g} s"
-            ) from None
-        except pexpect.EOF:
-            raise MachineError(f"{what}: the guest went away (qemu exited); see the console log") from None
+    def _expect(self, pattern: re.Pattern[bytes], deadline: clock.Deadline, what: str,
+                watch: Callable[[], str | None] | None = None) -> re.Match[bytes]:
+        while True:
+            # With a watch, wait in short slices and ask it between them
+            # whether the command still makes progress.
+            slice_s = deadline.remaining() if watch is None else min(deadline.remaining(), 1.0)
+            try:
+                self.child.expect([pattern], timeout=max(slice_s, 0.01))
+                break
+            except pexpect.TIMEOUT:
+                if deadline.expired:
+                    raise ConsoleTimeout(
+                        f"{what}: no answer from the guest within {deadline.timeout_s:g} s"
+                    ) from None
+                stalled = watch() if watch is not None else None
+                if stalled:
+                    raise ConsoleTimeout(f"{what}: {stalled}") from None
+            except pexpect.EOF:
+                raise MachineError(f"{what}: the guest went away (qemu exited); see the console log") from None
         match = self.child.match
         assert isinstance(match, re.Match)
         return match
@@ -108,7 +118,11 @@ class ConsoleRunner:
         input: str | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        watch: Callable[[], str | None] | None = None,
     ) -> CommandResult:
+        """Run argv in the guest. ``watch``, if given, is called about once a
+        second while waiting; a non-empty answer (why the command is stuck)
+        ends the wait with ConsoleTimeout."""
         args = normalize_argv(argv)
         self._counter += 1
         stem = self.exchange_dir / f"c{self._counter}"
@@ -131,8 +145,10 @@ class ConsoleRunner:
         start = clock.monotonic()
         self.child.send(frame_line(paths["sh"], token))
         try:
-            match = self._expect(marker_pattern(token), deadline, shlex.join(args))
+            match = self._expect(marker_pattern(token), deadline, shlex.join(args), watch)
         except ConsoleTimeout as exc:
+            if not deadline.expired:
+                raise
             raise ConsoleTimeout(
                 f"guest command timed out after {timeout_s:g} s: {shlex.join(args)}"
             ) from exc

@@ -12,7 +12,7 @@ import shutil
 import signal
 import string
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pexpect
@@ -263,12 +263,13 @@ class QemuMachine(Machine):
         ok_status: Iterable[int] | None = (0,),
         input: str | None = None,
         env: dict[str, str] | None = None,
+        watch: Callable[[], str | None] | None = None,
     ) -> CommandResult:
         if self.console is None:
             raise MachineError("the guest is not running")
         try:
             return self.console.run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input,
-                                    env=env, cwd=os.fspath(project_root()))
+                                    env=env, cwd=os.fspath(project_root()), watch=watch)
         except (ConsoleTimeout, MachineError):
             # A command that outlived its deadline leaves the guest in an
             # unknown state: tear it down so nothing is reused by mistake.

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -394,3 +395,36 @@ def test_store_recorder_keeps_every_sample_of_an_interrupted_run(tmp_path):
         assert {r.metric for r in store.bench_samples(run_id)} >= {"files", "durable_s", "mkfs_s",
                                                                    "mount_s", "trial_wall_s"}
         assert store.targets(run_id)["ext2"]["applied_mount_options"] == "rw,relatime"
+
+
+def test_a_metric_missing_from_one_repetition_is_left_out_not_zero():
+    samples = [Sample(Trial(0, "ext2", 1), result("ext2", 10.0), 1.0),
+               Sample(Trial(1, "ext2", 2), dataclasses.replace(result("ext2", 12.0), metrics=()), 1.0),
+               Sample(Trial(2, "ext2", 3), result("ext2", None), 1.0),
+               Sample(Trial(3, "ext2", 4), result("ext2", 14.0), 1.0)]
+    assert bench.kept_values(samples, "files", ("ext2",)) == {"ext2": [10.0, 14.0]}
+
+
+def test_progress_lines_name_target_rep_metric_so_far_and_eta():
+    import io
+
+    lines = io.StringIO()
+    config = BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark", reps=3, seed=1,
+                         warmup=True)
+    fake = FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0}, {"ext2": 1.0, "ext4/ordered": 1.0})
+    bench.run_bench(config, fake, progress=lambda s, st: bench.print_progress(s, st, lines))
+    out = lines.getvalue().splitlines()
+    assert len(out) == 8 and all(ln.startswith(f"[{i + 1}/8] ") for i, ln in enumerate(out))
+    assert sum("warm-up: files" in ln for ln in out) == 2
+    assert any(re.search(r"rep 3: files [\d.]+ files/s \(mean [\d.]+ \+-[\d.]+%, n=3\)", ln)
+               for ln in out)
+    assert all("ETA" in ln for ln in out)
+
+
+def test_until_ci_cap_counts_trials_even_when_the_metric_is_never_measured():
+    config = BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark", reps=2, seed=1,
+                         until_ci_pct=5.0, max_reps=4, warmup=True)
+    run = bench.run_bench(config, lambda trial: result(trial.target, None))
+    counts = Counter(s.trial.target for s in run.samples if not s.trial.warmup)
+    assert counts == {"ext2": 4, "ext4/ordered": 4}
+    assert sum(s.trial.warmup for s in run.samples) == 2

@@ -244,6 +244,7 @@ def test_discard_falls_back_to_zeros_when_punching_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(replay_mod, "_fallocate_punch", lambda fd, off, n: False)
+    monkeypatch.setattr(replay_mod, "MIN_PUNCH_BYTES", 0)
     log = tmp_path / "d.log"
     with LogWriter(log) as w:
         w.discard(2, 4)
@@ -262,6 +263,7 @@ def test_discard_that_does_not_read_back_zeros_is_caught(
     # Positive control for the read-back check: a "punch" that succeeds
     # but leaves the data, like a device whose discard keeps old contents.
     monkeypatch.setattr(replay_mod, "_fallocate_punch", lambda fd, off, n: True)
+    monkeypatch.setattr(replay_mod, "MIN_PUNCH_BYTES", 0)
     log = tmp_path / "d.log"
     with LogWriter(log) as w:
         w.discard(2, 4)
@@ -272,6 +274,26 @@ def test_discard_that_does_not_read_back_zeros_is_caught(
     data = target.read_bytes()
     assert data[2 * S : 6 * S] == bytes(4 * S)
     assert data[50 * S : 52 * S] == bytes(2 * S)
+
+
+def test_large_discard_on_a_file_punches_a_hole(tmp_path: Path) -> None:
+    log = tmp_path / "d.log"
+    big = 4 << 20
+    with LogWriter(log) as w:
+        w.discard(2048, big // S)  # 4 MiB at 1 MiB
+        w.discard(1, 2)  # small: written as zeros
+    target = tmp_path / "big.img"
+    target.write_bytes(b"\xff" * (8 << 20))
+    blocks_before = target.stat().st_blocks
+    with Replayer(log, target) as rp:
+        rp.replay_to(1)
+        assert rp.bytes_discarded == big + 2 * S
+    data = target.read_bytes()
+    assert data[1 << 20 : (1 << 20) + big] == bytes(big)
+    assert data[S : 3 * S] == bytes(2 * S)
+    assert data[:S] == b"\xff" * S and data[(1 << 20) + big :] == b"\xff" * (3 << 20)
+    # The 4 MiB became a hole (where the filesystem supports punching).
+    assert target.stat().st_blocks <= blocks_before - (big // 512) // 2
 
 
 def test_discard_past_the_end_of_a_file_is_clamped(tmp_path: Path) -> None:
@@ -485,3 +507,43 @@ def test_scan_ahead_cap_does_not_change_results(
             assert mark.mark is not None
             rp.replay_to_mark(mark.mark, after=mark.index - 1)
             assert target.read_bytes() == images[mark.index]
+
+
+def test_discards_on_a_sparse_file_zero_only_what_holds_data(tmp_path: Path) -> None:
+    log = tmp_path / "sp.log"
+    with LogWriter(log) as w:
+        w.write(10, bytes([1]) * (4 * S))  # still dirty in the page cache when discarded
+        w.discard(0, 100)
+        w.write(50, bytes([2]) * S)
+        w.write(3000, bytes([3]) * S)
+        w.discard(40, 20)
+        w.discard(4000, 4000)  # nothing but holes there
+    target = tmp_path / "sparse.img"
+    with open(target, "wb") as f:
+        f.truncate(8 << 20)
+    with Replayer(log, target) as rp:
+        rp.replay_to(5)
+    expected = bytearray(8 << 20)
+    expected[3000 * S : 3001 * S] = bytes([3]) * S
+    assert target.read_bytes() == bytes(expected)
+    # Only the surviving write's block is allocated: discarding holes wrote nothing.
+    assert target.stat().st_blocks * 512 <= 64 * 1024
+
+
+def test_a_failed_write_poisons_the_replayer(
+    tmp_path: Path, log_and_images: tuple[Path, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, _ = log_and_images
+    target = fresh_target(tmp_path)
+
+    def no_space(fd: int, buffers: object, offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    with Replayer(log, target) as rp:
+        rp.replay_to(5)
+        monkeypatch.setattr(replay_mod.os, "pwritev", no_space)
+        with pytest.raises(ReplayError, match=r"entry \d+: writing \d+ bytes at byte \d+ failed"):
+            rp.replay_to(200)
+        monkeypatch.undo()
+        with pytest.raises(ReplayError, match="an earlier replay step failed"):
+            rp.replay_to(250)

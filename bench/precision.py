@@ -1,0 +1,87 @@
+"""How precise is one bench repetition? (a script, not a test): prints figures.
+
+Boots one guest, runs ``--reps`` repetitions of one workload on one target
+(default: fsmark on ext4/ordered at tiny scale; each on a fresh mkfs with
+cold caches, as ``powercut bench`` does) and prints, per metric, the mean,
+the coefficient of variation across repetitions, the 95% confidence
+interval half width relative to the mean, and how many repetitions it
+would take to get that half width under ``--target-pct`` percent of the
+mean (``framework.stats.repetitions_needed``, t-based), plus wall times.
+
+Usage: python bench/precision.py [--workload fsmark] [--target ext4/ordered]
+                                 [--reps 10] [--scale tiny] [--target-pct 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
+
+from framework import bench, clock
+from framework.bench import BenchConfig
+from framework.machine.qemu import QemuMachine
+from framework.stats import StatsError, repetitions_needed, summarize
+from framework.workloads import Scale
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="fsmark")
+    p.add_argument("--target", default="ext4/ordered")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--scale", choices=[s.value for s in Scale], default="tiny")
+    p.add_argument("--target-pct", type=float, default=5.0,
+                   help="wanted 95%% half width, percent of the mean (default: 5)")
+    args = p.parse_args()
+
+    config = BenchConfig(targets=(args.target,), workload=args.workload, scale=Scale(args.scale),
+                         reps=args.reps, seed=0)
+    targets = bench.resolve_targets(config.targets)
+    start = clock.monotonic()
+    with QemuMachine(disks=bench.disks_for(targets, config.scale),
+                     fstypes=tuple({t.fstype for t in targets})) as machine:
+        machine.start()
+        boot_s = clock.monotonic() - start
+        run = bench.run_bench(config, bench.GuestExecutor(machine, config),
+                              progress=bench.print_progress)
+        accel = machine.accel
+    total_s = clock.monotonic() - start
+
+    print(f"{args.workload} on {args.target} at {args.scale} scale, {args.reps} repetitions "
+          f"(fresh mkfs, cold caches each), accel {accel}")
+    print(f"wall time: {total_s:.1f} s in all, boot {boot_s:.1f} s, "
+          f"{run.wall_s / len(run.samples):.1f} s per repetition (mkfs to unmount, incl. the "
+          f"console round trip and python start in the guest)")
+    print()
+    header = (f"{'metric':<22} {'unit':<15} {'mean':>12} {'CoV':>7} {'95% hw':>8} "
+              f"{'reps for +-' + format(args.target_pct, 'g') + '%':>16}")
+    print(header)
+    print("-" * len(header))
+    names: dict[str, str] = {}
+    for sample in run.samples:
+        for m in sample.result.metrics:
+            names.setdefault(m.name, m.unit)
+    for name, unit in names.items():
+        values = bench.kept_values(run.samples, name, config.targets)[args.target]
+        if len(values) < 2:
+            print(f"{name:<22} {unit:<15} {'(fewer than 2 values)':>12}")
+            continue
+        s = summarize(values)
+        try:
+            need = str(repetitions_needed(values, args.target_pct / 100.0, 0.95))
+        except StatsError as exc:
+            need = f"- ({exc})"
+        primary = " *" if name == run.primary else ""
+        print(f"{name + primary:<22} {unit:<15} {s.mean:>12.4g} {100 * s.cov:>6.1f}% "
+              f"{100 * s.half_width_ratio(0.95):>7.1f}% {need:>16}")
+    print("\n* primary metric; CoV = stdev/mean across repetitions; 95% hw = t-interval half "
+          "width / mean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

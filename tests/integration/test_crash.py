@@ -1,0 +1,100 @@
+"""Crash runs in the guest: positive controls fire, negative controls stay quiet,
+reproducers rebuild the same state, hangs are findings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from crashcases.engine import CrashPlan, recheck, run_crash
+from framework.machine.base import DiskSpec, Machine
+from framework.machine.qemu import QemuMachine
+from framework.store import Outcome, Store
+
+LOSS = {Outcome.DATA_LOSS}
+
+
+def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
+    return QemuMachine(disks=disks, fstypes=fstypes, rundir=rundir).start()
+
+
+def outcomes(result) -> dict[str, Outcome]:
+    return {k: r.outcome for k, r in result.results.items()}
+
+
+def crash(tmp_path: Path, **kw) -> object:
+    plan = CrashPlan(**{"case": "hand:write-fsync-rename", **kw})
+    with Store(tmp_path / "db.sqlite") as store:
+        result = run_crash(plan, tmp_path, factory, store=store)
+        assert store.outcome_counts(result.run_id) == {
+            k: v for k, v in result.counts().items() if v}
+    assert len(result.results) == len(result.states) > 0
+    return result
+
+
+def test_nobarrier_loses_fsynced_data_and_reproducers_agree(tmp_path):
+    """Positive control: without flushes the log holds none of the workload's
+    writes at its marks, exactly what a disk with a volatile cache keeps."""
+    result = crash(tmp_path, target="ext4/nobarrier")
+    lost = [k for k, o in outcomes(result).items() if o in LOSS]
+    assert lost, outcomes(result)
+    finding = result.results[lost[0]].findings[0]
+    assert finding["kind"] == "data-loss" and finding["mark"]
+    again = recheck(result.run_dir, lost[0], factory)
+    assert again.outcome is result.results[lost[0]].outcome
+    assert again.findings == result.results[lost[0]].findings
+    assert list(result.run_dir.glob("state-*.img.gz")), "no crash image kept for a failing state"
+
+
+def test_lying_disk_variant_fires_on_a_correct_filesystem(tmp_path):
+    result = crash(tmp_path, target="ext4/ordered", variants=("prefix", "lying"), per_point=3)
+    by_variant: dict[str, set[Outcome]] = {}
+    for key, o in outcomes(result).items():
+        by_variant.setdefault(key.split("/")[1].split(":")[0], set()).add(o)
+    assert by_variant["prefix"] == {Outcome.OK}
+    assert by_variant["lying"] & (LOSS | {Outcome.UNMOUNTABLE, Outcome.CORRUPT})
+
+
+def test_ext2_states_need_fsck_repair_and_recheck_agrees(tmp_path):
+    result = crash(tmp_path, target="ext2", points="every:4")
+    got = outcomes(result)
+    recovered = [k for k, o in got.items() if o is Outcome.RECOVERED]
+    assert recovered, got
+    assert recheck(result.run_dir, recovered[-1], factory).outcome is Outcome.RECOVERED
+
+
+@pytest.mark.parametrize("target", ["ext4/ordered", "ext4/journal"])
+def test_journalled_ext4_keeps_every_promise_on_generated_pairs(tmp_path, target):
+    """Negative control: generated length-2 sequences, subset variants included."""
+    result = crash(tmp_path, target=target, case="gen:seq2", max_sequences=12,
+                   variants=("prefix", "subset"), per_point=1)
+    bad = {k: (r.outcome, r.findings[:1]) for k, r in result.results.items()
+           if r.outcome is not Outcome.OK}
+    assert not bad
+
+
+def test_a_hung_check_is_a_finding_and_the_run_goes_on(tmp_path):
+    result = crash(tmp_path, target="ext4/ordered", points="every:10", inject_hang="#2",
+                   check_timeout_s=8)
+    got = outcomes(result)
+    assert list(got.values()).count(Outcome.HANG) == 1
+    assert result.replacements == 1
+    assert sum(1 for o in got.values() if o is Outcome.OK) == len(got) - 1
+
+
+def test_cli_reports_junit_and_fails_on_data_loss(tmp_path):
+    junit = tmp_path / "junit.xml"
+    out = subprocess.run(
+        [sys.executable, "-m", "framework.cli", "crash", "-q", "--target", "ext4/nobarrier",
+         "--results", str(tmp_path), "--db", str(tmp_path / "db.sqlite"), "--junit", str(junit)],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr
+    assert "data-loss" in out.stdout and "powercut recheck" in out.stdout
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and int(suite.get("failures", "0")) >= 1
+    assert int(suite.get("tests", "0")) >= int(suite.get("failures", "0"))

@@ -1,0 +1,306 @@
+"""Power-cut runs without a guest: cut planning, the live workload, the dm sequence, tables."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from crashcases import cut
+from crashcases.cases import load_case
+from crashcases.check import CheckResult, Outcome, Timeouts
+from crashcases.cut import CutPoint, DriveResult, TrialResult, drive, plan_cut, summarize
+from crashcases.operations import Op, OpKind, Workload, execute, perform
+from devicemapper.table import FlakeyMode
+from framework.cli import build_parser
+from framework.cli_cut import summary_table, trial_table
+from framework.errors import ConfigError
+from framework.machine.fake import FakeMachine
+from framework.store import Store
+from recovery.targets import get_target
+
+K = OpKind
+
+
+def small_workload() -> Workload:
+    return Workload("small", 7, (
+        Op(K.CREAT, "a"), Op(K.WRITE, "a", length=5000), Op(K.FSYNC, "a"),   # 0..2, mark pc-0
+        Op(K.CREAT, "b"), Op(K.APPEND, "b", length=300), Op(K.FSYNC, "b"),  # 3..5, mark pc-1
+        Op(K.MKDIR, "d"), Op(K.CREAT, "d/c"), Op(K.WRITE, "d/c", length=100),
+        Op(K.FSYNC_DIR, "d"),                                                # 9, mark pc-2
+        Op(K.APPEND, "a", length=10), Op(K.SYNC),                            # 11, mark pc-3
+        Op(K.CREAT, "e"),
+    ))
+
+
+# --- planning -------------------------------------------------------------------
+
+
+def test_plan_cut_lands_between_the_promise_and_the_next_durability_op() -> None:
+    w = small_workload()
+    for trial in range(30):
+        p = plan_cut(w, trial_seed=f"s:{trial}", cut_after_ops=2)
+        assert p.before_op is not None and 6 <= p.before_op <= 9
+
+
+def test_plan_cut_is_seeded_and_leaves_a_durability_op_after_the_cut() -> None:
+    w = load_case("random:200", seed=0)
+    points = [plan_cut(w, trial_seed=f"0:t:{i}") for i in range(10)]
+    assert points == [plan_cut(w, trial_seed=f"0:t:{i}") for i in range(10)]
+    assert len({p.before_op for p in points}) > 3
+    last_durable = cut.durability_indices(w)[-1]
+    assert all(p.before_op is not None and p.before_op <= last_durable for p in points)
+
+
+def test_plan_cut_rejects_bad_requests() -> None:
+    w = small_workload()
+    with pytest.raises(ConfigError, match="has 4 durability ops"):
+        plan_cut(w, trial_seed="x", cut_after_ops=5)
+    with pytest.raises(ConfigError, match="must be positive"):
+        plan_cut(w, trial_seed="x", cut_after_s=0)
+    with pytest.raises(ConfigError, match="no durability op"):
+        plan_cut(Workload("w", 0, (Op(K.CREAT, "f"),)), trial_seed="x")
+    assert plan_cut(w, trial_seed="x", cut_after_s=2.5) == CutPoint(after_s=2.5)
+
+
+# --- the live workload ----------------------------------------------------------
+
+
+def test_drive_cuts_before_the_op_and_counts_what_was_in_flight(tmp_path: Path) -> None:
+    w = small_workload()
+    seen: list[int] = []
+
+    def do_cut() -> None:
+        seen.append(len(list(tmp_path.iterdir())))
+
+    r = drive(w, tmp_path, CutPoint(before_op=8), do_cut, continue_syncs=1)
+    assert seen == [3]  # a, b, d existed: ops 0..7 ran before the cut
+    assert (r.promised, r.last_mark, r.cut_op) == (2, "pc-1", 8)
+    assert (r.in_flight_ops, r.in_flight_bytes) == (2, 0)  # mkdir d, creat d/c
+    # After the cut: write d/c and fsync_dir d, then it stops (one sync).
+    assert r.post_cut_ops == 2 and r.post_cut_promises == ["pc-2"]
+    assert not (tmp_path / "e").exists()
+    assert r.post_cut_errors == {}
+
+
+def test_drive_counts_written_bytes_in_flight(tmp_path: Path) -> None:
+    r = drive(small_workload(), tmp_path, CutPoint(before_op=5), lambda: None, continue_syncs=0)
+    assert (r.promised, r.in_flight_ops, r.in_flight_bytes) == (1, 2, 300)
+    assert r.post_cut_ops == 0
+
+
+def test_drive_tolerates_eio_after_the_cut_and_records_it(tmp_path: Path) -> None:
+    state = {"cut": False}
+
+    def failing(op: Op, root: Path, data: bytes) -> None:
+        if state["cut"] and op.kind in (K.FSYNC, K.FSYNC_DIR, K.SYNC):
+            raise OSError(errno.EIO, "Input/output error")
+        if state["cut"] and op.kind is K.CREAT:
+            raise OSError(errno.EROFS, "Read-only file system")
+        perform(op, root, data)
+
+    r = drive(small_workload(), tmp_path, CutPoint(before_op=3), lambda: state.update(cut=True),
+              continue_syncs=5, perform_op=failing)
+    assert r.promised == 1 and r.last_mark == "pc-0"
+    assert r.post_cut_errors["EIO"] == 3
+    assert r.post_cut_errors["EROFS"] == 3  # creat b, d/c, e
+    assert r.post_cut_errors["ENOENT"] == 2  # writes to the files that were not created
+    assert r.post_cut_promises == []  # no fsync after the cut succeeded
+
+
+def test_drive_raises_on_errors_before_the_cut_but_skips_unsupported(tmp_path: Path) -> None:
+    def unsupported(op: Op, root: Path, data: bytes) -> None:
+        if op.kind is K.APPEND:
+            raise OSError(errno.EOPNOTSUPP, "not supported")
+        perform(op, root, data)
+
+    r = drive(small_workload(), tmp_path, CutPoint(before_op=12), lambda: None, perform_op=unsupported)
+    assert r.skipped_ops == 2 and r.promised == 4
+
+    def broken(op: Op, root: Path, data: bytes) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(cut.WorkloadError, match="op 0 .* before the cut"):
+        drive(small_workload(), tmp_path / "x", CutPoint(before_op=3), lambda: None, perform_op=broken)
+
+
+def test_drive_timer_cut_fires_during_the_workload(tmp_path: Path) -> None:
+    slow_ops = []
+
+    def slow(op: Op, root: Path, data: bytes) -> None:
+        slow_ops.append(op)
+        if len(slow_ops) == 4:
+            import time
+
+            time.sleep(0.3)  # the timer fires while op 3 runs
+        perform(op, root, data)
+
+    r = drive(small_workload(), tmp_path, CutPoint(after_s=0.1), lambda: None, continue_syncs=1,
+              perform_op=slow)
+    assert (r.promised, r.last_mark) == (1, "pc-0")
+    assert r.cut_op == 4  # op 3 had started: it is in flight
+    assert r.in_flight_ops == 1 and not r.ended_before_cut
+    assert r.post_cut_promises == ["pc-1"]
+
+
+def test_drive_timer_longer_than_the_workload_cuts_at_the_end(tmp_path: Path) -> None:
+    r = drive(small_workload(), tmp_path, CutPoint(after_s=60), lambda: None)
+    assert r.ended_before_cut and r.promised == 4 and r.in_flight_ops == 1
+
+
+# --- the dm sequence in a trial -------------------------------------------------
+
+
+def _fake_machine() -> FakeMachine:
+    m = FakeMachine()
+    m.on("blockdev --getsz *", stdout="262144\n")
+    m.on("dmesg", stdout="[    1.000000] booted\n")
+    m.on("e2fsck *", status=0)
+    return m
+
+
+def test_trial_cuts_with_nolockfs_unmounts_under_the_cut_and_restores_before_recovery(tmp_path: Path) -> None:
+    machine = _fake_machine()
+    target = get_target("ext4/ordered")
+    w = small_workload()
+    oracle_root = tmp_path / "ref"
+    oracle_root.mkdir()
+    oracle = execute(w, oracle_root, lambda _n: None)
+    live, check = tmp_path / "live", tmp_path / "check"
+    out = cut.run_trial(machine, target, "/dev/vdb", w, oracle, CutPoint(before_op=6),
+                        FlakeyMode.DROP_WRITES, continue_syncs=1, count_post_cut=False, key="t",
+                        timeouts=Timeouts(), live=live, check_mp=check, forget_caches=lambda: None)
+    calls = [" ".join(c) for c in machine.calls]
+
+    def at(prefix: str, start: int = 0) -> int:
+        return next(i for i, c in enumerate(calls) if i >= start and c.startswith(prefix))
+
+    create = at("dmsetup create pc-flakey")
+    assert "flakey /dev/vdb 0 180 0" in (machine.inputs[create] or "")  # pass-through
+    mkfs = at("mke2fs")
+    suspend = at("dmsetup suspend", mkfs)
+    assert "--nolockfs" in calls[suspend]  # no freeze: a power cut
+    load = at("dmsetup load", suspend)
+    assert "drop_writes" in (machine.inputs[load] or "")
+    resume = at("dmsetup resume", load)
+    umount = at(f"umount {live}", resume)
+    flush = at("blockdev --flushbufs", umount)
+    restore_suspend = at("dmsetup suspend", flush)
+    restore_load = at("dmsetup load", restore_suspend)
+    assert "drop_writes" not in (machine.inputs[restore_load] or "")
+    at("dmsetup resume", restore_load)
+    recovery_mount = at("mount -t ext4", restore_load)
+    assert at("e2fsck", recovery_mount) > recovery_mount
+    remove = at("dmsetup remove pc-flakey")
+    assert remove > recovery_mount
+    # The workload ran in the live mount point until one durability op after the cut.
+    assert out["drive"]["promised"] == 2 and out["drive"]["post_cut_promises"] == ["pc-2"]
+    assert out["checked_mark"] == "pc-1"
+
+
+def test_trial_positive_control_checks_the_post_cut_promise(tmp_path: Path) -> None:
+    machine = _fake_machine()
+    w = small_workload()
+    (tmp_path / "ref").mkdir()
+    oracle = execute(w, tmp_path / "ref", lambda _n: None)
+    out = cut.run_trial(machine, get_target("ext4/ordered"), "/dev/vdb", w, oracle,
+                        CutPoint(before_op=3), FlakeyMode.ERROR_WRITES, continue_syncs=1,
+                        count_post_cut=True, key="t", timeouts=Timeouts(), live=tmp_path / "l",
+                        check_mp=tmp_path / "c", forget_caches=lambda: None)
+    load = next(i for i, c in enumerate(machine.calls) if c[:2] == ("dmsetup", "load"))
+    assert "error_writes" in (machine.inputs[load] or "")
+    assert out["checked_mark"] == "pc-1"
+    # The "mounted" check dir is empty here, so the oracle finds pc-1's file missing.
+    assert out["check"]["outcome"] == Outcome.DATA_LOSS.value
+
+
+# --- results and tables ---------------------------------------------------------
+
+
+def _trial(target: str, trial: int, outcome: Outcome, mount_s: float, fsck_s: float,
+           in_flight: int = 2) -> TrialResult:
+    d = DriveResult(promised=3, last_mark="pc-2", cut_op=10, cut_s=0.5, cut_swap_s=0.1,
+                    in_flight_ops=in_flight, in_flight_bytes=100 * in_flight, post_cut_ops=4,
+                    post_cut_errors={"EIO": 1}, post_cut_promises=[], skipped_ops=0,
+                    ended_before_cut=False, workload_s=1.0)
+    c = CheckResult(key=f"{target}#{trial}", outcome=outcome, mount_ok=True, mount_s=mount_s,
+                    replay_messages=["EXT4-fs (dm-0): recovery complete"], fsck_check="clean",
+                    fsck_check_s=fsck_s)
+    return TrialResult(target, trial, CutPoint(before_op=10), outcome, d, c, checked_mark="pc-2")
+
+
+def test_summary_has_median_p90_and_max() -> None:
+    trials = [_trial("ext4/ordered", i, Outcome.OK, m, f) for i, (m, f) in
+              enumerate([(0.1, 1.0), (0.2, 2.0), (0.3, 3.0), (0.4, 4.0), (1.0, 5.0)])]
+    s = summarize("ext4/ordered", trials)
+    assert s.mount_median_s == pytest.approx(0.3)
+    assert s.mount_p90_s == pytest.approx(0.76)  # linear interpolation between 0.4 and 1.0
+    assert s.mount_max_s == pytest.approx(1.0)
+    assert (s.fsck_median_s, s.fsck_max_s) == (3.0, 5.0)
+    assert s.outcomes == {"ok": 5} and s.failing == 0
+    assert s.post_cut_errors == {"EIO": 5}
+
+
+def test_recovered_fails_a_journalled_target_but_not_ext2() -> None:
+    assert summarize("ext4/ordered", [_trial("ext4/ordered", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 1
+    assert summarize("ext2", [_trial("ext2", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 0
+    assert summarize("ext2", [_trial("ext2", 0, Outcome.DATA_LOSS, 0.1, 1)]).failing == 1
+
+
+def _render(table: Any) -> str:
+    console = Console(record=True, width=250)
+    console.print(table)
+    return console.export_text()
+
+
+def test_tables_render_the_figures() -> None:
+    trials = [_trial("ext2", 0, Outcome.RECOVERED, 0.05, 0.5), _trial("ext2", 1, Outcome.OK, 0.07, 0.25)]
+    text = _render(summary_table([summarize("ext2", trials)]))
+    assert "ext2" in text and "ok 1, recovered 1" in text
+    assert "0.060 / 0.068 / 0.070" in text  # mount median / p90 / max
+    assert "0.375 / 0.500" in text  # fsck median / max
+    assert "EIO 2" in text
+    rows = _render(trial_table("ext2", trials))
+    assert "before op 10" in rows and "recovery complete" in rows and "2 / 200" in rows
+
+
+def test_trials_land_in_the_store(tmp_path: Path) -> None:
+    trials = [_trial("ext4/ordered", 0, Outcome.OK, 0.2, 0.3)]
+    with Store(tmp_path / "db.sqlite") as store:
+        run_id = store.start_run(command_line="test", study="cut")
+        engine = cut.CutEngine.__new__(cut.CutEngine)
+        engine.store, engine.run_id = store, run_id
+        engine.plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", seed=4)
+        engine.record(trials[0])
+        rows = store.recoveries(run_id)
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r.target, r.outcome, r.seed, r.in_flight_ops, r.in_flight_bytes) == (
+        "ext4/ordered", Outcome.OK, 4, 2, 200)
+    assert r.mount_s == pytest.approx(0.2) and r.fsck_s == pytest.approx(0.3)
+    assert r.replay_messages == ["EXT4-fs (dm-0): recovery complete"]
+
+
+def test_cli_parses_the_cut_options() -> None:
+    args = build_parser().parse_args(["cut", "--target", "ext4/ordered", "--target", "ext2",
+                                      "--case", "random:200", "--trials", "5",
+                                      "--cut-after-ops", "3", "--mode", "error_writes", "--json"])
+    assert args.target == ["ext4/ordered", "ext2"] and args.cut_after_ops == 3
+    assert args.mode == "error_writes" and args.json
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["cut", "--target", "ext2", "--cut-after-ops", "1",
+                                   "--cut-after-s", "2"])
+
+
+def test_results_json_round_trips(tmp_path: Path) -> None:
+    result = cut.CutRunResult(tmp_path, cut.CutPlan(targets=("ext2",), case="random:10"),
+                              [_trial("ext2", 0, Outcome.OK, 0.1, 0.2)])
+    cut.save_results(result)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["plan"]["mode"] == "drop_writes"
+    assert doc["summaries"][0]["outcomes"] == {"ok": 1}
+    assert DriveResult.from_dict(doc["trials"][0]["drive"]).in_flight_ops == 2
