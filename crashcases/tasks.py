@@ -103,6 +103,9 @@ def check(task: dict[str, Any], emit: Emit) -> None:
                 # Something in the kernel is stuck; nothing more here is trustworthy.
                 emit({"result": {"abandoned": True}})
                 return
+        emit({"result": {"replay_written_bytes": rep.bytes_written,
+                         "replay_discarded_bytes": rep.bytes_discarded,
+                         "entries_applied": rep.entries_applied}})
 
 
 def parse_results(path: Path) -> list[CheckResult]:

@@ -68,9 +68,9 @@ def parse_frames(text: str) -> Iterator[dict[str, Any]]:
             yield json.loads(line[len(FRAME):])
 
 
-def _handler(name: str) -> Handler:
-    if name not in _HANDLERS and name in TASK_MODULES:
-        importlib.import_module(TASK_MODULES[name])
+def _handler(name: str, module: str | None = None) -> Handler:
+    if name not in _HANDLERS and (module or name in TASK_MODULES):
+        importlib.import_module(module or TASK_MODULES[name])
     try:
         return _HANDLERS[name]
     except KeyError:
@@ -88,7 +88,8 @@ def serve(task_obj: dict[str, Any], out: Any = None) -> int:
         name = task_obj.get("task")
         if not isinstance(name, str):
             raise errors.ConfigError("agent: the task has no 'task' name")
-        _handler(name)(task_obj, emit)
+        module = task_obj.get("module")
+        _handler(name, module if isinstance(module, str) else None)(task_obj, emit)
     except errors.PowercutError as exc:
         emit({"error": str(exc), "type": type(exc).__name__})
         return 1

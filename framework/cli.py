@@ -16,6 +16,7 @@ log = logging.getLogger("powercut")
 
 # Modules that add sub-commands: each has add_parser(subparsers).
 COMMAND_MODULES = (
+    "framework.cli_run",
     "framework.cli_vm",
     "framework.cli_log",
     "framework.cli_crash",

@@ -547,3 +547,44 @@ def test_a_failed_write_poisons_the_replayer(
         monkeypatch.undo()
         with pytest.raises(ReplayError, match="an earlier replay step failed"):
             rp.replay_to(250)
+
+
+def _small_valid_log(path: Path) -> bytes:
+    with LogWriter(path) as w:
+        w.write(4, bytes([1]) * (2 * S))
+        w.flush()
+        w.fua_write(0, bytes([2]) * S)
+        w.mark("m")
+        w.discard(4, 1)
+        w.write(6, bytes([3]) * S)
+    return path.read_bytes()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    mutations=st.lists(
+        st.tuples(st.integers(0, 9 * S), st.binary(min_size=1, max_size=8)), max_size=3
+    ),
+    cut=st.one_of(st.none(), st.integers(0, 10 * S)),
+)
+def test_fuzzed_log_replays_or_fails_cleanly(
+    tmp_path: Path, mutations: list[tuple[int, bytes]], cut: int | None
+) -> None:
+    log = tmp_path / "fuzz.log"
+    raw = _small_valid_log(log)
+    for offset, data in mutations:
+        raw = (raw[:offset] + data + raw[offset + len(data) :])[: len(raw)]
+    if cut is not None:
+        raw = raw[:cut]
+    log.write_bytes(raw)
+    target = tmp_path / "fuzz.img"
+    target.write_bytes(bytes(16 * S))
+    try:
+        with Replayer(log, target, sync=False) as rp:
+            rp.replay_to(rp.nr_entries - 1)
+    except (LogFormatError, ReplayError) as exc:
+        assert "\n" not in str(exc)
+    finally:
+        target.unlink()

@@ -1,0 +1,101 @@
+"""Checking one crash state: step order, outcome per step, hangs as findings."""
+
+from __future__ import annotations
+
+import pytest
+
+from crashcases.cases import load_case
+from crashcases.check import CheckResult, Timeouts, check_state, outcome_of
+from crashcases.operations import execute
+from crashcases.persistence import for_filesystem
+from framework.errors import CommandTimeout
+from framework.machine.fake import FakeMachine
+from framework.store import Outcome
+from recovery.targets import get_target
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A 'mounted' tree that holds exactly what the workload did, and its oracle."""
+    root = tmp_path / "mnt"
+    root.mkdir()
+    oracle = execute(load_case("hand:write-fsync-rename", seed=0), root, lambda name: None)
+    return root, oracle
+
+
+def run(tree, target="ext4/ordered", fake=None):
+    root, oracle = tree
+    fake = fake or FakeMachine(rundir=root.parent)
+    return check_state(fake, get_target(target), "/dev/mapper/snap", root, oracle=oracle,
+                       last_mark=oracle.marks[-1], rules=for_filesystem(target), key="7/prefix",
+                       timeouts=Timeouts(mount_s=5, fsck_s=5, umount_s=5)), fake
+
+
+def commands(fake):
+    return [c[0] for c in fake.calls if c[0] in ("mount", "umount", "e2fsck")]
+
+
+def test_intact_state_is_ok_and_steps_run_in_order(tree):
+    result, fake = run(tree)
+    assert result.outcome is Outcome.OK and result.findings == []
+    assert commands(fake) == ["mount", "umount", "e2fsck"]
+    assert result.mount_ok and result.fsck_check == "clean" and result.fsck_repair == ""
+
+
+def test_lost_file_is_data_loss(tree):
+    (tree[0] / "h" / "data").unlink()
+    result, _ = run(tree)
+    assert result.outcome is Outcome.DATA_LOSS
+    assert result.findings[0]["kind"] == "data-loss" and result.findings[0]["path"] == "h/data"
+
+
+def test_fsck_repair_means_recovered_and_unrepairable_means_corrupt(tree):
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("e2fsck -f -n *", status=4, stdout="Inode 12 has bad blocks")
+    fake.on("e2fsck -f -y *", status=1, stdout="FILE SYSTEM WAS MODIFIED")
+    result, _ = run(tree, fake=fake)
+    assert (result.fsck_check, result.fsck_repair, result.outcome) == ("corrupt", "repaired", Outcome.RECOVERED)
+    fake.on("e2fsck -f -y *", status=4, stdout="errors left uncorrected")
+    result, _ = run(tree, fake=fake)
+    assert result.outcome is Outcome.CORRUPT
+
+
+def test_refused_mount_is_unmountable(tree):
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("mount *", status=32, stderr="mount: wrong fs type, bad superblock")
+    result, _ = run(tree, fake=fake)
+    assert result.outcome is Outcome.UNMOUNTABLE and "bad superblock" in result.mount_error
+    assert "umount" not in commands(fake)
+
+
+def test_a_mount_past_its_deadline_is_a_hang(tree):
+    def stuck(argv, _input):
+        raise CommandTimeout("command timed out after 5 s: mount /dev/mapper/snap")
+
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("mount *", respond=stuck)
+    result, _ = run(tree, fake=fake)
+    assert result.outcome is Outcome.HANG and "timed out" in result.notes[0]
+
+
+def test_unjournalled_targets_get_fsck_before_mount(tree):
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("e2fsck -f -y *", status=1)
+    calls = iter([4, 0])  # errors before the repair, clean after it
+    fake.on("e2fsck -f -n *", respond=lambda argv, _i: (next(calls), "", ""))
+    result, _ = run(tree, target="ext2", fake=fake)
+    assert commands(fake) == ["e2fsck", "e2fsck", "mount", "umount", "e2fsck"]
+    assert result.outcome is Outcome.RECOVERED
+
+
+def test_outcome_picks_the_worst_step():
+    r = CheckResult(key="k", mount_ok=True, fsck_check="corrupt", fsck_repair="repaired",
+                    findings=[{"kind": "data-loss", "path": "a", "detail": "", "mark": "pc-1"}])
+    assert outcome_of(r) is Outcome.DATA_LOSS
+    r.findings = [{"kind": "io-error", "path": "a", "detail": "EIO", "mark": None}]
+    assert outcome_of(r) is Outcome.CORRUPT
+    r.mount_ok = False
+    assert outcome_of(r) is Outcome.UNMOUNTABLE
+    assert CheckResult.from_dict(r.to_dict()) == r
+
+

@@ -1,0 +1,94 @@
+"""Crash points and crash-state variants from a log index."""
+
+from __future__ import annotations
+
+import pytest
+
+from crashcases.points import (
+    Variant,
+    build_state,
+    enumerate_points,
+    parse_strategy,
+    plan_states,
+)
+from devicemapper.logformat import LogEntry, LogFlag
+from framework.errors import ConfigError
+from framework.store import CrashPointKind
+from framework.store import Variant as VariantKind
+
+W, F, FUA, M = LogFlag.NONE, LogFlag.FLUSH, LogFlag.FUA, LogFlag.MARK
+
+
+def log(*spec: tuple[LogFlag, int, str | None]) -> list[LogEntry]:
+    """Entries from (flags, nr_sectors, mark) triples; offsets do not matter here."""
+    return [LogEntry(i, 100 * i, n, fl, 0, mark, 0, 0, 512) for i, (fl, n, mark) in enumerate(spec)]
+
+
+# mkfs writes, flush, mkfs mark, then two fsync rounds each ending with a mark.
+ENTRIES = log(
+    (W, 8, None), (F, 0, None), (M, 0, "mkfs"),          # 0-2
+    (W, 8, None), (W, 4, None), (F, 0, None), (M, 0, "pc-0"),  # 3-6
+    (W, 8, None), (FUA, 2, None), (W, 1, None), (W, 16, None),  # 7-10
+    (F, 0, None), (M, 0, "pc-1"), (W, 8, None), (M, 0, "dm-log-writes-end"),  # 11-14
+)
+MARKS = ["pc-0", "pc-1"]
+
+
+def test_mark_points_follow_the_workload_marks_only():
+    points = enumerate_points(ENTRIES, "marks", workload_marks=MARKS)
+    assert [(p.index, p.last_mark, p.last_barrier) for p in points] == [(6, "pc-0", 5), (12, "pc-1", 11)]
+
+
+def test_flush_fua_every_and_sample_start_after_mkfs():
+    assert [p.index for p in enumerate_points(ENTRIES, "flush", workload_marks=MARKS)] == [5, 11]
+    assert [p.index for p in enumerate_points(ENTRIES, "fua", workload_marks=MARKS)] == [8]
+    assert [p.index for p in enumerate_points(ENTRIES, "every:4", workload_marks=MARKS)] == [2, 6, 10]
+    a = enumerate_points(ENTRIES, "sample:5", workload_marks=MARKS, seed=3)
+    assert a == enumerate_points(ENTRIES, "sample:5", workload_marks=MARKS, seed=3)
+    assert len(a) == 5 and all(2 <= p.index < 14 for p in a)
+    assert all(p.kind is CrashPointKind.SAMPLE for p in a)
+
+
+@pytest.mark.parametrize("bad", ["every", "every:0", "sample:x", "marks:3", "nope"])
+def test_bad_strategies_are_one_line_errors(bad):
+    with pytest.raises(ConfigError, match="--points"):
+        parse_strategy(bad)
+
+
+def test_prefix_subset_torn_and_lying_states():
+    point = enumerate_points(ENTRIES, "every:1", workload_marks=MARKS)
+    at10 = next(p for p in point if p.index == 10)
+    assert at10.last_barrier == 8  # the FUA write is a barrier
+    states = plan_states(ENTRIES, [at10], ["prefix", "subset", "torn", "lying"],
+                         workload_marks=MARKS, seed=1, per_point=4)
+    kinds = {s.variant.kind for s in states}
+    assert VariantKind.PREFIX in kinds and VariantKind.SUBSET in kinds and VariantKind.TORN in kinds
+    for s in states:
+        if s.variant.kind is VariantKind.SUBSET:
+            assert s.base == 8 and set(s.extra) < {9, 10}  # a proper subset of the unflushed writes
+        if s.variant.kind is VariantKind.TORN:
+            (victim, (lo, hi)), = s.torn.items()
+            assert victim == 10 and lo == 0 and 1 <= hi < 16
+        if s.variant.kind is VariantKind.LYING:
+            # Back to the mark before pc-0 (mkfs): flushes in between are ignored.
+            assert s.base == 2 and set(s.extra) < {3, 4, 7, 8, 9, 10}
+    assert [s.base for s in states] == sorted(s.base for s in states)
+
+
+def test_states_rebuild_from_their_key():
+    points = enumerate_points(ENTRIES, "every:1", workload_marks=MARKS)
+    states = plan_states(ENTRIES, points, ["prefix", "subset", "torn", "lying"], workload_marks=MARKS,
+                         seed=9)
+    assert len({s.key for s in states}) == len(states)
+    for s in states:
+        again = build_state(ENTRIES, s.point, Variant.parse(s.key.split("/")[1]), MARKS)
+        assert again == s
+
+
+def test_variant_specs_parse_or_fail_clearly():
+    assert Variant.parse("subset:17") == Variant(VariantKind.SUBSET, 17)
+    assert Variant.parse("prefix").spec == "prefix"
+    with pytest.raises(ConfigError, match="variant 'half:3'"):
+        Variant.parse("half:3")
+    with pytest.raises(ConfigError, match="--variants"):
+        plan_states(ENTRIES, [], ["bogus"], workload_marks=MARKS)

@@ -1,0 +1,82 @@
+"""Studies: TOML in, powercut command lines out, positive controls judged right."""
+
+from __future__ import annotations
+
+import pytest
+
+from framework.cli import build_parser
+from framework.errors import ConfigError
+from framework.study import StepResult, builtin_studies, load_study, parse_study, run_study
+
+STUDY = """
+[study]
+name = "t"
+description = "d"
+
+[[step]]
+command = "crash"
+targets = ["ext4/ordered", "ext2"]
+options = { case = "gen:seq1", max-sequences = 5, per_point = 1, quiet = true, warmup = false }
+
+[[step]]
+command = "bench"
+targets = ["ext2", "ext4/journal"]
+options = { workload = "fsmark", reps = 3 }
+expect = "fail"
+"""
+
+
+def test_steps_expand_into_command_lines():
+    study = parse_study(STUDY, source="t.toml")
+    assert [s.argv for s in study.steps] == [
+        ("crash", "--target", "ext4/ordered", "--case", "gen:seq1", "--max-sequences", "5",
+         "--per-point", "1", "--quiet"),
+        ("crash", "--target", "ext2", "--case", "gen:seq1", "--max-sequences", "5",
+         "--per-point", "1", "--quiet"),
+        ("bench", "--targets", "ext2,ext4/journal", "--workload", "fsmark", "--reps", "3"),
+    ]
+    assert study.steps[2].expect == "fail"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[step]]\ncommand = 'crash'\ntargets = ['ext2']\nbogus = 1\n", "step 1: unknown key 'bogus'"),
+    ("[[step]]\ncommand = 'format'\ntargets = ['ext2']\n", "command must be one of"),
+    ("[[step]]\ncommand = 'crash'\n", "targets must be a non-empty list"),
+    ("[[step]]\ncommand = 'crash'\ntargets = ['ext2']\nexpect = 'maybe'\n", "expect must be"),
+    ("[study]\nname = 'x'\nowner = 'y'\n", "unknown key 'owner' in [study]"),
+    ("[study\n", "not valid TOML"),
+    ("[study]\nname = 'x'\n", "has no [[step]]"),
+])
+def test_bad_studies_name_the_file_and_the_problem(text, message):
+    with pytest.raises(ConfigError, match="bad.toml") as info:
+        parse_study(text, source="bad.toml")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_positive_controls_must_fail_and_errors_never_count():
+    study = parse_study(STUDY, source="t.toml")
+    normal, control = study.steps[0], study.steps[2]
+    assert StepResult(normal, 0).as_expected and not StepResult(normal, 1).as_expected
+    assert StepResult(control, 1).as_expected and not StepResult(control, 0).as_expected
+    assert not StepResult(control, 2).as_expected  # an error is not a finding
+
+
+def test_run_study_passes_each_command_line():
+    seen = []
+    results = run_study(parse_study(STUDY, source="t.toml"), lambda argv: seen.append(argv) or 0,
+                        echo=lambda _line: None, extra_argv=["--db", "x.sqlite"])
+    assert len(results) == 3 and seen[0][-2:] == ["--db", "x.sqlite"]
+
+
+def test_every_builtin_study_parses_into_valid_command_lines():
+    parser = build_parser()
+    assert "quick" in builtin_studies()
+    for name in builtin_studies():
+        for step in load_study(name).steps:
+            args = parser.parse_args(list(step.argv))  # argparse exits on a bad option
+            assert args.func is not None
+
+
+def test_unknown_study_lists_the_builtins():
+    with pytest.raises(ConfigError, match="built-in: .*quick"):
+        load_study("no-such-study")
