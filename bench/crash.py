@@ -33,6 +33,10 @@ from framework.machine.qemu import QemuMachine
 MiB = 1 << 20
 
 
+class ToolRunner(HostRunner):
+    runs_here = False  # no in-process mount(2): what a shell script does
+
+
 @agent.task("crash-naive")
 def naive(task: dict[str, Any], emit: Emit) -> None:
     """generic/482's loop: replay 0..p onto the device, mount it, umount, fsck."""
@@ -41,7 +45,8 @@ def naive(task: dict[str, Any], emit: Emit) -> None:
     from recovery.mount import mount_timed, umount
     from recovery.targets import get_target
 
-    runner = HostRunner()
+    # The tools as generic/482 runs them: mount(8), umount(8), fsck, each a process.
+    runner = ToolRunner()
     target = get_target(task["target"])
     timeouts = Timeouts(**task["timeouts"])
     mnt = Path("/tmp/powercut/naive")

@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary.discards} discards, {len(summary.marks)} marks; built in {t_build:.1f} s"
         )
         print(
-            f"header scan (warm): {t_scan * 1000:.0f} ms "
+            f"header scan (headers only): {t_scan * 1000:.0f} ms "
             f"({summary.entries / t_scan / 1000:.0f}k entries/s)"
         )
 

@@ -60,3 +60,86 @@ class TargetMessenger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- creating and removing devices without dmsetup ----------------------------
+
+_DM_DEV_CREATE_CMD = 3
+_DM_DEV_REMOVE_CMD = 4
+_DM_DEV_SUSPEND_CMD = 6
+_DM_TABLE_LOAD_CMD = 9
+DM_SUSPEND_FLAG = 1 << 1
+# struct dm_target_spec: sector_start, length, status, next, target_type[16]
+_TARGET_SPEC = struct.Struct("<QQiI16s")
+
+
+def _ioc(cmd: int) -> int:
+    return (_IOC_READ_WRITE << 30) | (_DM_IOCTL.size << 16) | (0xFD << 8) | cmd
+
+
+def _header(name: str, total: int, *, flags: int = 0, target_count: int = 0) -> bytes:
+    return _DM_IOCTL.pack(4, 0, 0, total, _DM_IOCTL.size, target_count, 0, flags, 0, 0, 0,
+                          name.encode(), b"", b"")
+
+
+def pack_table_load(name: str, start: int, length: int, target: str, params: str) -> bytes:
+    """DM_TABLE_LOAD for a one-line table (the layout dmsetup sends)."""
+    spec_params = params.encode() + b"\0"
+    spec_len = _TARGET_SPEC.size + len(spec_params)
+    spec_len += -spec_len % 8
+    spec = _TARGET_SPEC.pack(start, length, 0, spec_len, target.encode()) + spec_params
+    body = spec.ljust(spec_len, b"\0")
+    return _header(name, _DM_IOCTL.size + len(body), target_count=1) + body
+
+
+def decode_dev(dev: int) -> tuple[int, int]:
+    """The kernel's huge_encode_dev() back into (major, minor)."""
+    major = (dev & 0xFFF00) >> 8
+    minor = (dev & 0xFF) | ((dev >> 12) & 0xFFF00)
+    return major, minor
+
+
+class Control:
+    """Device-mapper control ioctls from this process (needs root)."""
+
+    def __init__(self) -> None:
+        self._fd = os.open(CONTROL, os.O_RDWR | os.O_CLOEXEC)
+
+    def _call(self, cmd: int, buf: bytes, what: str) -> bytearray:
+        data = bytearray(buf)
+        try:
+            fcntl.ioctl(self._fd, _ioc(cmd), data)
+        except OSError as exc:
+            raise DeviceMapperError(f"{what}: {exc.strerror}") from exc
+        return data
+
+    def create(self, name: str, start: int, length: int, target: str, params: str) -> str:
+        """Create, load and resume a one-line device; returns its /dev/dm-N path."""
+        if len(name.encode()) >= DM_NAME_LEN:
+            raise DeviceMapperError(f"dm device name too long: {name!r}")
+        reply = self._call(_DM_DEV_CREATE_CMD, _header(name, _DM_IOCTL.size), f"create {name}")
+        try:
+            self._call(_DM_TABLE_LOAD_CMD, pack_table_load(name, start, length, target, params),
+                       f"load {target} table into {name}")
+            # DM_DEV_SUSPEND without the suspend flag is a resume.
+            self._call(_DM_DEV_SUSPEND_CMD, _header(name, _DM_IOCTL.size), f"resume {name}")
+        except DeviceMapperError:
+            self.remove(name)
+            raise
+        dev = _DM_IOCTL.unpack_from(reply)[9]
+        # devtmpfs made the node before the ioctl returned.
+        return f"/dev/dm-{decode_dev(dev)[1]}"
+
+    def remove(self, name: str) -> None:
+        self._call(_DM_DEV_REMOVE_CMD, _header(name, _DM_IOCTL.size), f"remove {name}")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Control:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

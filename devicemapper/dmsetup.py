@@ -26,10 +26,11 @@ DM_ENV = {"DM_DISABLE_UDEV": "1"}
 @dataclass(frozen=True, slots=True)
 class DmDevice:
     name: str
+    node: str = ""  # the block device node, if not /dev/mapper/NAME
 
     @property
     def path(self) -> str:
-        return f"/dev/mapper/{self.name}"
+        return self.node or f"/dev/mapper/{self.name}"
 
 
 class DmSetup:

@@ -180,6 +180,7 @@ class LogReader:
         self._window = b""
         self._window_offset = 0
         self._large_gap = False
+        self._reading_index = 0
         try:
             mode = os.fstat(self._fd).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode)):
@@ -230,8 +231,15 @@ class LogReader:
         where = "super block" if index is None else f"entry {index}"
         return LogFormatError(f"{self.path}: {where} at byte {offset}: {what}")
 
+    def _pread(self, length: int, offset: int, *, index: int | None) -> bytes:
+        """Read up to ``length`` bytes (fewer only at the end); I/O errors name the place."""
+        try:
+            return _pread_exact(self._fd, length, offset)
+        except OSError as exc:
+            raise self._error(f"read failed: {exc.strerror}", index=index, offset=offset) from exc
+
     def _read_super(self) -> LogSuper:
-        raw = _pread_exact(self._fd, SUPER.size, 0)
+        raw = self._pread(SUPER.size, 0, index=None)
         if len(raw) < SUPER.size:
             raise self._error(
                 f"truncated super block ({len(raw)} of {SUPER.size} bytes)", index=None, offset=0
@@ -282,7 +290,7 @@ class LogReader:
         if start >= 0 and start + size <= len(self._window):
             return self._window[start : start + size]
         want = size if self._large_gap else max(size, HEADER_WINDOW_BYTES)
-        self._window = _pread_exact(self._fd, want, offset)
+        self._window = self._pread(want, offset, index=self._reading_index)
         self._window_offset = offset
         return self._window[:size]
 
@@ -301,6 +309,7 @@ class LogReader:
                 index=index,
                 offset=header_offset,
             )
+        self._reading_index = index
         block = self._header_block(header_offset)
         if len(block) < size:
             raise self._error(
@@ -401,7 +410,7 @@ class LogReader:
 
     def read_payload(self, entry: LogEntry) -> bytes:
         """The whole payload of one entry (empty for discards, flushes, marks)."""
-        data = _pread_exact(self._fd, entry.payload_length, entry.payload_offset)
+        data = self._pread(entry.payload_length, entry.payload_offset, index=entry.index)
         if len(data) != entry.payload_length:
             raise self._error(
                 f"truncated payload ({len(data)} of {entry.payload_length} bytes)",
@@ -415,7 +424,12 @@ class LogReader:
         got = 0
         total = len(view)
         while got < total:
-            n = os.preadv(self._fd, [view[got:]], offset + got)
+            try:
+                n = os.preadv(self._fd, [view[got:]], offset + got)
+            except OSError as exc:
+                raise self._error(
+                    f"read failed: {exc.strerror}", index=index, offset=offset + got
+                ) from exc
             if n <= 0:
                 raise self._error(
                     f"truncated payload ({got} of {total} bytes readable)",
@@ -429,7 +443,7 @@ class LogReader:
         done = 0
         while done < entry.payload_length:
             n = min(chunk_bytes, entry.payload_length - done)
-            data = _pread_exact(self._fd, n, entry.payload_offset + done)
+            data = self._pread(n, entry.payload_offset + done, index=entry.index)
             if len(data) != n:
                 raise self._error(
                     f"truncated payload ({done + len(data)} of {entry.payload_length} bytes)",

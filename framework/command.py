@@ -140,6 +140,8 @@ def run(
 class HostRunner:
     """The command protocol on this machine (the agent's runner inside a guest)."""
 
+    runs_here = True  # callers may use in-process syscalls instead of commands
+
     def run(
         self,
         argv: Argv,

@@ -15,9 +15,11 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from framework import clock, syscalls
 from framework.command import CommandResult, CommandRunner
 from framework.errors import CommandError
 from recovery.filesystems import adapter_for
+from recovery.filesystems.base import FilesystemAdapter
 from recovery.fsck import C_LOCALE, output_tail
 from recovery.targets import Target
 
@@ -152,6 +154,8 @@ def mount_timed(
             runner.run(attach, timeout_s=timeout_s, env=C_LOCALE)
     argv = mount_argv(target, dev, mountpoint, journal_dev=journal_dev,
                       extra_options=extra_options, readonly=readonly)
+    if syscalls.runs_here(runner):
+        return _mount_here(target, adapter, argv)
     before = _read_kernel_log(runner)
     result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
     after = _read_kernel_log(runner) if before is not None else None
@@ -175,8 +179,41 @@ def mount_timed(
     )
 
 
+def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str]) -> MountResult:
+    """mount(2) in-process: what mount(8) would do, without its fork and exec."""
+    dev, mountpoint = argv[-2], argv[-1]
+    options = argv[argv.index("-o") + 1].split(",") if "-o" in argv else []
+    try:
+        klog: syscalls.KernelLog | None = syscalls.KernelLog()
+    except OSError:
+        klog = None
+    start = clock.monotonic()
+    error = ""
+    try:
+        syscalls.mount(dev, mountpoint, target.fstype, options)
+    except OSError as exc:
+        error = str(exc.strerror or exc)
+    duration = clock.monotonic() - start
+    kernel = klog.read() if klog is not None else []
+    if klog is not None:
+        klog.close()
+    replay = adapter.journal_replay_messages("\n".join(kernel))
+    if error and kernel:
+        error += " -- " + " | ".join(line.split("] ", 1)[-1] for line in kernel[-3:])
+    return MountResult(ok=not error, duration_s=duration, status=32 if error else 0, error=error,
+                       replay_messages=tuple(replay), kernel_messages=tuple(kernel),
+                       kernel_log_read=klog is not None, argv=tuple(argv))
+
+
 def umount(runner: CommandRunner, mountpoint: str, *, timeout_s: float = UMOUNT_TIMEOUT_S) -> CommandResult:
     """Unmount ``mountpoint``; raises CommandError if it stays mounted."""
+    if syscalls.runs_here(runner):
+        start = clock.monotonic()
+        try:
+            syscalls.umount(mountpoint)
+        except OSError as exc:
+            raise CommandError(f"umount {mountpoint} failed: {exc.strerror}") from exc
+        return CommandResult(("umount", mountpoint), 0, "", "", clock.monotonic() - start)
     return runner.run(["umount", mountpoint], timeout_s=timeout_s, env=C_LOCALE)
 
 

@@ -23,6 +23,7 @@ class LocalMachine(Machine):
     or block devices the user named explicitly (``devices``), never any other."""
 
     name = "local"
+    runs_here = True  # callers may use in-process syscalls instead of commands
 
     def __init__(
         self,

@@ -448,3 +448,20 @@ def test_reader_reads_a_log_on_a_block_device(tmp_path: Path) -> None:
             assert [reader.read_payload(e) for e in entries if e.is_write] == payloads
     finally:
         subprocess.run(["losetup", "--detach", dev], check=False)
+
+
+def test_io_error_is_a_log_format_error_naming_the_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "k.log"
+    path.write_bytes(VALID)
+    with LogReader(path) as reader:
+
+        def eio(fd: int, length: int, offset: int) -> bytes:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "pread", eio)
+        with pytest.raises(
+            LogFormatError, match=rf"entry 0 at byte {S}: read failed: Input/output"
+        ):
+            list(reader)
