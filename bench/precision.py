@@ -56,6 +56,9 @@ def main() -> int:
     print(f"wall time: {total_s:.1f} s in all, boot {boot_s:.1f} s, "
           f"{run.wall_s / len(run.samples):.1f} s per repetition (mkfs to unmount, incl. the "
           f"console round trip and python start in the guest)")
+    if run.host_load is not None:
+        print(f"host load average {run.host_load[0]:.2f} before, {run.host_load[1]:.2f} after "
+              f"({os.cpu_count()} CPUs; other work on the host slows an emulated guest)")
     print()
     header = (f"{'metric':<22} {'unit':<15} {'mean':>12} {'CoV':>7} {'95% hw':>8} "
               f"{'reps for +-' + format(args.target_pct, 'g') + '%':>16}")

@@ -261,9 +261,14 @@ _RANDOM_FILES = ("f0", "f1", "f2", "d0/f0", "d0/f1", "d1/f0")
 _RANDOM_DIRS = ("d0", "d1", "d2", "d0/e")
 
 
-def random_ops(n_ops: int, seed: int) -> list[Op]:
-    """``n_ops`` valid random ops in directory ``r``, about one in four a durability op."""
-    rng = random.Random(f"powercut-random:{seed}")
+def random_ops(n_ops: int, seed: int, *, block: int = B) -> list[Op]:
+    """``n_ops`` valid random ops in directory ``r``, about one in four a durability op.
+
+    ``block`` scales every size and offset: 4 KiB gives small metadata-heavy
+    logs; 64 KiB (``stress:N``) gives data-heavy logs like fsstress runs.
+    """
+    B = block
+    rng = random.Random(f"powercut-random:{seed}" + ("" if block == 4096 else f":{block}"))
     ops: list[Op] = [Op(OpKind.MKDIR, "r")]
     model = FsModel()
     model.apply(ops[0])
@@ -433,7 +438,7 @@ def _hand_cases() -> dict[str, list[Op]]:
 
 
 def list_cases() -> list[str]:
-    return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "random:200"]
+    return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "random:200", "stress:200"]
 
 
 def load_case(spec: str, *, seed: int, max_sequences: int | None = None) -> Workload:
@@ -463,6 +468,10 @@ def load_case(spec: str, *, seed: int, max_sequences: int | None = None) -> Work
         if arg == "seq3":
             return _packed(spec, seq3(seed, max_sequences or SEQ3_DEFAULT), seed)
         raise ConfigError(f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3)")
+    if family == "stress":
+        if not arg.isdigit() or int(arg) < 1:
+            raise ConfigError(f"case {spec!r}: expected stress:N with N >= 1 ops")
+        return Workload(name=spec, seed=seed, ops=tuple(random_ops(int(arg), seed, block=64 * 1024)))
     if family == "random":
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected random:N with N >= 1 ops")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -275,6 +276,9 @@ class BenchRun:
     samples: tuple[Sample, ...]
     primary: str
     wall_s: float
+    #: Host 1-minute load average before and after: emulated guests are slowed
+    #: by anything else running on the host, so say how busy it was.
+    host_load: tuple[float, float] | None = None
 
 
 def run_bench(
@@ -291,6 +295,7 @@ def run_bench(
     config.validate()
     scheduler = Scheduler(config)
     state = BenchState(config, clock.monotonic())
+    load_before = _load_average()
     pending = scheduler.first_round()
     state.planned = len(pending)
     while pending:
@@ -311,7 +316,17 @@ def run_bench(
         pending = scheduler.next_round(state.kept(state.primary))
         state.planned += len(pending)
     assert state.primary is not None
-    return BenchRun(config, tuple(state.samples), state.primary, clock.monotonic() - state.started_s)
+    load_after = _load_average()
+    load = None if load_before is None or load_after is None else (load_before, load_after)
+    return BenchRun(config, tuple(state.samples), state.primary,
+                    clock.monotonic() - state.started_s, load)
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 class StoreRecorder:
@@ -601,6 +616,9 @@ def format_report(run: BenchRun, a: BenchAnalysis) -> str:
     header = (f"powercut bench: {c.workload} at {c.scale} scale; repetitions per target: {reps}"
               f"{'; first trial of each target discarded (warm-up)' if c.warmup else ''}; "
               f"run order shuffled with seed {c.seed}; wall time {run.wall_s:.1f} s")
+    if run.host_load is not None:
+        header += (f"\nhost load average {run.host_load[0]:.2f} before, {run.host_load[1]:.2f} after "
+                   f"({os.cpu_count()} CPUs; a busy host slows an emulated guest)")
     order = "order: " + " ".join(
         f"{s.trial.target}{'(w)' if s.trial.warmup else ''}" for s in run.samples)
     timing = ("timings: run_s = workload wall time, umount_s = unmount (writes back what the "
@@ -649,7 +667,7 @@ def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
         "workload": c.workload, "scale": str(c.scale), "targets": list(c.targets),
         "baseline": c.baseline_target, "seed": c.seed, "warmup": c.warmup,
         "until_ci_pct": c.until_ci_pct, "max_reps": c.max_reps, "level": level,
-        "primary": a.primary.name, "wall_s": run.wall_s,
+        "primary": a.primary.name, "wall_s": run.wall_s, "host_load": run.host_load,
         "units": {m.name: m.unit for m in a.metrics},
         "higher_is_better": {m.name: m.higher_is_better for m in a.metrics},
         "order": [{"seq": s.trial.seq, "target": s.trial.target, "rep": s.trial.rep,

@@ -252,6 +252,8 @@ def test_the_report_shows_means_intervals_overhead_and_anova():
     assert "SST" in text and "errors" in text and "target explains" in text
     assert "the targets differ at 95%" in text
     assert "seed 4" in text and "warm-up" in text and "kernel 6.1.0-test" in text
+    loaded = bench.format_report(dataclasses.replace(run, host_load=(1.5, 2.25)), bench.analyse(run))
+    assert "host load average 1.50 before, 2.25 after" in loaded
 
 
 def test_json_report_is_data():
