@@ -29,7 +29,7 @@ from framework.errors import (
 from framework.machine import initramfs
 from framework.machine.base import DiskSpec, Machine, project_root, venv_python
 from framework.machine.console import ConsoleRunner
-from framework.machine.kernel import KernelSpec, default_kernel
+from framework.machine.kernel import KernelSpec, boot_image, default_kernel
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class QemuMachine(Machine):
             "-smp", str(self.cpus),
             "-chardev", "stdio,id=con,signal=off",
             "-serial", "chardev:con",
-            "-kernel", os.fspath(self.kernel.image),
+            "-kernel", os.fspath(boot_image(self.kernel.image, initramfs.cache_dir() / "kernels")),
             "-initrd", os.fspath(initrd),
             "-append", append,
             "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",

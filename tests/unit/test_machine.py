@@ -77,3 +77,44 @@ def test_kernel_errors_are_one_line(tmp_path):
         kernel_spec(image, tmp_path)
     with pytest.raises(MissingPrerequisite, match="--modules needs --kernel"):
         kernel_spec(None, tmp_path)
+
+
+def fake_elf(with_pvh: bool) -> bytes:
+    """A minimal 64-bit ELF with one PT_NOTE segment holding a Xen note."""
+    note_type = 18 if with_pvh else 6
+    note = struct.pack("<III", 4, 8, note_type) + b"Xen\0" + b"\0" * 8
+    phoff, notes_at = 64, 64 + 56
+    header = bytearray(64)
+    header[:5] = b"\x7fELF\x02"
+    header[0x20:0x28] = phoff.to_bytes(8, "little")
+    header[0x36:0x38] = (56).to_bytes(2, "little")
+    header[0x38:0x3A] = (1).to_bytes(2, "little")
+    ph = struct.pack("<IIQQQQQQ", 4, 0, notes_at, 0, 0, len(note), len(note), 4)
+    return bytes(header) + ph + note
+
+
+def fake_bzimage_with(payload: bytes) -> bytes:
+    head = bytearray(0x1000)
+    head[0x1F1] = 1  # setup sectors: protected-mode code at (1 + 1) * 512
+    head[0x202:0x206] = b"HdrS"
+    head[0x206:0x208] = (0x20F).to_bytes(2, "little")
+    head[0x248:0x24C] = (0x100).to_bytes(4, "little")
+    head[0x24C:0x250] = len(payload).to_bytes(4, "little")
+    start = 2 * 512 + 0x100
+    return bytes(head[:start]) + payload + b"\0" * 64
+
+
+def test_pvh_kernels_boot_uncompressed_and_others_as_they_are(tmp_path):
+    import gzip
+
+    from framework.machine.kernel import boot_image, has_pvh_entry
+
+    assert has_pvh_entry(fake_elf(True)) and not has_pvh_entry(fake_elf(False))
+    pvh = tmp_path / "pvh.bzImage"
+    pvh.write_bytes(fake_bzimage_with(gzip.compress(fake_elf(True))))
+    out = boot_image(pvh, tmp_path / "cache")
+    assert out.suffix == ".vmlinux" and out.read_bytes() == fake_elf(True)
+    plain = tmp_path / "plain.bzImage"
+    plain.write_bytes(fake_bzimage_with(gzip.compress(fake_elf(False))))
+    assert boot_image(plain, tmp_path / "cache") == plain
+    assert boot_image(plain, tmp_path / "cache") == plain  # the verdict is cached too
