@@ -164,7 +164,10 @@ def summarize(samples: Samples) -> Summary:
     q1 = float(np.quantile(arr, 0.25, method=QUANTILE_METHOD))
     q3 = float(np.quantile(arr, 0.75, method=QUANTILE_METHOD))
     # scipy warns (and returns NaN) on a constant sample; it is symmetric, so 0.
-    skew = float(sps.skew(arr, bias=False)) if stdev > 0 else 0.0
+    # Equal floats like [0.1, 0.1, 0.1] can leave a stdev of ~1e-17 from
+    # rounding alone: treat a spread below the values' own precision as none.
+    constant = stdev <= 64 * np.finfo(float).eps * max(abs(mean), float(np.max(np.abs(arr))))
+    skew = 0.0 if constant else float(sps.skew(arr, bias=False))
     return Summary(
         n=int(arr.size),
         mean=mean,

@@ -539,3 +539,9 @@ def test_format_summaries_marks_undefined_means() -> None:
     assert rows["geometric mean"] == ["2.0000", "-"]
     assert rows["mean [s]"] == ["2.3333", "0.5000"]
     assert "90% CI low" in rows
+
+
+def test_nearly_constant_samples_do_not_warn():
+    # Equal floats whose mean is not exactly representable: stdev ~1e-17, not 0.
+    s = stats.summarize([0.1, 0.1, 0.1])
+    assert s.skewness == 0.0 and s.stdev < 1e-15
