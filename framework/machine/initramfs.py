@@ -41,6 +41,19 @@ BASE_MODULES: tuple[str, ...] = (
     "loop",
 )
 
+# Directories the guest covers with its own tmpfs (see /init).
+GUEST_TMPFS = ("/tmp", "/run", "/mnt", "/var/tmp")
+
+
+def hidden_paths(paths: Iterable[Path]) -> list[Path]:
+    """The paths that lie under a guest tmpfs and must be kept visible there."""
+    out: list[Path] = []
+    for p in paths:
+        if any(p == Path(t) or p.is_relative_to(t) for t in GUEST_TMPFS) and p not in out:
+            out.append(p)
+    return out
+
+
 # Filesystem modules by fstype, loaded only when a run needs them: btrfs and
 # its raid6/xor helpers benchmark their algorithms at load, which costs
 # seconds under TCG.
@@ -145,10 +158,23 @@ if ! mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=loose,msize=$msize ho
   echo "powercut-init: cannot mount the host root over 9p"; poweroff -f
 fi
 for d in dev proc sys; do mount --bind /$d /newroot/$d; done
+# Host paths the guest needs (the checkout, the virtualenv) may lie under the
+# directories made writable with tmpfs below: hold them aside and put them back.
+keep=$(arg powercut.keep | tr ':' ' ')
+i=0
+for p in $keep; do
+  mkdir -p /keep/$i && mount --bind "/newroot$p" /keep/$i; i=$((i+1))
+done
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
 mount -t tmpfs tmpfs /newroot/run
 mount -t tmpfs tmpfs /newroot/mnt
 [ -d /newroot/var/tmp ] && mount -t tmpfs -o mode=1777 tmpfs /newroot/var/tmp
+i=0
+for p in $keep; do
+  mkdir -p "/newroot$p" && mount --move /keep/$i "/newroot$p" \
+    || echo "powercut-init: cannot keep $p visible"
+  i=$((i+1))
+done
 if [ -n "$rundir" ]; then
   # The run directory may lie under a path the tmpfs mounts above hide.
   mkdir -p "/newroot$rundir" 2>/dev/null

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import signal
 import string
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -113,6 +114,9 @@ class QemuMachine(Machine):
                 f"powercut.msize={MSIZE}",
             ]
         )
+        keep = initramfs.hidden_paths(guest_paths())
+        if keep:
+            append += " powercut.keep=" + ":".join(os.fspath(p) for p in keep)
         argv = [
             QEMU,
             "-nodefaults",
@@ -302,6 +306,16 @@ class QemuMachine(Machine):
             raise MachineError("the guest is not running")
         self.child.send("stty sane; PS1='guest# '\n")
         self.child.interact(escape_character="\x1d")
+
+
+def guest_paths() -> list[Path]:
+    """Host paths the guest must see: the checkout and the Python that runs powercut."""
+    paths = [project_root(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    for p in paths:
+        if any(c.isspace() for c in os.fspath(p)):
+            raise MachineError(f"{p}: a path with white space cannot be passed to the guest; "
+                               "move the checkout or the virtualenv")
+    return paths
 
 
 def _qemu_env() -> dict[str, str]:
