@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -86,7 +85,14 @@ def test_doctor_reports_a_kernel_without_dm_log_writes(tmp_path):
     assert "CONFIG_DM_LOG_WRITES" in out.stderr
 
 
-def test_no_qemu_left_behind():
-    mine = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64.*{Path(os.getcwd())}"],
-                          capture_output=True, text=True)
-    assert mine.stdout.strip() == ""
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_no_qemu_or_run_directory_survives_an_error(error):
+    machine = QemuMachine(fstypes=())
+    with pytest.raises(error), machine:
+        machine.start()
+        pid = machine.child.pid
+        rundir = machine.rundir
+        raise error("boom")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not rundir.exists()
