@@ -6,7 +6,9 @@ import argparse
 import importlib
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from framework import __version__
@@ -79,7 +81,15 @@ def configure_logging(verbose: int) -> None:
         logging.getLogger("framework.machine.qemu").setLevel(logging.INFO)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (a CI job cancelled, kill): unwind like Ctrl-C so every guest,
+    # dm device and mount is torn down and the results store says interrupted.
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -96,3 +98,27 @@ def test_no_qemu_or_run_directory_survives_an_error(error):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert not rundir.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_cli_tears_the_guest_down(sig):
+    proc = subprocess.Popen([*POWERCUT, "vm", "run", "--", "sleep", "300"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        qemu = None
+        for _ in range(600):  # the guest boots in seconds; allow a loaded machine
+            kids = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "qemu-system"],
+                                  capture_output=True, text=True).stdout.split()
+            if kids:
+                qemu = int(kids[0])
+                break
+            time.sleep(0.2)
+        assert qemu is not None, "qemu never started"
+        time.sleep(8)  # let the guest reach its shell and start the command
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(qemu, 0)
