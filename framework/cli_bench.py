@@ -8,12 +8,14 @@ import logging
 import random
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
-from framework import bench
-from framework.bench import BenchConfig
 from framework.cli import add_machine_options, print_json
 from framework.store import RunStatus, Store
 from framework.workloads import Scale, get_workload, list_workloads
+
+if TYPE_CHECKING:
+    from framework.bench import BenchConfig
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ def _targets(text: str) -> tuple[str, ...]:
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    # scipy, statsmodels and pandas load in about half a second: only when benchmarking.
+    from framework.bench import BenchConfig
+
     config = BenchConfig(
         targets=args.targets,
         workload=args.workload,
@@ -84,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from framework import bench
     from framework.cli_vm import machine_from_args  # boots qemu: imported only when used
 
     config = config_from_args(args)
