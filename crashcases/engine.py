@@ -52,7 +52,8 @@ from recovery.targets import JournalPlacement, Target, get_target
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
-CHUNK = 12  # states per agent call: few round trips, little lost to a hang
+CHUNK = 100  # states per agent call: each call starts python and loads the oracle and log index;
+# a hang costs nothing extra, since the watchdog spots it per state and results are per state
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
 
 

@@ -469,7 +469,7 @@ def _kind_of(mode: int) -> NodeKind | None:
     return None
 
 
-def _read_file(path: Path) -> bytes:
+def _read_file(path: str | Path) -> bytes:
     with open(path, "rb", buffering=0) as f:
         chunks = []
         while chunk := f.read(1 << 20):
@@ -480,10 +480,11 @@ def _read_file(path: Path) -> bytes:
 def walk_tree(root: Path) -> list[Finding]:
     """Read every file, list every directory and readlink every symlink under ``root``."""
     findings: list[Finding] = []
+    base = os.fspath(root)
     stack = [""]
     while stack:
         rel = stack.pop()
-        here = root / rel if rel else root
+        here = f"{base}/{rel}" if rel else base
         try:
             names = sorted(os.listdir(here))
         except OSError as exc:
@@ -491,7 +492,7 @@ def walk_tree(root: Path) -> list[Finding]:
             continue
         for name in names:
             child = f"{rel}/{name}" if rel else name
-            p = root / child
+            p = f"{base}/{child}"
             try:
                 st = os.lstat(p)
                 if stat.S_ISDIR(st.st_mode):
@@ -525,6 +526,8 @@ class _Checker:
     def __init__(self, oracle: OracleLog, root: Path, k: int, rules: PersistenceRules) -> None:
         self.o = oracle
         self.root = root
+        # Plain strings, not Path: the checks join thousands of paths per state.
+        self._root_s = os.fspath(root)
         self.k = k
         self.rules = rules
         marks = oracle.mark_records
@@ -627,10 +630,13 @@ class _Checker:
 
     # -- observing -----------------------------------------------------------
 
+    def at(self, path: str) -> str:
+        return f"{self._root_s}/{path}"
+
     def seen(self, path: str) -> _Seen | None:
         if path not in self._seen:
             try:
-                st = os.lstat(self.root / path)
+                st = os.lstat(self.at(path))
                 self._seen[path] = _Seen(_kind_of(st.st_mode), st)
             except FileNotFoundError:
                 self._seen[path] = None
@@ -644,7 +650,7 @@ class _Checker:
     def content(self, path: str) -> bytes | None:
         if path not in self._content:
             try:
-                self._content[path] = _read_file(self.root / path)
+                self._content[path] = _read_file(self.at(path))
             except OSError as exc:
                 self.add(FindingKind.IO_ERROR, path, f"reading: {exc}")
                 self._content[path] = None
@@ -730,7 +736,7 @@ class _Checker:
 
     def check_listing(self, path: str) -> None:
         try:
-            names = os.listdir(self.root / path)
+            names = os.listdir(self.at(path))
         except OSError as exc:
             self.add(FindingKind.IO_ERROR, path, f"listing the directory: {exc}")
             return
@@ -748,7 +754,7 @@ class _Checker:
         if rec.kind is NodeKind.SYMLINK:
             if self.rules.metadata_atomic:
                 try:
-                    target = os.readlink(self.root / path)
+                    target = os.readlink(self.at(path))
                 except OSError as exc:
                     return [Finding(FindingKind.IO_ERROR, path, f"readlink: {exc}")]
                 if target != rec.target:
@@ -842,7 +848,7 @@ class _Checker:
             allowed.update(e.digest for e in mine if promise[0] < e.op <= self.end)
             try:
                 got: str | None = value_digest(
-                    os.getxattr(self.root / path, name, follow_symlinks=False)
+                    os.getxattr(self.at(path), name, follow_symlinks=False)
                 )
             except OSError as exc:
                 if exc.errno == errno.ENODATA:
@@ -892,7 +898,7 @@ class _Checker:
         while stack:
             rel = stack.pop()
             try:
-                entries = list(os.scandir(self.root / rel if rel else self.root))
+                entries = list(os.scandir(self.at(rel) if rel else self._root_s))
             except OSError:
                 continue  # walk_tree reports unreadable directories
             for e in entries:
