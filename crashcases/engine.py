@@ -43,7 +43,7 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework import agent, clock
 from framework.environment import command_line, git_revision, host_facts
-from framework.errors import ConfigError, MachineError, PowercutError
+from framework.errors import CommandTimeout, ConfigError, MachineError, PowercutError
 from framework.machine.base import DiskSpec, Machine
 from framework.store import RunStatus, Store
 from recovery.filesystems import adapter_for
@@ -229,7 +229,7 @@ class CrashEngine:
         try:
             agent.call(machine, task, timeout_s=budget * len(chunk) + 120,
                        watch=progress_watch(results_path, budget))
-        except MachineError as exc:  # console timeout or the guest died
+        except (MachineError, CommandTimeout) as exc:  # stuck (watchdog, deadline) or died
             return str(exc)
         return ""
 

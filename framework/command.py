@@ -12,7 +12,7 @@ import logging
 import os
 import shlex
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -85,8 +85,12 @@ def run(
     input: str | None = None,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    watch: Callable[[], str | None] | None = None,
 ) -> CommandResult:
-    """Run argv on this machine and return its result."""
+    """Run argv on this machine and return its result.
+
+    ``watch``, if given, is asked about once a second; a non-empty answer
+    (why the command is stuck) kills it and raises CommandTimeout."""
     args = normalize_argv(argv)
     log.debug("+ %s", shlex.join(args))
     full_env = None
@@ -109,8 +113,24 @@ def run(
         raise MissingPrerequisite(
             f"{args[0]}: not found; run 'make setup' to install powercut's tools"
         ) from exc
+    deadline = None if timeout_s is None else start + timeout_s
+    stuck = ""
     try:
-        stdout, stderr = proc.communicate(input, timeout=timeout_s)
+        while True:
+            slice_s = None if watch is None else 1.0
+            if deadline is not None:
+                left = max(deadline - clock.monotonic(), 0.0)
+                slice_s = left if slice_s is None else min(slice_s, left)
+            try:
+                stdout, stderr = proc.communicate(input, timeout=slice_s)
+                break
+            except subprocess.TimeoutExpired:
+                input = None  # already sent
+                if deadline is not None and clock.monotonic() >= deadline:
+                    raise
+                stuck = watch() or "" if watch is not None else ""
+                if stuck:
+                    raise
     except subprocess.TimeoutExpired:
         proc.kill()
         try:
@@ -119,6 +139,8 @@ def run(
             # A process stuck in the kernel (a hung mount) cannot die: leave it
             # rather than wait forever; the caller records a hang.
             log.warning("could not reap %s after killing it", args[0])
+        if stuck:
+            raise CommandTimeout(f"{shlex.join(args)}: {stuck}") from None
         raise CommandTimeout(
             f"command timed out after {timeout_s:g} s: {shlex.join(args)}"
         ) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,8 +43,13 @@ class Machine(abc.ABC):
         ok_status: Iterable[int] | None = (0,),
         input: str | None = None,
         env: dict[str, str] | None = None,
+        watch: Callable[[], str | None] | None = None,
     ) -> CommandResult:
-        """Run argv in the machine; raise CommandError unless status is in ok_status."""
+        """Run argv in the machine; raise CommandError unless status is in ok_status.
+
+        ``watch``, if given, is asked about once a second while the command
+        runs; a non-empty answer (why it is stuck) ends it with a timeout error.
+        """
 
     @abc.abstractmethod
     def disk(self, name: str) -> str:

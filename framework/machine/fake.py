@@ -72,6 +72,7 @@ class FakeMachine(Machine):
         ok_status: Iterable[int] | None = (0,),
         input: str | None = None,
         env: dict[str, str] | None = None,
+        watch: Callable[[], str | None] | None = None,
     ) -> CommandResult:
         args = normalize_argv(argv)
         self.calls.append(args)

@@ -7,7 +7,7 @@ import logging
 import os
 import platform
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from framework import command
@@ -72,8 +72,10 @@ class LocalMachine(Machine):
         ok_status: Iterable[int] | None = (0,),
         input: str | None = None,
         env: dict[str, str] | None = None,
+        watch: Callable[[], str | None] | None = None,
     ) -> CommandResult:
-        return command.run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input, env=env)
+        return command.run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input, env=env,
+                           watch=watch)
 
     def disk(self, name: str) -> str:
         try:

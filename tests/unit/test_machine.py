@@ -118,3 +118,16 @@ def test_pvh_kernels_boot_uncompressed_and_others_as_they_are(tmp_path):
     plain.write_bytes(fake_bzimage_with(gzip.compress(fake_elf(False))))
     assert boot_image(plain, tmp_path / "cache") == plain
     assert boot_image(plain, tmp_path / "cache") == plain  # the verdict is cached too
+
+
+def test_run_watch_ends_a_stuck_command_early():
+    calls = []
+
+    def watch():
+        calls.append(1)
+        return "no progress" if len(calls) >= 2 else None
+
+    with pytest.raises(CommandTimeout, match="sleep 30: no progress"):
+        command.run(["sleep", "30"], timeout_s=60, watch=watch)
+    assert len(calls) == 2
+    assert command.run(["sh", "-c", "cat"], input="in", watch=lambda: None).stdout == "in"

@@ -1,0 +1,116 @@
+"""The crash engine's host side with fake guests: sharding, hangs, replacement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crashcases.engine import CrashEngine, CrashPlan, disk_sizes, progress_watch
+from crashcases.points import CrashPoint, CrashState, Variant
+from framework.errors import ConfigError, ConsoleTimeout
+from framework.machine.fake import FakeMachine
+from framework.store import CrashPointKind, Outcome
+from framework.store import Variant as VariantKind
+from recovery.targets import get_target
+
+
+def states(n: int) -> list[CrashState]:
+    return [CrashState(CrashPoint(i, CrashPointKind.MARK, f"pc-{i}", i - 1), Variant(VariantKind.PREFIX), i)
+            for i in range(n)]
+
+
+class Guests:
+    """A factory of fake guests whose agent writes one result line per state.
+
+    ``hang_at`` makes the check of that state report a hang (the guest then
+    stops, as the real agent does); ``stall_at`` makes the guest stop answering.
+    """
+
+    def __init__(self, tmp: Path, hang_at: str = "", stall_at: str = "") -> None:
+        self.tmp, self.hang_at, self.stall_at = tmp, hang_at, stall_at
+        self.booted = 0
+
+    def __call__(self, disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        self.booted += 1
+        rundir.mkdir(parents=True, exist_ok=True)
+        machine = FakeMachine(rundir=rundir)
+        for spec in disks:
+            machine.disks[spec.name] = f"/dev/fake-{spec.name}"
+
+        def agent(argv, text):  # type: ignore[no-untyped-def]
+            task = json.loads(text)
+            with open(task["results_path"], "a") as out:
+                for s in task["states"]:
+                    if s["key"] == self.stall_at:
+                        self.stall_at = ""  # the replacement guest behaves
+                        raise ConsoleTimeout("no crash state finished for 99 s")
+                    outcome = Outcome.HANG if s["key"] == self.hang_at else Outcome.OK
+                    out.write(json.dumps({"key": s["key"], "outcome": outcome.value}) + "\n")
+                    if outcome is Outcome.HANG:
+                        self.hang_at = ""
+                        break
+            return 0, "", ""
+
+        machine.on("* -m framework.agent", respond=agent)
+        return machine
+
+
+def engine(tmp_path: Path, guests: Guests, jobs: int = 1) -> CrashEngine:
+    eng = CrashEngine(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", jobs=jobs),
+                      tmp_path, guests)
+    (tmp_path / "vm-0" / "disks").mkdir(parents=True)
+    eng.log_path.write_bytes(b"")
+    eng.oracle_path.write_text("{}")
+    return eng
+
+
+def test_every_state_is_checked_once_across_shards(tmp_path):
+    guests = Guests(tmp_path)
+    eng = engine(tmp_path, guests, jobs=2)
+    eng.check(states(30), None)
+    assert sorted(eng.results) == sorted(s.key for s in states(30))
+    assert guests.booted == 2 and eng.replacements == 0
+
+
+def test_a_hang_replaces_the_guest_and_the_run_goes_on(tmp_path):
+    guests = Guests(tmp_path, hang_at="5/prefix")
+    eng = engine(tmp_path, guests)
+    eng.check(states(10), None)
+    assert eng.results["5/prefix"].outcome is Outcome.HANG
+    assert [k for k, r in eng.results.items() if r.outcome is Outcome.OK] == [
+        s.key for s in states(10) if s.key != "5/prefix"]
+    assert guests.booted == 2 and eng.replacements == 1
+
+
+def test_a_guest_that_stops_answering_costs_one_state(tmp_path):
+    guests = Guests(tmp_path, stall_at="3/prefix")
+    eng = engine(tmp_path, guests)
+    eng.check(states(6), None)
+    hung = eng.results["3/prefix"]
+    assert hung.outcome is Outcome.HANG and "stopped answering" in hung.notes[0]
+    assert sum(r.outcome is Outcome.OK for r in eng.results.values()) == 5
+
+
+def test_progress_watch_fires_only_after_a_stall(tmp_path, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("framework.clock.monotonic", lambda: now[0])
+    path = tmp_path / "results.jsonl"
+    watch = progress_watch(path, budget_s=10)
+    assert watch() is None
+    now[0] = 30.0
+    path.write_text("x\n")
+    assert watch() is None  # progress: the clock restarts
+    now[0] = 65.0
+    assert watch() is None
+    now[0] = 71.0
+    assert "no crash state finished" in (watch() or "")
+
+
+def test_external_journal_targets_are_refused_and_disks_fit_the_filesystem():
+    with pytest.raises(ConfigError, match="ext4/logdev"):
+        CrashEngine(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename"), Path("."),
+                    Guests(Path(".")))
+    assert disk_sizes(get_target("xfs"), None)["data"] > 300 << 20
+    assert disk_sizes(get_target("ext4/ordered"), None)["data"] == 128 << 20
