@@ -116,7 +116,6 @@ def cmd_cut(args: argparse.Namespace) -> int:
             progress.update(task, advance=1, status=f"{tr.target} #{tr.trial}: {tr.outcome.value}; "
                                                     f"{bad['n']} failing")
 
-        Path(args.db).parent.mkdir(parents=True, exist_ok=True)
         with Store(Path(args.db)) as store:
             result = run_cut(plan, Path(args.results), machine_factory(args), store=store, progress=step)
     failing = failing_trials(result)

@@ -270,6 +270,10 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
         self.path = Path(path)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create its directory: {exc.strerror}") from exc
+        try:
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE
             # takes the write lock up front, so two writers wait instead of
             # failing on a lock upgrade).

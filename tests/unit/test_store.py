@@ -273,3 +273,10 @@ def test_merge_of_shards(tmp_path: Path) -> None:
         assert store.done_keys(other.id).bench == {("btrfs", "dbench", 0)}
     with pytest.raises(StoreError, match="missing.db: no such results database"):
         merge(into, [tmp_path / "missing.db"])
+
+
+def test_store_creates_its_directory(tmp_path):
+    from framework.store import Store
+
+    with Store(tmp_path / "new" / "dir" / "powercut.sqlite") as store:
+        assert store.runs() == []
