@@ -93,7 +93,8 @@ def write_junit(result: CrashRunResult, path: Path, journalled: bool) -> None:
             continue
         failure = None
         if fails(r.outcome, journalled):
-            first = r.findings[0]["detail"] if r.findings else (r.notes[0] if r.notes else "")
+            first = r.findings[0]["detail"] if r.findings else (
+                r.mount_error or (r.notes[0] if r.notes else ""))
             failure = f"{r.outcome.value}: {first}"[:500]
         details = "\n".join([f"reproduce: {reproducer_command(result.run_dir, s.key)}",
                              *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in r.findings), *r.notes])
@@ -141,7 +142,8 @@ def cmd_crash(args: argparse.Namespace) -> int:
               f"(run {result.run_id})")
     for s in failing[:10]:
         r = result.results[s.key]
-        what = r.findings[0] if r.findings else {"kind": "", "path": "", "detail": "; ".join(r.notes)[:200]}
+        why = "; ".join(([f"mount: {r.mount_error}"] if r.mount_error else []) + r.notes)[:200]
+        what = r.findings[0] if r.findings else {"kind": "", "path": "", "detail": why}
         out.print(f"  {r.outcome.value:<11} {s.key:<22} {what['kind']} {what['path']} {what['detail']}")
         out.print(f"              reproduce: {reproducer_command(result.run_dir, s.key)}")
     if len(failing) > 10:
@@ -154,6 +156,8 @@ def cmd_recheck(args: argparse.Namespace) -> int:
     print(f"{args.state}: {result.outcome.value}")
     for f in result.findings:
         print(f"  {f['kind']}: {f['path']}: {f['detail']}")
+    if result.mount_error:
+        print(f"  mount failed: {result.mount_error}")
     for n in result.notes:
         print(f"  note: {n}")
     print(f"  mount {result.mount_s}s, fsck {result.fsck_check} {result.fsck_check_s}s"
