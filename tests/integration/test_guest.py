@@ -122,3 +122,21 @@ def test_interrupted_cli_tears_the_guest_down(sig):
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     with pytest.raises(ProcessLookupError):
         os.kill(qemu, 0)
+
+
+def test_vm_shell_is_interactive():
+    import pexpect
+
+    child = pexpect.spawn(sys.executable, ["-m", "framework.cli", "vm", "shell", "--disk", "data:16M"],
+                          timeout=300, encoding="utf-8")
+    try:
+        child.expect("disk data: /dev/vda")
+        child.expect("guest shell")
+        child.sendline("echo answer-$((6 * 7)); blockdev --getsize64 /dev/vda")
+        child.expect("answer-42")
+        child.expect("16777216")
+        child.sendline("exit")
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
