@@ -60,7 +60,7 @@ from crashcases.operations import (
     perform,
 )
 from crashcases.oracle import OracleLog
-from crashcases.persistence import for_filesystem
+from crashcases.persistence import for_target
 from devicemapper.flakey import flakey_device
 from devicemapper.table import FlakeyMode
 from framework import agent, clock
@@ -335,10 +335,6 @@ def drive(workload: Workload, root: Path, point: CutPoint, cut: Callable[[], Non
 # --- agent tasks ---------------------------------------------------------------
 
 
-def rules_for(target: Target) -> Any:
-    return for_filesystem(target.name, mount_options=target.mount_options)
-
-
 def drop_caches() -> None:
     """Forget cached pages so the recovery mount reads what the disk holds."""
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -416,7 +412,7 @@ def run_trial(runner: CommandRunner, target: Target, data_dev: str, workload: Wo
             # cut. The device lied to them, so the check must find data loss.
             last_mark = result.post_cut_promises[-1]
         check = check_state(runner, target, fd.path, check_mp, oracle=oracle, last_mark=last_mark,
-                            rules=rules_for(target), key=key, timeouts=timeouts)
+                            rules=for_target(target), key=key, timeouts=timeouts)
     return {"drive": result.to_dict(), "check": check.to_dict(), "checked_mark": last_mark}
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ class PersistenceRules:
     # data=writeback, ext2, ext4 without a journal. Else they read as the new
     # data or zeros.
     stale_data_after_extension: bool = True
+
+
+if TYPE_CHECKING:
+    from recovery.targets import Target
 
 
 def posix_strict() -> PersistenceRules:
@@ -144,3 +149,8 @@ def for_filesystem(
         return replace(posix_strict(), name=base, metadata_atomic=True)
     log.warning("no persistence rules for filesystem %r: using POSIX-only rules", fstype)
     return replace(posix_strict(), name=f"posix ({fstype})")
+
+
+def for_target(target: Target) -> PersistenceRules:
+    """The rules for a target: its filesystem, journal mode and mount options."""
+    return for_filesystem(target.name, mount_options=target.mount_options)

@@ -23,7 +23,7 @@ from typing import Any
 from crashcases.check import CheckResult, Outcome, Timeouts, check_state
 from crashcases.operations import Workload, execute
 from crashcases.oracle import OracleLog
-from crashcases.persistence import for_filesystem
+from crashcases.persistence import for_target
 from devicemapper.logformat import LogReader
 from devicemapper.logwrites import recording
 from devicemapper.replay import Replayer, apply_entries
@@ -38,11 +38,6 @@ log = logging.getLogger(__name__)
 
 RECORD_MOUNTPOINT = Path("/tmp/powercut/record")
 CHECK_MOUNTPOINT = Path("/tmp/powercut/check")
-
-
-def rules_for(target_name: str) -> Any:
-    target = get_target(target_name)
-    return for_filesystem(target.name, mount_options=target.mount_options)
 
 
 @agent.task("crash-record")
@@ -68,7 +63,7 @@ def check(task: dict[str, Any], emit: Emit) -> None:
     runner = HostRunner()
     target = get_target(task["target"])
     oracle = OracleLog.from_json(Path(task["oracle_path"]).read_text())
-    rules = rules_for(task["target"])
+    rules = for_target(target)
     timeouts = Timeouts(**task.get("timeouts", {}))
     results_path = Path(task["results_path"])
     with Replayer(task["log_dev"], task["replay_dev"], discard=task.get("discard", True)) as rep, \
