@@ -24,9 +24,9 @@ from crashcases.engine import (
 )
 from framework import junit
 from framework.cli import add_machine_options
+from framework.cli_vm import machine_from_args
 from framework.machine.base import DiskSpec, Machine
 from framework.machine.kernel import kernel_spec
-from framework.machine.qemu import QemuMachine
 from framework.store import Store
 from recovery.targets import JournalPlacement, get_target
 
@@ -53,10 +53,8 @@ def machine_factory(args: argparse.Namespace) -> MachineFactory:
     kernel = kernel_spec(args.kernel, args.modules)
 
     def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
-        machine = QemuMachine(kernel=kernel, disks=disks, fstypes=fstypes, rundir=rundir,
-                              accel=None if args.accel == "auto" else args.accel,
-                              memory_mib=args.memory_mib)
-        return machine.start()
+        return machine_from_args(args, disks=disks, fstypes=fstypes, rundir=rundir,
+                                 kernel=kernel).start()
 
     return factory
 

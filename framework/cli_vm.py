@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from framework import doctor
 from framework.cli import add_machine_options, print_json
@@ -35,14 +37,17 @@ def parse_disk(text: str) -> DiskSpec:
     return DiskSpec(name, parse_size(size))
 
 
-def machine_from_args(args: argparse.Namespace, *, disks: list[DiskSpec] | None = None,
-                      fstypes: tuple[str, ...] = ("ext4",)) -> QemuMachine:
+def machine_from_args(args: argparse.Namespace, *, disks: Sequence[DiskSpec] = (),
+                      fstypes: tuple[str, ...] = ("ext4",), rundir: Path | None = None,
+                      kernel: KernelSpec | None = None) -> QemuMachine:
+    """A guest as the machine options (--kernel, --modules, --accel, --memory-mib) ask."""
     return QemuMachine(
-        kernel=kernel_spec(args.kernel, args.modules),
-        disks=disks or [],
+        kernel=kernel or kernel_spec(args.kernel, args.modules),
+        disks=disks,
         fstypes=fstypes,
         accel=None if args.accel == "auto" else args.accel,
         memory_mib=args.memory_mib,
+        rundir=rundir,
     )
 
 
