@@ -130,6 +130,8 @@ class CrashEngine:
         self.sizes = disk_sizes(self.target, plan.data_mib)
         self.fstypes = (self.target.fstype,)
         self._lock = threading.Lock()
+        self._stop = threading.Event()  # set on Ctrl-C: workers end, nothing counts as a hang
+        self._live: set[Machine] = set()
         self.inject_key: str | None = None
         self.results: dict[str, CheckResult] = {}
         self.replacements = 0
@@ -187,9 +189,11 @@ class CrashEngine:
                     total: int) -> None:
         todo = list(states)
         try:
-            while todo:
+            while todo and not self._stop.is_set():
                 if machine is None:
                     machine = self._checker(shard)
+                with self._lock:
+                    self._live.add(machine)
                 results_path = guest_files(machine, self.oracle_path)
                 chunk = todo[:CHUNK]
                 done_before = len(parse_results(results_path))
@@ -198,6 +202,8 @@ class CrashEngine:
                 for r in got:
                     self._store(r, total)
                 finished = {r.key for r in got}
+                if self._stop.is_set():
+                    break  # interrupted: the guest was killed on purpose, not hung
                 if hung or (got and got[-1].outcome is Outcome.HANG):
                     if hung:
                         pending = [s for s in chunk if s.key not in finished]
@@ -207,14 +213,17 @@ class CrashEngine:
                             self._store(r, total)
                             finished.add(r.key)
                     machine.close()
-                    machine = None
                     with self._lock:
+                        self._live.discard(machine)
                         self.replacements += 1
+                    machine = None
                     log.warning("replaced the guest after a hang (%s)", shard)
                 todo = [s for s in todo if s.key not in finished]
         finally:
             if machine is not None:
                 machine.close()
+                with self._lock:
+                    self._live.discard(machine)
 
     def _check_chunk(self, machine: Machine, chunk: list[CrashState], results_path: Path) -> str:
         """Check a chunk; return '' or why the guest had to be abandoned."""
@@ -257,11 +266,24 @@ class CrashEngine:
             return
         if first_machine is not None:
             first_machine.close()
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(jobs)
+        try:
             futures = [pool.submit(self.check_shard, i, shard, None, len(states))
                        for i, shard in enumerate(shards) if shard]
             for f in futures:
                 f.result()
+        except BaseException:
+            # Ctrl-C (or a failed shard): stop the other guests now rather than
+            # wait for their chunks; what they finished is already stored.
+            self._stop.set()
+            with self._lock:
+                live = list(self._live)
+            for m in live:
+                kill = getattr(m, "kill", m.close)
+                kill()
+            raise
+        finally:
+            pool.shutdown(wait=True)
 
     # -- artifacts ----------------------------------------------------------
 
