@@ -629,27 +629,21 @@ class Replayer:
 
     def replay_to_mark(self, name: str, *, after: int = -1) -> LogEntry:
         """Replay through the first mark ``name`` with an index above ``after``."""
-        index = self._scan_for(lambda: self._marks.get(name, []), after)
-        if index is None:
-            raise ReplayError(f"{self.reader.path}: no mark {name!r}{_after(after)}")
-        entry = self.replay_to(index)
-        assert entry is not None
-        return entry
+        return self._replay_first(lambda: self._marks.get(name, []), after, f"mark {name!r}")
 
     def replay_next_fua(self, after: int) -> LogEntry:
         """Replay through the first FUA entry with an index above ``after``."""
-        index = self._scan_for(self._fuas, after)
-        if index is None:
-            raise ReplayError(f"{self.reader.path}: no FUA entry{_after(after)}")
-        entry = self.replay_to(index)
-        assert entry is not None
-        return entry
+        return self._replay_first(self._fuas, after, "FUA entry")
 
     def replay_next_flush(self, after: int) -> LogEntry:
         """Replay through the first flush entry with an index above ``after``."""
-        index = self._scan_for(self._flushes, after)
+        return self._replay_first(self._flushes, after, "flush entry")
+
+    def _replay_first(self, found: list[int] | Callable[[], list[int]], after: int, what: str) -> LogEntry:
+        """Replay through the first entry ``found`` lists above ``after``."""
+        index = self._scan_for(found, after)
         if index is None:
-            raise ReplayError(f"{self.reader.path}: no flush entry{_after(after)}")
+            raise ReplayError(f"{self.reader.path}: no {what}{_after(after)}")
         entry = self.replay_to(index)
         assert entry is not None
         return entry
