@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from devicemapper.logformat import LogEntry, LogReader
-from framework.errors import PowercutError
+from framework.errors import PowercutError, ScratchDeviceError
 
 log = logging.getLogger(__name__)
 
@@ -687,3 +687,27 @@ class Replayer:
                 self.last_entry = last
                 self._next_index = last.index + 1
                 self._next_offset = last.payload_end
+
+
+def require_unused(target: str | os.PathLike[str]) -> None:
+    """Refuse a block device that is mounted or held by another device.
+
+    For paths a user names: O_EXCL on a block device fails with EBUSY while
+    a filesystem, a dm table or another exclusive opener holds it, so a
+    mistyped path cannot overwrite a live filesystem. Not for the engine's
+    own replay disks, which dm-snapshot claims while they are in use.
+    """
+    path = os.fspath(target)
+    try:
+        if not stat.S_ISBLK(os.stat(path).st_mode):
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # Replayer reports a missing target itself
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            raise ScratchDeviceError(
+                f"{path}: in use (mounted, or held by another device); refusing to replay onto it"
+            ) from None
+        raise ReplayError(f"{path}: cannot open replay target: {exc.strerror}") from exc
+    os.close(fd)

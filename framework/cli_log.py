@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 
 from devicemapper.logformat import LogEntry, LogReader, flags_str, summarize
-from devicemapper.replay import Replayer
+from devicemapper.replay import Replayer, require_unused
 from framework.errors import PowercutError
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 @_reporting_errors
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a log onto a device or file up to an entry, mark, FUA or flush."""
+    require_unused(args.target)
     with Replayer(args.log, args.target, discard=not args.no_discard) as replayer:
         if args.to is not None:
             entry = replayer.replay_to(args.to)

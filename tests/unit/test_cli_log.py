@@ -164,3 +164,33 @@ def test_replay_needs_exactly_one_stop(small_log: Path, tmp_path: Path) -> None:
         run_cli(
             ["log", "replay", str(small_log), str(tmp_path / "t"), "--to", "1", "--to-mark", "x"]
         )
+
+
+@pytest.mark.host_root
+def test_replay_refuses_a_mounted_device(
+    small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for loop devices and mount")
+    image = tmp_path / "fs.img"
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        (mnt / "keep").write_text("precious")
+        before = image.read_bytes()[:1 << 20]
+        assert run_cli(["log", "replay", str(small_log), dev, "--to", "1"]) == 2
+        _assert_one_line_error(capsys, "in use (mounted")
+        assert (mnt / "keep").read_text() == "precious"
+        assert image.read_bytes()[:1 << 20] == before
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", dev], check=False)
