@@ -476,4 +476,4 @@ def load_case(spec: str, *, seed: int, max_sequences: int | None = None) -> Work
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected random:N with N >= 1 ops")
         return Workload(name=spec, seed=seed, ops=tuple(random_ops(int(arg), seed)))
-    raise ConfigError(f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3 or random:N")
+    raise ConfigError(f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3, random:N or stress:N")

@@ -37,7 +37,6 @@ import os
 import random
 import statistics
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -48,6 +47,7 @@ import numpy as np
 
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Outcome, Timeouts, check_state
+from crashcases.engine import new_run_dir
 from crashcases.operations import (
     DURABILITY_OPS,
     Op,
@@ -542,12 +542,6 @@ def summarize(target: str, trials: Sequence[TrialResult]) -> TargetSummary:
     )
 
 
-def new_run_dir(results_dir: Path) -> Path:
-    stamp = clock.timestamp().replace(":", "").replace("-", "").replace("+0000", "")
-    path = results_dir / f"cut-{stamp}-{uuid.uuid4().hex[:6]}"
-    path.mkdir(parents=True)
-    return path
-
 
 def data_disk_bytes(targets: Sequence[Target], data_mib: int | None) -> int:
     need = max(-(-adapter_for(t.fstype).min_size_bytes // MiB) + 16 for t in targets)
@@ -562,26 +556,33 @@ def timeouts_for(budget_s: float) -> Timeouts:
     return Timeouts(mount_s=budget_s / 4, fsck_s=budget_s / 4, umount_s=max(budget_s / 10, 10))
 
 
+def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
+    """Fail on bad options before anything is created or a guest boots."""
+    if plan.trials < 1:
+        raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
+    if plan.continue_syncs < 0:
+        raise ConfigError(f"continue_syncs must not be negative, got {plan.continue_syncs}")
+    if FlakeyMode(plan.mode) not in CUT_MODES:
+        raise ConfigError(f"--mode {plan.mode}: expected drop_writes or error_writes")
+    targets = [get_target(t) for t in plan.targets]
+    for t in targets:
+        if t.journal is JournalPlacement.EXTERNAL:
+            raise ConfigError(f"target {t.name}: power-cut runs cut one disk; an external "
+                              "journal on a second disk would outlive the cut")
+    return targets, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
+
+
 class CutEngine:
     """Boots a guest, prepares each target's oracle, runs the trials, replaces hung guests."""
 
     def __init__(self, plan: CutPlan, run_dir: Path, factory: MachineFactory, *,
                  store: Store | None = None, run_id: int | None = None,
-                 progress: Callable[[TrialResult], None] | None = None) -> None:
-        if plan.trials < 1:
-            raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
-        if plan.continue_syncs < 0:
-            raise ConfigError(f"continue_syncs must not be negative, got {plan.continue_syncs}")
-        if FlakeyMode(plan.mode) not in CUT_MODES:
-            raise ConfigError(f"--mode {plan.mode}: expected drop_writes or error_writes")
+                 progress: Callable[[TrialResult], None] | None = None,
+                 checked: tuple[list[Target], Workload] | None = None) -> None:
         self.plan, self.run_dir, self.factory = plan, run_dir, factory
         self.store, self.run_id, self.progress = store, run_id, progress
-        self.targets = [get_target(t) for t in plan.targets]
-        for t in self.targets:
-            if t.journal is JournalPlacement.EXTERNAL:
-                raise ConfigError(f"target {t.name}: power-cut runs cut one disk; an external "
-                                  "journal on a second disk would outlive the cut")
-        self.workload = load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
+        # ``checked``: validate_cut_plan() already ran (run_cut validates first).
+        self.targets, self.workload = checked or validate_cut_plan(plan)
         self.vm_dir = run_dir / "vm"
         self.disks = [DiskSpec("data", data_disk_bytes(self.targets, plan.data_mib))]
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
@@ -662,10 +663,12 @@ class CutEngine:
 
 def run_cut(plan: CutPlan, results_dir: Path, factory: MachineFactory, *,
             store: Store | None = None,
-            progress: Callable[[TrialResult], None] | None = None) -> CutRunResult:
+            progress: Callable[[TrialResult], None] | None = None,
+            checked: tuple[list[Target], Workload] | None = None) -> CutRunResult:
     """All trials of ``plan``; each is stored and saved as soon as it is known."""
     start = clock.monotonic()
-    run_dir = new_run_dir(results_dir)
+    checked = checked or validate_cut_plan(plan)
+    run_dir = new_run_dir(results_dir, "cut")
     run_id = None
     if store is not None:
         plan_doc = asdict(plan)
@@ -680,7 +683,8 @@ def run_cut(plan: CutPlan, results_dir: Path, factory: MachineFactory, *,
     status = RunStatus.FAILED
     engine: CutEngine | None = None
     try:
-        engine = CutEngine(plan, run_dir, factory, store=store, run_id=run_id, progress=progress)
+        engine = CutEngine(plan, run_dir, factory, store=store, run_id=run_id, progress=progress,
+                           checked=checked)
         for target in plan.targets:
             for trial in range(plan.trials):
                 tr = engine.run_trial(target, trial)

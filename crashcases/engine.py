@@ -29,6 +29,7 @@ from typing import Any
 
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Outcome, Timeouts
+from crashcases.operations import Workload
 from crashcases.oracle import OracleLog
 from crashcases.points import (
     CrashPoint,
@@ -36,6 +37,8 @@ from crashcases.points import (
     Variant,
     build_state,
     enumerate_points,
+    parse_strategy,
+    parse_variants,
     plan_states,
 )
 from crashcases.tasks import parse_results
@@ -108,6 +111,15 @@ def check_target(target: Target) -> None:
         )
 
 
+def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
+    """Fail on bad options before anything is created or a guest boots."""
+    target = get_target(plan.target)
+    check_target(target)
+    parse_strategy(plan.points)
+    parse_variants(plan.variants)
+    return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
+
+
 def reproducer_command(run_dir: Path, key: str) -> str:
     return f"powercut recheck {os.fspath(run_dir)} {key}"
 
@@ -119,14 +131,15 @@ def timeouts_for(budget_s: float) -> Timeouts:
 class CrashEngine:
     def __init__(self, plan: CrashPlan, run_dir: Path, factory: MachineFactory,
                  progress: Callable[[int, int, CheckResult | None], None] | None = None,
-                 sink: Callable[[CheckResult], None] | None = None) -> None:
+                 sink: Callable[[CheckResult], None] | None = None,
+                 checked: tuple[Target, Workload] | None = None) -> None:
         self.plan = plan
         self.sink = sink
         self.run_dir = run_dir
         self.factory = factory
         self.progress = progress or (lambda done, total, r: None)
-        self.target = get_target(plan.target)
-        check_target(self.target)
+        # ``checked``: validate_plan() already ran (run_crash validates first).
+        self.target, self.workload = checked or validate_plan(plan)
         self.sizes = disk_sizes(self.target, plan.data_mib)
         self.fstypes = (self.target.fstype,)
         self._lock = threading.Lock()
@@ -139,7 +152,7 @@ class CrashEngine:
     # -- recording ----------------------------------------------------------
 
     def record(self) -> tuple[Machine, dict[str, Any]]:
-        workload = load_case(self.plan.case, seed=self.plan.seed, max_sequences=self.plan.max_sequences)
+        workload = self.workload
         disks = [DiskSpec(n, self.sizes[n]) for n in ("data", "log", "replay", "cow")]
         machine = self.factory(disks, self.run_dir / "vm-0", self.fstypes)
         try:
@@ -356,9 +369,10 @@ def write_image(log_path: Path, entries: list[LogEntry], state: CrashState, out:
     raw.unlink()
 
 
-def new_run_dir(results_dir: Path) -> Path:
+def new_run_dir(results_dir: Path, kind: str = "crash") -> Path:
+    """A fresh, absolute run directory (guests and printed reproducers need full paths)."""
     stamp = clock.timestamp().replace(":", "").replace("-", "").replace("+0000", "")
-    path = results_dir / f"crash-{stamp}-{uuid.uuid4().hex[:6]}"
+    path = results_dir.resolve() / f"{kind}-{stamp}-{uuid.uuid4().hex[:6]}"
     path.mkdir(parents=True)
     return path
 
@@ -399,6 +413,7 @@ def run_crash(plan: CrashPlan, results_dir: Path, factory: MachineFactory,
               store: Store | None = None) -> CrashRunResult:
     """Record, plan and check; every result lands in ``store`` as soon as it is known."""
     start = clock.monotonic()
+    checked = validate_plan(plan)
     run_dir = new_run_dir(results_dir)
     sink: StoreSink | None = None
     run_id = None
@@ -408,7 +423,7 @@ def run_crash(plan: CrashPlan, results_dir: Path, factory: MachineFactory,
             environment={**host_facts(), "run_dir": os.fspath(run_dir), "plan": asdict(plan)},
             git_revision=git_revision())
         sink = StoreSink(store, run_id, plan, run_dir)
-    engine = CrashEngine(plan, run_dir, factory, progress, sink)
+    engine = CrashEngine(plan, run_dir, factory, progress, sink, checked)
     (run_dir / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
     status = RunStatus.FAILED
     try:

@@ -176,6 +176,19 @@ def _mark_before(entries: Sequence[LogEntry], point: CrashPoint, marks: set[str]
     return seen[-2] if len(seen) >= 2 else seen[0]
 
 
+def parse_variants(variants: Sequence[str]) -> list[VariantKind]:
+    """Variant kinds from their names; an unknown name is a one-line ConfigError."""
+    kinds = []
+    for v in variants:
+        try:
+            kinds.append(VariantKind(v.partition(":")[0]))
+        except ValueError:
+            raise ConfigError(f"--variants {v!r}: expected prefix, subset, torn or lying") from None
+    if not kinds:
+        raise ConfigError("--variants: name at least one of prefix, subset, torn, lying")
+    return kinds
+
+
 def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], variants: Sequence[str],
                 *, workload_marks: Iterable[str], seed: int = 0, per_point: int = 2) -> list[CrashState]:
     """Every crash state to check, sorted so the replay base only moves forward.
@@ -185,12 +198,7 @@ def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], varia
     the prefix state are skipped.
     """
     marks = set(workload_marks)
-    kinds = []
-    for v in variants:
-        try:
-            kinds.append(VariantKind(v.partition(":")[0]))
-        except ValueError:
-            raise ConfigError(f"--variants {v!r}: expected prefix, subset, torn or lying") from None
+    kinds = parse_variants(variants)
     states: list[CrashState] = []
     for point in points:
         window = [e for e in entries[point.last_barrier + 1: point.index + 1] if _is_data(e)]

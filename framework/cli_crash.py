@@ -102,13 +102,17 @@ def write_junit(result: CrashRunResult, path: Path, journalled: bool) -> None:
     junit.write(path, f"powercut crash {result.plan.target} {result.plan.case}", cases)
 
 
-def cmd_crash(args: argparse.Namespace) -> int:
-    target = get_target(args.target)
-    plan = CrashPlan(target=args.target, case=args.case, seed=args.seed, points=args.points,
+def plan_from_args(args: argparse.Namespace) -> CrashPlan:
+    return CrashPlan(target=args.target, case=args.case, seed=args.seed, points=args.points,
                      variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
                      inject_hang=args.inject_hang, max_sequences=args.max_sequences,
                      data_mib=args.data_mib)
+
+
+def cmd_crash(args: argparse.Namespace) -> int:
+    target = get_target(args.target)
+    plan = plan_from_args(args)
     err = Console(stderr=True)
     journalled = target.journal is not JournalPlacement.NONE
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -21,6 +21,7 @@ from crashcases.cut import (
     journalled,
     run_cut,
     summarize,
+    validate_cut_plan,
 )
 from devicemapper.table import FlakeyMode
 from framework.cli import add_machine_options
@@ -94,14 +95,19 @@ def failing_trials(result: CutRunResult) -> list[TrialResult]:
     return [t for t in result.trials if breaks_promise(t.outcome, journalled(t.target))]
 
 
-def cmd_cut(args: argparse.Namespace) -> int:
-    targets = tuple(dict.fromkeys(args.target))
-    plan = CutPlan(targets=targets, case=args.case, trials=args.trials, seed=args.seed,
-                   cut_after_ops=args.cut_after_ops, cut_after_s=args.cut_after_s,
+def plan_from_args(args: argparse.Namespace) -> CutPlan:
+    return CutPlan(targets=tuple(dict.fromkeys(args.target)), case=args.case, trials=args.trials,
+                   seed=args.seed, cut_after_ops=args.cut_after_ops, cut_after_s=args.cut_after_s,
                    mode=FlakeyMode(args.mode), continue_syncs=args.continue_syncs,
                    max_sequences=args.max_sequences, data_mib=args.data_mib,
                    count_post_cut_promises=args.count_post_cut_fsync,
                    trial_timeout_s=args.trial_timeout)
+
+
+def cmd_cut(args: argparse.Namespace) -> int:
+    plan = plan_from_args(args)
+    targets = plan.targets
+    checked = validate_cut_plan(plan)  # bad options fail before the progress bar appears
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
@@ -117,7 +123,8 @@ def cmd_cut(args: argparse.Namespace) -> int:
                                                     f"{bad['n']} failing")
 
         with Store(Path(args.db)) as store:
-            result = run_cut(plan, Path(args.results), machine_factory(args), store=store, progress=step)
+            result = run_cut(plan, Path(args.results), machine_factory(args), store=store, progress=step,
+                             checked=checked)
     failing = failing_trials(result)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, sort_keys=True))

@@ -78,7 +78,8 @@ class QemuMachine(Machine):
         self.missing_modules_ok = missing_modules_ok
         self.missing_modules: list[str] = []
         self._own_rundir = rundir is None
-        self.rundir = Path(tempfile.mkdtemp(prefix="powercut-vm-")) if rundir is None else Path(rundir)
+        # Absolute: the guest mounts the run directory at the same path.
+        self.rundir = Path(tempfile.mkdtemp(prefix="powercut-vm-")) if rundir is None else Path(rundir).resolve()
         self.rundir.mkdir(parents=True, exist_ok=True)
         self.child: pexpect.spawn | None = None
         self.console: ConsoleRunner | None = None

@@ -114,3 +114,17 @@ def test_external_journal_targets_are_refused_and_disks_fit_the_filesystem():
                     Guests(Path(".")))
     assert disk_sizes(get_target("xfs"), None)["data"] > 300 << 20
     assert disk_sizes(get_target("ext4/ordered"), None)["data"] == 128 << 20
+
+
+def test_run_and_guest_directories_are_absolute(tmp_path, monkeypatch):
+    """A relative --results (the default) must reach the guest as a full path."""
+    from crashcases.engine import new_run_dir
+    from framework.machine.kernel import KernelSpec
+    from framework.machine.qemu import QemuMachine
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = new_run_dir(Path("results"), "cut")
+    assert run_dir.is_absolute() and run_dir.parent == tmp_path / "results"
+    assert run_dir.name.startswith("cut-")
+    machine = QemuMachine(kernel=KernelSpec(Path("/nonexistent"), "r", Path("/")), rundir=Path("vm"))
+    assert machine.rundir == tmp_path / "vm"

@@ -68,13 +68,24 @@ def test_run_study_passes_each_command_line():
     assert len(results) == 3 and seen[0][-2:] == ["--db", "x.sqlite"]
 
 
-def test_every_builtin_study_parses_into_valid_command_lines():
+def test_every_builtin_study_step_is_valid_for_its_command():
+    """Each step passes the checks its command makes before a guest boots."""
+    from crashcases.cut import validate_cut_plan
+    from crashcases.engine import validate_plan
+    from framework import bench, cli_bench, cli_crash, cli_cut
+
     parser = build_parser()
     assert "quick" in builtin_studies()
     for name in builtin_studies():
         for step in load_study(name).steps:
             args = parser.parse_args(list(step.argv))  # argparse exits on a bad option
-            assert args.func is not None
+            if step.command == "crash":
+                validate_plan(cli_crash.plan_from_args(args))
+            elif step.command == "cut":
+                validate_cut_plan(cli_cut.plan_from_args(args))
+            else:
+                config = cli_bench.config_from_args(args)
+                bench.resolve_targets(config.targets)
 
 
 def test_unknown_study_lists_the_builtins():
