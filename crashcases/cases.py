@@ -17,6 +17,15 @@ sequence numbered 17 of its enumeration), one after the other, each
 starting from a synced setup (two files with content, an xattr, a
 subdirectory and an empty directory) so that its operation has something
 to act on.
+
+A packed tree would grow with every sequence, and every crash state
+checks the whole tree: the check of a late state would cost as much as
+hundreds of early ones. So every ``RETIRE_EVERY`` sequences the packer
+*retires* the finished ones: it unlinks and removes everything in their
+directories, deepest first, and syncs. The sequences run exactly as
+before; the removal is one more workload step whose crash states are
+checked like any other, and it makes the filesystem reuse freed blocks
+and inodes, which is where crash bugs like to hide.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from crashcases.oracle import NodeKind
 from framework.errors import ConfigError
 
 SEQ3_DEFAULT = 200
+RETIRE_EVERY = 16  # sequences per retirement of finished namespaces (see above)
 B = 4096
 
 # ---------------------------------------------------------------------------
@@ -55,12 +65,17 @@ def pack(
     name: str = "packed",
     seed: int = 0,
     namespaces: Sequence[str] | None = None,
+    retire_every: int | None = None,
 ) -> Workload:
     """One workload running each of ``workloads`` in its own top-level directory, in turn.
 
     Paths (and ``fsync_dir`` of the root) move under the namespace;
     ``sync`` stays global; symlink targets must be relative to stay inside.
+    With ``retire_every=N``, after every N workloads (and after the last)
+    the directories of those N are emptied and removed, then synced.
     """
+    if retire_every is not None and retire_every < 1:
+        raise WorkloadError(f"pack {name!r}: retire_every must be at least 1, got {retire_every}")
     names = (
         list(namespaces) if namespaces is not None else [f"s{i:04d}" for i in range(len(workloads))]
     )
@@ -69,22 +84,53 @@ def pack(
             f"pack {name!r}: need {len(workloads)} distinct namespaces, got {names!r}"
         )
     ops: list[Op] = []
+    model = FsModel()  # the tree so far, for retirement only
+
+    def add(op: Op) -> None:
+        ops.append(op)
+        if retire_every is not None:
+            problem = model.check(op)
+            if problem is not None:
+                raise WorkloadError(f"pack {name!r}: {op.describe()}: {problem}")
+            model.apply(op, bytes(op.length))
+
+    live: list[str] = []
     for ns, w in zip(names, workloads, strict=True):
         if "/" in ns or not ns:
             raise WorkloadError(f"pack {name!r}: namespace {ns!r} must be one path component")
-        ops.append(Op(OpKind.MKDIR, ns))
+        if retire_every is not None and len(live) == retire_every:
+            for op in _retire(live, model):
+                add(op)
+            live = []
+        live.append(ns)
+        add(Op(OpKind.MKDIR, ns))
         for op in w.ops:
             if op.kind is OpKind.SYMLINK and op.target.startswith("/"):
                 raise WorkloadError(f"pack {name!r}: {w.name} has an absolute symlink target")
             if op.kind is OpKind.SYNC:
-                ops.append(op)
+                add(op)
             else:
-                ops.append(
+                add(
                     replace(
                         op, path=_prefix(op.path, ns), dst=_prefix(op.dst, ns) if op.dst else ""
                     )
                 )
+    if retire_every is not None and live:
+        for op in _retire(live, model):
+            add(op)
     return Workload(name=name, seed=seed, ops=tuple(ops))
+
+
+def _retire(namespaces: Sequence[str], model: FsModel) -> list[Op]:
+    """Ops that remove ``namespaces`` and all they hold (deepest first), then ``sync``."""
+    out: list[Op] = []
+    for ns in namespaces:
+        paths = sorted(model.bindings(ns), key=lambda p: (-p.count("/"), p))
+        for path in paths:
+            kind = model.kind_of(path)
+            out.append(Op(OpKind.RMDIR if kind is NodeKind.DIR else OpKind.UNLINK, path))
+    out.append(Op(OpKind.SYNC))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -250,7 +296,7 @@ def _packed(spec: str, items: Sequence[tuple[int, str, list[Op]]], seed: int) ->
         seen[ns] = None
         workloads.append(Workload(name=label, seed=seed, ops=tuple(ops)))
         names.append(ns)
-    return pack(workloads, name=spec, seed=seed, namespaces=names)
+    return pack(workloads, name=spec, seed=seed, namespaces=names, retire_every=RETIRE_EVERY)
 
 
 # ---------------------------------------------------------------------------

@@ -153,3 +153,52 @@ def test_bad_specs_are_config_errors(spec: str) -> None:
 def test_max_sequences_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="max_sequences"):
         load_case("gen:seq1", seed=0, max_sequences=0)
+
+
+def test_pack_retires_finished_namespaces_in_groups(tmp_path: Path) -> None:
+    seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in cases.seq1()[:5]]
+    packed = pack(seqs, name="p", retire_every=2)
+    # Every namespace is created once and removed once; removals come in
+    # groups of two, each group ending in a sync, removed after its group
+    # has run and before the next group starts.
+    removed = [op.path for op in packed.ops if op.kind is K.RMDIR and "/" not in op.path]
+    assert removed == ["s0000", "s0001", "s0002", "s0003", "s0004"]
+    order = [(i, op) for i, op in enumerate(packed.ops) if op.kind is K.MKDIR and "/" not in op.path]
+    rmdir_at = {op.path: i for i, op in enumerate(packed.ops) if op.kind is K.RMDIR and "/" not in op.path}
+    assert order[1][0] < rmdir_at["s0000"] < rmdir_at["s0001"] < order[2][0]
+    assert packed.ops[rmdir_at["s0001"] + 1].kind is K.SYNC
+    assert packed.ops[-1].kind is K.SYNC
+    oracle, _ = record(packed, tmp_path / "run")
+    assert list((tmp_path / "run").iterdir()) == []
+    assert oracle.marks
+    with pytest.raises(WorkloadError, match="retire_every"):
+        pack(seqs, retire_every=0)
+
+
+def test_retired_files_must_stay_gone(tmp_path: Path) -> None:
+    """After the sync that ends a retirement, a removed file that is back is a finding."""
+    from crashcases.oracle import verify
+    from crashcases.persistence import for_filesystem
+
+    seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in cases.seq1()[:2]]
+    packed = pack(seqs, name="p", retire_every=2)
+    root = tmp_path / "run"
+    oracle, marks = record(packed, root)
+    rules = for_filesystem("ext4")
+    assert verify(oracle, root, last_mark=marks[-1], rules=rules) == []
+    (root / "s0001").mkdir()
+    (root / "s0001" / "f0").write_bytes(b"back from the dead")
+    found = verify(oracle, root, last_mark=marks[-1], rules=rules)
+    assert any(f.path.startswith("s0001") for f in found), found
+
+
+def test_gen_cases_retire_and_stay_small() -> None:
+    w = load_case("gen:seq2", seed=0)
+    model = FsModel()
+    biggest = 0
+    for op in w.ops:
+        model.apply(op, bytes(op.length))
+        if op.kind is K.SYNC:
+            biggest = max(biggest, len(model.bindings("")))
+    assert len(model.bindings("")) == 1  # only the root is left
+    assert biggest < 20 * (cases.RETIRE_EVERY + 1)
