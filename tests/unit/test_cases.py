@@ -171,6 +171,7 @@ def test_pack_retires_finished_namespaces_in_groups(tmp_path: Path) -> None:
     oracle, _ = record(packed, tmp_path / "run")
     assert list((tmp_path / "run").iterdir()) == []
     assert oracle.marks
+    assert_clean_everywhere(packed, tmp_path / "states")
     with pytest.raises(WorkloadError, match="retire_every"):
         pack(seqs, retire_every=0)
 
