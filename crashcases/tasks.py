@@ -27,7 +27,7 @@ from crashcases.persistence import for_target
 from devicemapper.logformat import LogReader
 from devicemapper.logwrites import recording
 from devicemapper.replay import Replayer, apply_entries
-from devicemapper.snapshot import throwaway_snapshot
+from devicemapper.snapshot import SnapshotSlot
 from framework import agent, clock
 from framework.agent import Emit
 from framework.command import HostRunner
@@ -67,7 +67,8 @@ def check(task: dict[str, Any], emit: Emit) -> None:
     timeouts = Timeouts(**task.get("timeouts", {}))
     results_path = Path(task["results_path"])
     with Replayer(task["log_dev"], task["replay_dev"], discard=task.get("discard", True)) as rep, \
-            LogReader(task["log_dev"]) as reader, open(results_path, "a") as out:
+            LogReader(task["log_dev"]) as reader, open(results_path, "a") as out, \
+            SnapshotSlot(runner, task["replay_dev"], task["cow_dev"]) as slot:
         index = list(reader)  # headers only: payloads stay on the log disk
         for state in task["states"]:
             if state["key"] == task.get("inject_hang"):
@@ -77,7 +78,7 @@ def check(task: dict[str, Any], emit: Emit) -> None:
             base = int(state["base"])
             if base >= 0 and base >= rep.position:
                 rep.replay_to(base)
-            with throwaway_snapshot(runner, task["replay_dev"], task["cow_dev"]) as snap:
+            with slot.fresh() as snap:
                 if state["extra"]:
                     fd = os.open(snap.path, os.O_RDWR | os.O_CLOEXEC)
                     try:

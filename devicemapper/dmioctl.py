@@ -20,6 +20,7 @@ DM_UUID_LEN = 129
 # flags, event_nr, padding, dev, name, uuid, data[7]
 _DM_IOCTL = struct.Struct(f"<3IIIIiIIIQ{DM_NAME_LEN}s{DM_UUID_LEN}s7s")
 assert _DM_IOCTL.size == 312
+_OPEN_COUNT, _DEV = 6, 10  # field positions in an unpacked struct dm_ioctl
 _DM_TARGET_MSG_CMD = 14
 _IOC_READ_WRITE = 3
 DM_TARGET_MSG = (_IOC_READ_WRITE << 30) | (_DM_IOCTL.size << 16) | (0xFD << 8) | _DM_TARGET_MSG_CMD
@@ -67,6 +68,7 @@ class TargetMessenger:
 _DM_DEV_CREATE_CMD = 3
 _DM_DEV_REMOVE_CMD = 4
 _DM_DEV_SUSPEND_CMD = 6
+_DM_DEV_STATUS_CMD = 7
 _DM_TABLE_LOAD_CMD = 9
 DM_SUSPEND_FLAG = 1 << 1
 # struct dm_target_spec: sector_start, length, status, next, target_type[16]
@@ -90,6 +92,11 @@ def pack_table_load(name: str, start: int, length: int, target: str, params: str
     spec = _TARGET_SPEC.pack(start, length, 0, spec_len, target.encode()) + spec_params
     body = spec.ljust(spec_len, b"\0")
     return _header(name, _DM_IOCTL.size + len(body), target_count=1) + body
+
+
+def reply_dev(reply: bytes | bytearray) -> int:
+    """The encoded device number the kernel put in a struct dm_ioctl reply."""
+    return int(_DM_IOCTL.unpack_from(reply)[_DEV])
 
 
 def decode_dev(dev: int) -> tuple[int, int]:
@@ -119,19 +126,34 @@ class Control:
             raise DeviceMapperError(f"dm device name too long: {name!r}")
         reply = self._call(_DM_DEV_CREATE_CMD, _header(name, _DM_IOCTL.size), f"create {name}")
         try:
-            self._call(_DM_TABLE_LOAD_CMD, pack_table_load(name, start, length, target, params),
-                       f"load {target} table into {name}")
-            # DM_DEV_SUSPEND without the suspend flag is a resume.
-            self._call(_DM_DEV_SUSPEND_CMD, _header(name, _DM_IOCTL.size), f"resume {name}")
+            self.load(name, start, length, target, params)
+            self.resume(name)
         except DeviceMapperError:
             self.remove(name)
             raise
-        dev = _DM_IOCTL.unpack_from(reply)[9]
         # devtmpfs made the node before the ioctl returned.
-        return f"/dev/dm-{decode_dev(dev)[1]}"
+        return f"/dev/dm-{decode_dev(reply_dev(reply))[1]}"
 
     def remove(self, name: str) -> None:
         self._call(_DM_DEV_REMOVE_CMD, _header(name, _DM_IOCTL.size), f"remove {name}")
+
+    def open_count(self, name: str) -> int:
+        """How many openers the device has now (DM_DEV_STATUS)."""
+        reply = self._call(_DM_DEV_STATUS_CMD, _header(name, _DM_IOCTL.size), f"status of {name}")
+        return int(_DM_IOCTL.unpack_from(reply)[_OPEN_COUNT])
+
+    def suspend(self, name: str) -> None:
+        self._call(_DM_DEV_SUSPEND_CMD, _header(name, _DM_IOCTL.size, flags=DM_SUSPEND_FLAG),
+                   f"suspend {name}")
+
+    def resume(self, name: str) -> None:
+        # DM_DEV_SUSPEND without the suspend flag is a resume.
+        self._call(_DM_DEV_SUSPEND_CMD, _header(name, _DM_IOCTL.size), f"resume {name}")
+
+    def load(self, name: str, start: int, length: int, target: str, params: str) -> None:
+        """Load a one-line table; it becomes live at the next resume."""
+        self._call(_DM_TABLE_LOAD_CMD, pack_table_load(name, start, length, target, params),
+                   f"load {target} table into {name}")
 
     def close(self) -> None:
         if self._fd >= 0:

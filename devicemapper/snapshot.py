@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import time
@@ -52,6 +53,112 @@ def throwaway_snapshot(runner: CommandRunner, origin: str, cow_dev: str, *,
     with dm.device(name, table.snapshot(origin, cow_dev, size, persistent=False,
                                         chunk_sectors=chunk_sectors)) as dev:
         yield dev
+
+
+BLKFLSBUF = 0x1261  # _IO(0x12, 97): write back and drop a block device's page cache
+
+
+class SnapshotSlot:
+    """Throwaway snapshots of ``origin``, one after another, on one dm device.
+
+    Creating and removing a dm device costs tens of milliseconds in an
+    emulated guest (most of it the gendisk teardown at removal); swapping
+    the table of an unused device costs a few. Between uses the device is
+    *parked* on an ``error`` table: the snapshot is gone and nothing can
+    read a stale state, the replay can move the origin on, and the next
+    snapshot does not meet an old one on the same COW device (the kernel
+    would hand the old one's exceptions over to it). Each :meth:`fresh`
+    zeroes the COW header and loads a new, empty snapshot, so every state
+    starts from the origin exactly as replayed.
+
+    Runners that do not run here fall back to :func:`throwaway_snapshot`.
+    """
+
+    def __init__(self, runner: CommandRunner, origin: str, cow_dev: str, *,
+                 name: str = "pc-snap", chunk_sectors: int = 8) -> None:
+        self.runner = runner
+        self.origin, self.cow_dev = origin, cow_dev
+        self.name, self.chunk_sectors = name, chunk_sectors
+        self._control: Control | None = None
+        self._path: str | None = None
+        self._snapshot_live = False
+        self._size = 0
+
+    @contextlib.contextmanager
+    def fresh(self) -> Iterator[DmDevice]:
+        if not runs_here(self.runner):
+            with throwaway_snapshot(self.runner, self.origin, self.cow_dev, name=self.name,
+                                    chunk_sectors=self.chunk_sectors) as dev:
+                yield dev
+            return
+        if self._control is None:
+            self._control = Control()
+        control = self._control
+        if self._snapshot_live:
+            self._park()  # the last park failed: do not zero a COW in use
+        size = _zero_header_and_size(self.origin, self.cow_dev)
+        line = table.snapshot(self.origin, self.cow_dev, size, persistent=False,
+                              chunk_sectors=self.chunk_sectors).lines[0]
+        if self._path is None:
+            self._path = control.create(self.name, line.start, line.length, line.target,
+                                        " ".join(line.args))
+        else:
+            control.load(self.name, line.start, line.length, line.target, " ".join(line.args))
+            control.resume(self.name)
+            _drop_page_cache(self._path)
+        self._snapshot_live = True
+        self._size = size
+        try:
+            yield DmDevice(self.name, self._path)
+        finally:
+            try:
+                self._park()
+            except Exception as exc:  # never hide the original exception; fresh() retries
+                log.warning("could not park dm device %s: %s", self.name, exc)
+
+    def _park(self) -> None:
+        assert self._control is not None
+        _wait_unused(self._control, self.name)
+        self._control.load(self.name, 0, self._size, "error", "")
+        self._control.resume(self.name)
+        self._snapshot_live = False
+
+    def close(self) -> None:
+        if self._control is None:
+            return
+        try:
+            if self._path is not None:
+                _remove_retrying(self._control, self.name)
+        finally:
+            self._path = None
+            self._snapshot_live = False
+            self._control.close()
+            self._control = None
+
+    def __enter__(self) -> SnapshotSlot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _wait_unused(control: Control, name: str, attempts: int = 20) -> None:
+    # The last close of a just-unmounted device can lag the umount a moment;
+    # a table swapped under an opener would show it another state.
+    for attempt in range(attempts):
+        if control.open_count(name) == 0:
+            return
+        time.sleep(0.02 * (attempt + 1))
+    raise DeviceMapperError(f"dm device {name} is still open; cannot start the next snapshot")
+
+
+def _drop_page_cache(path: str) -> None:
+    """Nothing cached from the previous table may be read through the new one."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, BLKFLSBUF)
+    finally:
+        os.close(fd)
 
 
 def _zero_header_and_size(origin: str, cow_dev: str) -> int:

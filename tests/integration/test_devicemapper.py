@@ -4,6 +4,7 @@ host; the log format against the real target; dm-flakey cuts; ``powercut log`` o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ BLOCK = 4096
 def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QemuMachine]:
     rundir = tmp_path_factory.mktemp("dm-vm")
     machine = QemuMachine(disks=[DiskSpec("data", DATA_BYTES), DiskSpec("log", 256 << 20),
-                                 DiskSpec("scratch", 16 << 20)],
+                                 DiskSpec("scratch", 16 << 20), DiskSpec("cow", 16 << 20)],
                           fstypes=("ext4",), rundir=rundir)
     machine.start()
     yield machine
@@ -196,6 +197,74 @@ def test_flakey_error_writes_fails_writes_with_eio(vm: QemuMachine) -> None:
         assert "Input/output error" in res.stderr
         fd.restore()
         assert _dd_read(vm, fd.path, 5, vm.rundir / "r5.bin") == bytes(BLOCK)
+
+
+SLOT_SCRIPT = """
+import json, os, sys
+from devicemapper.dmioctl import Control
+from devicemapper.snapshot import SnapshotSlot
+from framework.command import HostRunner
+
+origin, cow = sys.argv[1], sys.argv[2]
+B = 4096
+
+def put(path, block, byte):
+    fd = os.open(path, os.O_WRONLY)
+    os.pwrite(fd, bytes([byte]) * B, block * B)
+    os.fsync(fd)
+    os.close(fd)
+
+def get(path, block):  # buffered, as a mount reads: a stale page cache would show
+    fd = os.open(path, os.O_RDONLY)
+    data = os.pread(fd, B, block * B)
+    os.close(fd)
+    return sorted(set(data))
+
+for block in (10, 11, 12):
+    put(origin, block, 0xA0 + block)
+seen = {}
+with Control() as control:
+    # Another dm device first, so the slot is not dm-0 and its path must be read
+    # from the kernel's reply.
+    control.create("pc-test-first", 0, 8, "error", "")
+    try:
+        with SnapshotSlot(HostRunner(), origin, cow, name="pc-test-slot") as slot:
+            with slot.fresh() as snap:
+                seen["path"] = snap.path
+                put(snap.path, 10, 0x11)
+                seen["first_own_write"] = get(snap.path, 10)
+            with slot.fresh() as snap:
+                seen["second_block10"] = get(snap.path, 10)
+                put(snap.path, 11, 0x22)
+            put(origin, 12, 0x33)  # the replay moves the origin on between states
+            with slot.fresh() as snap:
+                seen["third_block11"] = get(snap.path, 11)
+                seen["third_block12"] = get(snap.path, 12)
+        seen["origin"] = [get(origin, b) for b in (10, 11, 12)]
+        seen["left"] = sorted(os.listdir("/dev/mapper"))
+    finally:
+        control.remove("pc-test-first")
+print(json.dumps(seen))
+"""
+
+
+def test_snapshot_slot_gives_every_state_the_origin_as_it_is(vm: QemuMachine) -> None:
+    """Reused snapshots: a write in one is gone in the next, the origin never
+    changes through them, and origin writes between uses show in the next."""
+    script = vm.rundir / "slot.py"
+    script.write_text(SLOT_SCRIPT)
+    res = vm.run([*vm.python_argv(), os.fspath(script), vm.disk("scratch"), vm.disk("cow")],
+                 timeout_s=300)
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    ls = vm.run(["ls", "-l", "/dev/mapper/pc-test-slot"], timeout_s=30, ok_status=None)
+    assert ls.status != 0  # removed at the end
+    assert seen["path"] != "/dev/dm-0"
+    assert seen["first_own_write"] == [0x11]  # positive control: the snapshot takes writes
+    assert seen["second_block10"] == [0xAA]
+    assert seen["third_block11"] == [0xAB]
+    assert seen["third_block12"] == [0x33]
+    assert seen["origin"] == [[0xAA], [0xAB], [0x33]]
+    assert "pc-test-slot" not in seen["left"]
 
 
 def _powercut(*args: str) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from devicemapper.dmioctl import decode_dev, pack_table_load
+from devicemapper import dmioctl
+from devicemapper.dmioctl import decode_dev, pack_table_load, reply_dev
 from framework import syscalls
 from framework.command import HostRunner
 from framework.machine.fake import FakeMachine
@@ -36,6 +37,18 @@ def test_table_load_layout_matches_dm_ioctl_h():
     assert nxt % 8 == 0 and buf[312 + 40:].rstrip(b"\0") == b"/dev/vda /dev/vdb N 8"
     assert decode_dev((253 << 8) | 5) == (253, 5)
     assert decode_dev((253 << 8) | 0x34 | (0x12 << 20)) == (253, 0x1234)
+
+
+def test_reply_fields_are_read_at_their_dm_ioctl_h_offsets():
+    # struct dm_ioctl: open_count is the s32 at byte 24, dev the u64 at byte 40
+    # (after the u32 padding at 36). A reply built by hand with other fields
+    # set to noise must give back exactly those two.
+    reply = bytearray(b"\xee" * 312)
+    struct.pack_into("<i", reply, 24, 3)
+    struct.pack_into("<I", reply, 36, 0xDEAD)
+    struct.pack_into("<Q", reply, 40, (253 << 8) | 7)
+    assert reply_dev(reply) == (253 << 8) | 7
+    assert dmioctl._DM_IOCTL.unpack_from(reply)[dmioctl._OPEN_COUNT] == 3
 
 
 @pytest.fixture
