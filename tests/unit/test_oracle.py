@@ -376,3 +376,43 @@ def test_verify_reports_read_errors(
     monkeypatch.setattr(oracle_mod, "_read_file", failing)
     found = verify(oracle, root, last_mark=last, rules=posix_strict())
     assert (FindingKind.IO_ERROR, "d/f") in kinds(found)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32), cut=st.integers(0, 10_000), damage=st.integers(0, 2**32))
+def test_skipping_below_missing_directories_changes_no_finding(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, cut: int, damage: int
+) -> None:
+    """The checker skips names below a directory that is missing and may be;
+    on damaged trees (whole directories and files removed at random, at any
+    mark) it must report exactly what the full check reports."""
+    import random
+    import shutil
+
+    from crashcases.cases import pack
+
+    tmp = tmp_path_factory.mktemp("prune")
+    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(12, seed + i))) for i in range(4)]
+    w = pack(seqs, name="p", seed=seed, retire_every=2)
+    oracle, _ = record(w, tmp / "recorded")
+    states = list(prefix_states(w, tmp / "state"))
+    # Rebuild the tree up to a random op, then damage it.
+    done, last = states[cut % len(states)]
+    shutil.rmtree(tmp / "state")
+    for i, (d, lm) in enumerate(prefix_states(w, tmp / "state")):
+        if d == done:
+            break
+    rng = random.Random(damage)
+    entries = sorted((tmp / "state").rglob("*"))
+    for victim in rng.sample(entries, min(len(entries), rng.randrange(0, 4))):
+        if victim.is_symlink() or victim.is_file():
+            victim.unlink(missing_ok=True)
+        elif victim.is_dir():
+            shutil.rmtree(victim, ignore_errors=True)
+    for rules in (posix_strict(), for_filesystem("ext4"), for_filesystem("ext2")):
+        k = oracle.mark_index(last)
+        full = oracle_mod._Checker(oracle, tmp / "state", k, rules, prune=False).run()
+        pruned = oracle_mod._Checker(oracle, tmp / "state", k, rules).run()
+        assert pruned == full, (done, last, rules.name)
