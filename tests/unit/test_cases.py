@@ -10,6 +10,8 @@ import pytest
 from crashcases import cases
 from crashcases.cases import durables, list_cases, load_case, pack, random_ops
 from crashcases.operations import DURABILITY_OPS, FsModel, Op, OpKind, Workload, WorkloadError
+from crashcases.oracle import verify
+from crashcases.persistence import for_filesystem
 from framework.errors import ConfigError
 from tests.unit.test_oracle import assert_clean_everywhere, record
 
@@ -178,9 +180,6 @@ def test_pack_retires_finished_namespaces_in_groups(tmp_path: Path) -> None:
 
 def test_retired_files_must_stay_gone(tmp_path: Path) -> None:
     """After the sync that ends a retirement, a removed file that is back is a finding."""
-    from crashcases.oracle import verify
-    from crashcases.persistence import for_filesystem
-
     seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in cases.seq1()[:2]]
     packed = pack(seqs, name="p", retire_every=2)
     root = tmp_path / "run"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import random
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crashcases import oracle as oracle_mod
-from crashcases.cases import load_case, random_ops
+from crashcases.cases import load_case, pack, random_ops
 from crashcases.operations import (
     DURABILITY_OPS,
     Op,
@@ -388,11 +390,6 @@ def test_skipping_below_missing_directories_changes_no_finding(
     """The checker skips names below a directory that is missing and may be;
     on damaged trees (whole directories and files removed at random, at any
     mark) it must report exactly what the full check reports."""
-    import random
-    import shutil
-
-    from crashcases.cases import pack
-
     tmp = tmp_path_factory.mktemp("prune")
     seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(12, seed + i))) for i in range(4)]
     w = pack(seqs, name="p", seed=seed, retire_every=2)
@@ -401,7 +398,7 @@ def test_skipping_below_missing_directories_changes_no_finding(
     # Rebuild the tree up to a random op, then damage it.
     done, last = states[cut % len(states)]
     shutil.rmtree(tmp / "state")
-    for i, (d, lm) in enumerate(prefix_states(w, tmp / "state")):
+    for d, _ in prefix_states(w, tmp / "state"):
         if d == done:
             break
     rng = random.Random(damage)
