@@ -27,24 +27,9 @@ def throwaway_snapshot(runner: CommandRunner, origin: str, cow_dev: str, *,
     origin stays exactly as replayed.
 
     ``cow_dev`` must be a scratch device (a disk or a RAM-backed loop device);
-    it is overwritten.
+    it is overwritten. This drives dmsetup through ``runner``; checks that
+    run here use :class:`SnapshotSlot`, which needs no process at all.
     """
-    if runs_here(runner):
-        # In-process: no dd, blockdev or dmsetup processes (each costs more
-        # than the check itself under an emulated CPU).
-        size = _zero_header_and_size(origin, cow_dev)
-        snap = table.snapshot(origin, cow_dev, size, persistent=False, chunk_sectors=chunk_sectors)
-        line = snap.lines[0]
-        with Control() as control:
-            path = control.create(name, line.start, line.length, line.target, " ".join(line.args))
-            try:
-                yield DmDevice(name, path)
-            finally:
-                try:
-                    _remove_retrying(control, name)
-                except Exception as exc:  # never hide the original exception
-                    log.warning("could not remove dm device %s: %s", name, exc)
-        return
     dm = DmSetup(runner)
     size = device_sectors(runner, origin)
     # A stale exception store header on the COW device must not be reused.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -168,19 +169,9 @@ def test_replay_needs_exactly_one_stop(small_log: Path, tmp_path: Path) -> None:
 
 @pytest.mark.host_root
 def test_replay_refuses_a_mounted_device(
-    small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_log: Path, tmp_path: Path, loop_ext4, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import os
-    import subprocess
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root for loop devices and mount")
-    image = tmp_path / "fs.img"
-    with open(image, "wb") as f:
-        f.truncate(64 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-    dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True,
-                         text=True, check=True).stdout.strip()
+    dev, image = loop_ext4.dev, loop_ext4.image
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     try:
@@ -193,4 +184,3 @@ def test_replay_refuses_a_mounted_device(
         assert image.read_bytes()[:1 << 20] == before
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
-        subprocess.run(["losetup", "-d", dev], check=False)

@@ -51,27 +51,13 @@ def test_reply_fields_are_read_at_their_dm_ioctl_h_offsets():
     assert dmioctl._DM_IOCTL.unpack_from(reply)[dmioctl._OPEN_COUNT] == 3
 
 
-@pytest.fixture
-def loop_ext4(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for loop devices")
-    image = tmp_path / "fs.img"
-    with open(image, "wb") as f:
-        f.truncate(64 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-    dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    yield dev
-    subprocess.run(["losetup", "-d", dev], check=False)
-
-
 @pytest.mark.host_root
 def test_in_process_mount_times_and_reports_journal_replay(loop_ext4, tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     target = get_target("ext4/ordered")
     runner = HostRunner()
-    first = mount_timed(runner, target, loop_ext4, str(mnt), timeout_s=60)
+    first = mount_timed(runner, target, loop_ext4.dev, str(mnt), timeout_s=60)
     assert first.ok and first.duration_s > 0 and first.replay_messages == ()
     (mnt / "f").write_bytes(b"x" * 5000)
     fd = os.open(mnt / "f", os.O_RDONLY)
@@ -80,7 +66,7 @@ def test_in_process_mount_times_and_reports_journal_replay(loop_ext4, tmp_path):
     # Shut the filesystem down as a crash would: the journal must be replayed.
     subprocess.run(["xfs_io", "-x", "-c", "shutdown -f", str(mnt)], check=True)
     umount(runner, str(mnt))
-    again = mount_timed(runner, target, loop_ext4, str(mnt), timeout_s=60)
+    again = mount_timed(runner, target, loop_ext4.dev, str(mnt), timeout_s=60)
     try:
         assert again.ok and again.kernel_log_read
         assert any("recovery complete" in m for m in again.replay_messages), again.kernel_messages
@@ -93,5 +79,5 @@ def test_in_process_mount_times_and_reports_journal_replay(loop_ext4, tmp_path):
 def test_in_process_mount_failure_is_a_result(loop_ext4, tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    res = mount_timed(HostRunner(), get_target("xfs"), loop_ext4, str(mnt), timeout_s=60)
+    res = mount_timed(HostRunner(), get_target("xfs"), loop_ext4.dev, str(mnt), timeout_s=60)
     assert not res.ok and res.status != 0 and res.error

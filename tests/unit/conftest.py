@@ -1,0 +1,32 @@
+"""Fixtures shared by unit tests that need the host's loop devices."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class LoopFs:
+    dev: str  # /dev/loopN
+    image: Path  # the 64 MiB sparse file behind it
+
+
+@pytest.fixture
+def loop_ext4(tmp_path: Path) -> Iterator[LoopFs]:
+    """A fresh ext4 on a loop device (root only), detached afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for loop devices")
+    image = tmp_path / "fs.img"
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    yield LoopFs(dev, image)
+    subprocess.run(["losetup", "-d", dev], check=False)
