@@ -70,7 +70,6 @@ _DM_DEV_REMOVE_CMD = 4
 _DM_DEV_SUSPEND_CMD = 6
 _DM_DEV_STATUS_CMD = 7
 _DM_TABLE_LOAD_CMD = 9
-DM_SUSPEND_FLAG = 1 << 1
 # struct dm_target_spec: sector_start, length, status, next, target_type[16]
 _TARGET_SPEC = struct.Struct("<QQiI16s")
 
@@ -142,12 +141,10 @@ class Control:
         reply = self._call(_DM_DEV_STATUS_CMD, _header(name, _DM_IOCTL.size), f"status of {name}")
         return int(_DM_IOCTL.unpack_from(reply)[_OPEN_COUNT])
 
-    def suspend(self, name: str) -> None:
-        self._call(_DM_DEV_SUSPEND_CMD, _header(name, _DM_IOCTL.size, flags=DM_SUSPEND_FLAG),
-                   f"suspend {name}")
-
     def resume(self, name: str) -> None:
-        # DM_DEV_SUSPEND without the suspend flag is a resume.
+        """Make the loaded table live (suspending the old one first, if any).
+
+        DM_DEV_SUSPEND without the suspend flag is a resume."""
         self._call(_DM_DEV_SUSPEND_CMD, _header(name, _DM_IOCTL.size), f"resume {name}")
 
     def load(self, name: str, start: int, length: int, target: str, params: str) -> None:

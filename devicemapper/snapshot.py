@@ -65,9 +65,9 @@ class SnapshotSlot:
         self.origin, self.cow_dev = origin, cow_dev
         self.name, self.chunk_sectors = name, chunk_sectors
         self._control: Control | None = None
+        self._line: table.TableLine | None = None  # the same snapshot table every time
         self._path: str | None = None
         self._snapshot_live = False
-        self._size = 0
 
     @contextlib.contextmanager
     def fresh(self) -> Iterator[DmDevice]:
@@ -81,18 +81,19 @@ class SnapshotSlot:
         control = self._control
         if self._snapshot_live:
             self._park()  # the last park failed: do not zero a COW in use
-        size = _zero_header_and_size(self.origin, self.cow_dev)
-        line = table.snapshot(self.origin, self.cow_dev, size, persistent=False,
-                              chunk_sectors=self.chunk_sectors).lines[0]
-        if self._path is None:
+        _zero_cow_header(self.cow_dev)
+        if self._line is None or self._path is None:
+            self._line = line = table.snapshot(self.origin, self.cow_dev, _sectors(self.origin),
+                                               persistent=False,
+                                               chunk_sectors=self.chunk_sectors).lines[0]
             self._path = control.create(self.name, line.start, line.length, line.target,
                                         " ".join(line.args))
         else:
+            line = self._line
             control.load(self.name, line.start, line.length, line.target, " ".join(line.args))
             control.resume(self.name)
             _drop_page_cache(self._path)
         self._snapshot_live = True
-        self._size = size
         try:
             yield DmDevice(self.name, self._path)
         finally:
@@ -102,9 +103,9 @@ class SnapshotSlot:
                 log.warning("could not park dm device %s: %s", self.name, exc)
 
     def _park(self) -> None:
-        assert self._control is not None
+        assert self._control is not None and self._line is not None
         _wait_unused(self._control, self.name)
-        self._control.load(self.name, 0, self._size, "error", "")
+        self._control.load(self.name, 0, self._line.length, "error", "")
         self._control.resume(self.name)
         self._snapshot_live = False
 
@@ -113,7 +114,8 @@ class SnapshotSlot:
             return
         try:
             if self._path is not None:
-                _remove_retrying(self._control, self.name)
+                _wait_unused(self._control, self.name)
+                self._control.remove(self.name)
         finally:
             self._path = None
             self._snapshot_live = False
@@ -134,7 +136,7 @@ def _wait_unused(control: Control, name: str, attempts: int = 20) -> None:
         if control.open_count(name) == 0:
             return
         time.sleep(0.02 * (attempt + 1))
-    raise DeviceMapperError(f"dm device {name} is still open; cannot start the next snapshot")
+    raise DeviceMapperError(f"dm device {name} is still open after {attempts} tries")
 
 
 def _drop_page_cache(path: str) -> None:
@@ -146,30 +148,22 @@ def _drop_page_cache(path: str) -> None:
         os.close(fd)
 
 
-def _zero_header_and_size(origin: str, cow_dev: str) -> int:
+def _zero_cow_header(cow_dev: str) -> None:
+    """A stale exception store header on the COW device must not be reused."""
     fd = os.open(cow_dev, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.pwrite(fd, bytes(4096), 0)
         os.fsync(fd)
     finally:
         os.close(fd)
-    fd = os.open(origin, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _sectors(dev: str) -> int:
+    fd = os.open(dev, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return os.lseek(fd, 0, os.SEEK_END) // 512
     finally:
         os.close(fd)
-
-
-def _remove_retrying(control: Control, name: str, attempts: int = 20) -> None:
-    # The last close of a just-unmounted device can lag the umount a moment.
-    for attempt in range(attempts):
-        try:
-            control.remove(name)
-            return
-        except DeviceMapperError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.02 * (attempt + 1))
 
 
 @contextlib.contextmanager
