@@ -40,6 +40,7 @@ run: setup
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: setup lint
 	$(BIN)/pytest -q

@@ -12,9 +12,9 @@ import argparse
 import statistics
 import sys
 
-from framework.machine import initramfs
-from framework.machine.kernel import default_kernel
-from framework.machine.qemu import QemuMachine, choose_accel
+from framework.core.machine import initramfs
+from framework.core.machine.kernel import default_kernel
+from framework.core.machine.qemu import QemuMachine, choose_accel
 
 
 def main() -> int:

@@ -33,11 +33,11 @@ from typing import Any
 
 from crashcases.check import Timeouts
 from crashcases.engine import CrashEngine, CrashPlan, guest_files, timeouts_for
-from framework import agent, clock
-from framework.agent import Emit
-from framework.command import HostRunner
-from framework.machine.base import DiskSpec
-from framework.machine.qemu import QemuMachine
+from framework.core import agent, clock
+from framework.core.agent import Emit
+from framework.core.command import HostRunner
+from framework.core.machine.base import DiskSpec
+from framework.core.machine.qemu import QemuMachine
 
 MiB = 1 << 20
 

@@ -6,7 +6,7 @@ cold caches, as ``powercut bench`` does) and prints, per metric, the mean,
 the coefficient of variation across repetitions, the 95% confidence
 interval half width relative to the mean, and how many repetitions it
 would take to get that half width under ``--target-pct`` percent of the
-mean (``framework.stats.repetitions_needed``, t-based), plus wall times.
+mean (``framework.core.stats.repetitions_needed``, t-based), plus wall times.
 
 Usage: python bench/precision.py [--workload fsmark] [--target ext4/ordered]
                                  [--reps 10] [--scale tiny] [--target-pct 5]
@@ -21,11 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
 
-from framework import bench, clock
-from framework.bench import BenchConfig
-from framework.machine.qemu import QemuMachine
-from framework.stats import StatsError, repetitions_needed, summarize
-from framework.workloads import Scale
+from framework.bench import engine as bench
+from framework.bench.engine import BenchConfig
+from framework.bench.workloads import Scale
+from framework.core import clock
+from framework.core.machine.qemu import QemuMachine
+from framework.core.stats import StatsError, repetitions_needed, summarize
 
 
 def main() -> int:

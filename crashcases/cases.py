@@ -45,7 +45,7 @@ from crashcases.operations import (
     parent_of,
 )
 from crashcases.oracle import NodeKind
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 
 SEQ3_DEFAULT = 200
 RETIRE_EVERY = 16  # sequences per retirement of finished namespaces (see above)

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from crashcases.oracle import Finding, FindingKind, OracleLog, verify, walk_tree
+from crashcases.outcomes import Outcome, worst
 from crashcases.persistence import PersistenceRules
-from framework import clock
-from framework.command import CommandRunner
-from framework.errors import CommandError, CommandTimeout
-from framework.store import Outcome
+from framework.core import clock
+from framework.core.command import CommandRunner
+from framework.core.errors import CommandError, CommandTimeout
 from recovery.filesystems import FsckVerdict, adapter_for
 from recovery.fsck import run_fsck
 from recovery.mount import mount_timed, umount
@@ -29,15 +29,6 @@ from recovery.targets import JournalPlacement, Target
 
 log = logging.getLogger(__name__)
 
-
-# Outcomes (framework.store.Outcome): ok = mounted, kept every promise, fsck
-# clean; recovered = kept every promise but needed fsck repair; data-loss =
-# broke a durability promise; corrupt = fsck could not repair it, or reading
-# failed; unmountable = the kernel refused it; hang = mount, umount or fsck
-# outlived its deadline.
-# Worst first: a state gets the worst outcome any of its steps shows.
-SEVERITY = [Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUPT,
-            Outcome.RECOVERED, Outcome.OK]
 
 LOSS_KINDS = {FindingKind.DATA_LOSS, FindingKind.WRONG_CONTENT, FindingKind.UNEXPECTED_ENTRY,
               FindingKind.WRONG_TYPE, FindingKind.WRONG_TARGET, FindingKind.WRONG_XATTR,
@@ -77,10 +68,6 @@ class CheckResult:
         d = dict(d)
         d["outcome"] = Outcome(d["outcome"])
         return cls(**d)
-
-
-def worst(*outcomes: Outcome) -> Outcome:
-    return min(outcomes, key=SEVERITY.index)
 
 
 def outcome_of(result: CheckResult) -> Outcome:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from crashcases.cases import load_case
-from crashcases.check import CheckResult, Outcome, Timeouts, check_state
+from crashcases.check import CheckResult, Timeouts, check_state
 from crashcases.engine import new_run_dir
 from crashcases.operations import (
     DURABILITY_OPS,
@@ -60,22 +60,22 @@ from crashcases.operations import (
     perform,
 )
 from crashcases.oracle import OracleLog
+from crashcases.outcomes import Outcome, fails
 from crashcases.persistence import for_target
-from devicemapper.flakey import flakey_device
-from devicemapper.table import FlakeyMode
-from framework import agent, clock
-from framework.agent import Emit
-from framework.command import CommandRunner, HostRunner
-from framework.environment import command_line, git_revision, host_facts
-from framework.errors import (
+from devicemapper.flakey import FlakeyMode, flakey_device
+from framework.core import agent, clock
+from framework.core.agent import Emit
+from framework.core.command import CommandRunner, HostRunner
+from framework.core.environment import command_line, git_revision, host_facts
+from framework.core.errors import (
     CommandError,
     CommandTimeout,
     ConfigError,
     MachineError,
     PowercutError,
 )
-from framework.machine.base import DiskSpec, Machine
-from framework.store import RunStatus, Store
+from framework.core.machine.base import DiskSpec, Machine
+from framework.core.store import RunStatus, Store
 from recovery.filesystems import adapter_for
 from recovery.mount import mkfs, mount_timed, mounted
 from recovery.targets import JournalPlacement, Target, get_target
@@ -487,18 +487,6 @@ class CutRunResult:
                 "trials": [t.to_dict() for t in self.trials]}
 
 
-FAILING = {Outcome.DATA_LOSS, Outcome.CORRUPT, Outcome.UNMOUNTABLE, Outcome.HANG}
-
-
-def journalled(target: str) -> bool:
-    return get_target(target).journal is not JournalPlacement.NONE
-
-
-def breaks_promise(outcome: Outcome, is_journalled: bool) -> bool:
-    """Whether an outcome fails a trial: a journal must make fsck repairs unnecessary."""
-    return outcome in FAILING or (is_journalled and outcome is Outcome.RECOVERED)
-
-
 @dataclass(frozen=True, slots=True)
 class TargetSummary:
     target: str
@@ -525,12 +513,12 @@ def summarize(target: str, trials: Sequence[TrialResult]) -> TargetSummary:
     errors: Counter[str] = Counter()
     for d in drives:
         errors.update(d.post_cut_errors)
-    is_j = journalled(target)
+    spec = get_target(target)
     return TargetSummary(
         target=target,
         trials=len(trials),
         outcomes={o.value: n for o in Outcome if (n := sum(1 for t in trials if t.outcome is o))},
-        failing=sum(1 for t in trials if breaks_promise(t.outcome, is_j)),
+        failing=sum(1 for t in trials if fails(t.outcome, spec)),
         mount_median_s=statistics.median(mounts) if mounts else None,
         mount_p90_s=float(np.percentile(mounts, 90)) if mounts else None,
         mount_max_s=max(mounts) if mounts else None,

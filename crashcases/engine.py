@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from crashcases.cases import load_case
-from crashcases.check import CheckResult, Outcome, Timeouts
+from crashcases.check import CheckResult, Timeouts
 from crashcases.operations import Workload
 from crashcases.oracle import OracleLog
+from crashcases.outcomes import Outcome
 from crashcases.points import (
     CrashPoint,
     CrashState,
@@ -44,11 +45,11 @@ from crashcases.points import (
 from crashcases.tasks import parse_results
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
-from framework import agent, clock
-from framework.environment import command_line, git_revision, host_facts
-from framework.errors import CommandTimeout, ConfigError, MachineError, PowercutError
-from framework.machine.base import DiskSpec, Machine
-from framework.store import RunStatus, Store
+from framework.core import agent, clock
+from framework.core.environment import command_line, git_revision, host_facts
+from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
+from framework.core.machine.base import DiskSpec, Machine
+from framework.core.store import RunStatus, Store
 from recovery.filesystems import adapter_for
 from recovery.targets import JournalPlacement, Target, get_target
 
@@ -504,7 +505,8 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
     return plan, state
 
 
-def recheck(run_dir: Path, key: str, factory: MachineFactory) -> CheckResult:
+def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, CheckResult]:
+    """Rebuild and check one state of a finished run; returns its target and the result."""
     plan, state = load_state(run_dir, key)
     target = get_target(plan.target)
     sizes = disk_sizes(target, plan.data_mib)
@@ -530,4 +532,4 @@ def recheck(run_dir: Path, key: str, factory: MachineFactory) -> CheckResult:
         shutil.rmtree(scratch, ignore_errors=True)
     if not results:
         raise PowercutError(f"recheck of {key}: the guest returned no result")
-    return results[0]
+    return target, results[0]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from crashcases.oracle import NodeKind, OracleLog, Recorder
-from framework.errors import PowercutError
+from framework.core.errors import PowercutError
 
 log = logging.getLogger(__name__)
 

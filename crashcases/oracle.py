@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from crashcases.persistence import PersistenceRules
-from framework.errors import PowercutError
+from framework.core.errors import PowercutError
 
 BLOCK_BYTES = 4096
 _FORMAT = 1

@@ -24,11 +24,32 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from devicemapper.logformat import LogEntry
-from framework.errors import ConfigError
-from framework.store import CrashPointKind as PointKind
-from framework.store import Variant as VariantKind
+from framework.core.errors import ConfigError
+
+
+class CrashPointKind(StrEnum):
+    """How a crash point was chosen."""
+
+    MARK = "mark"
+    FUA = "fua"
+    FLUSH = "flush"
+    EVERY = "every"
+    SAMPLE = "sample"
+
+
+class VariantKind(StrEnum):
+    """Which state is built at a crash point (see the module docstring)."""
+
+    PREFIX = "prefix"
+    SUBSET = "subset"
+    TORN = "torn"
+    LYING = "lying"
+
+
+PointKind = CrashPointKind
 
 MKFS_MARK = "mkfs"
 END_MARK = "dm-log-writes-end"
@@ -247,6 +268,8 @@ def _variant_state(entries: Sequence[LogEntry], point: CrashPoint, kind: Variant
         cut = rng.randrange(1, victim.nr_sectors)
         extra = tuple(e.index for e in window if e.index <= victim.index)
         return CrashState(point, variant, point.last_barrier, extra, {victim.index: (0, cut)})
+    if kind is not VariantKind.LYING:
+        raise ConfigError(f"variant kind {kind!r}: expected one of {', '.join(k.value for k in VariantKind)}")
     # LYING: ignore flushes back to the mark before the last one.
     start = _mark_before(entries, point, marks)
     span = [e for e in entries[start + 1: point.index + 1] if _is_data(e)]

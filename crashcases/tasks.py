@@ -20,17 +20,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from crashcases.check import CheckResult, Outcome, Timeouts, check_state
+from crashcases.check import CheckResult, Timeouts, check_state
 from crashcases.operations import Workload, execute
 from crashcases.oracle import OracleLog
+from crashcases.outcomes import Outcome
 from crashcases.persistence import for_target
 from devicemapper.logformat import LogReader
 from devicemapper.logwrites import recording
 from devicemapper.replay import Replayer, apply_entries
 from devicemapper.snapshot import SnapshotSlot
-from framework import agent, clock
-from framework.agent import Emit
-from framework.command import HostRunner
+from framework.core import agent, clock
+from framework.core.agent import Emit
+from framework.core.command import HostRunner
 from recovery.mount import mkfs, mounted
 from recovery.targets import get_target
 

@@ -11,7 +11,7 @@ import fcntl
 import os
 import struct
 
-from framework.errors import DeviceMapperError
+from framework.core.errors import DeviceMapperError
 
 CONTROL = "/dev/mapper/control"
 DM_NAME_LEN = 128

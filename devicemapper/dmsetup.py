@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from devicemapper.table import Table
-from framework.command import CommandResult, CommandRunner
-from framework.errors import CommandError, DeviceMapperError, MissingPrerequisite
+from framework.core.command import CommandResult, CommandRunner
+from framework.core.errors import CommandError, DeviceMapperError, MissingPrerequisite
 
 log = logging.getLogger(__name__)
 

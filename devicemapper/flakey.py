@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from devicemapper import table
 from devicemapper.dmsetup import DmSetup, device_sectors
 from devicemapper.table import FlakeyMode
-from framework.command import CommandRunner
+from framework.core.command import CommandRunner
+
+__all__ = ["FlakeyDevice", "FlakeyMode", "flakey_device"]
 
 log = logging.getLogger(__name__)
 

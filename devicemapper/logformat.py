@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from framework.errors import LogFormatError
+from framework.core.errors import LogFormatError
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from devicemapper import table
 from devicemapper.dmioctl import TargetMessenger
 from devicemapper.dmsetup import DmSetup, device_sectors
-from framework.command import CommandRunner
-from framework.errors import DeviceMapperError
+from framework.core.command import CommandRunner
+from framework.core.errors import DeviceMapperError
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from devicemapper.logformat import LogEntry, LogReader
-from framework.errors import PowercutError, ScratchDeviceError
+from framework.core.errors import PowercutError, ScratchDeviceError
 
 log = logging.getLogger(__name__)
 

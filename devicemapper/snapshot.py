@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from devicemapper import table
 from devicemapper.dmioctl import Control
 from devicemapper.dmsetup import DmDevice, DmSetup, device_sectors
-from framework.command import CommandRunner
-from framework.errors import DeviceMapperError
-from framework.syscalls import runs_here
+from framework.core.command import CommandRunner
+from framework.core.errors import DeviceMapperError
+from framework.core.syscalls import runs_here
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from framework.command import CommandRunner
+from framework.core.command import CommandRunner
 from recovery.filesystems import adapter_for
 from recovery.filesystems.base import FsckVerdict
 from recovery.targets import Target

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from framework import clock, syscalls
-from framework.command import CommandResult, CommandRunner
-from framework.errors import CommandError
+from framework.core import clock, syscalls
+from framework.core.command import CommandResult, CommandRunner
+from framework.core.errors import CommandError
 from recovery.filesystems import adapter_for
 from recovery.filesystems.base import FilesystemAdapter
 from recovery.fsck import C_LOCALE, output_tail

@@ -27,7 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 
 
 class JournalPlacement(StrEnum):

@@ -6,7 +6,7 @@ No other package knows these details; everything else asks
 
 from __future__ import annotations
 
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.filesystems.btrfs import BtrfsAdapter
 from recovery.filesystems.ext import ExtAdapter

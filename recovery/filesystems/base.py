@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from recovery.targets import Target

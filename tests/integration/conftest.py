@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from framework.errors import MissingPrerequisite
-from framework.machine.base import DiskSpec
-from framework.machine.kernel import default_kernel
-from framework.machine.qemu import QemuMachine
+from framework.core.errors import MissingPrerequisite
+from framework.core.machine.base import DiskSpec
+from framework.core.machine.kernel import default_kernel
+from framework.core.machine.qemu import QemuMachine
 
 
 def guest_prerequisites() -> str | None:

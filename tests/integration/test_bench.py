@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from framework import agent
-from framework.benchtask import RepetitionRequest, RepetitionResult
-from framework.machine.base import DiskSpec
-from framework.machine.qemu import QemuMachine
-from framework.stats import summarize
-from framework.store import RunStatus, Store
-from framework.workloads import Scale
+from framework.bench.task import RepetitionRequest, RepetitionResult
+from framework.bench.workloads import Scale
+from framework.core import agent
+from framework.core.machine.base import DiskSpec
+from framework.core.machine.qemu import QemuMachine
+from framework.core.stats import summarize
+from framework.core.store import RunStatus, Store
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 TARGETS = ("ext2", "ext4/ordered", "ext4/writeback", "ext4/journal")

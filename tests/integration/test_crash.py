@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from crashcases.engine import CrashPlan, recheck, run_crash
-from framework.machine.base import DiskSpec, Machine
-from framework.machine.qemu import QemuMachine
-from framework.store import Outcome, Store
+from crashcases.outcomes import Outcome
+from framework.core.machine.base import DiskSpec, Machine
+from framework.core.machine.qemu import QemuMachine
+from framework.core.store import Store
 
 LOSS = {Outcome.DATA_LOSS}
 
@@ -45,7 +46,7 @@ def test_nobarrier_loses_fsynced_data_and_reproducers_agree(tmp_path):
     assert lost, outcomes(result)
     finding = result.results[lost[0]].findings[0]
     assert finding["kind"] == "data-loss" and finding["mark"]
-    again = recheck(result.run_dir, lost[0], factory)
+    _, again = recheck(result.run_dir, lost[0], factory)
     assert again.outcome is result.results[lost[0]].outcome
     assert again.findings == result.results[lost[0]].findings
     assert list(result.run_dir.glob("state-*.img.gz")), "no crash image kept for a failing state"
@@ -65,7 +66,7 @@ def test_ext2_states_need_fsck_repair_and_recheck_agrees(tmp_path):
     got = outcomes(result)
     recovered = [k for k, o in got.items() if o is Outcome.RECOVERED]
     assert recovered, got
-    assert recheck(result.run_dir, recovered[-1], factory).outcome is Outcome.RECOVERED
+    assert recheck(result.run_dir, recovered[-1], factory)[1].outcome is Outcome.RECOVERED
 
 
 @pytest.mark.parametrize("target", ["ext4/ordered", "ext4/journal"])

@@ -22,10 +22,10 @@ from devicemapper.flakey import flakey_device
 from devicemapper.logformat import END_MARK, LogFlag, LogReader, LogWriter, summarize
 from devicemapper.replay import Replayer
 from devicemapper.table import FlakeyMode
-from framework import agent
-from framework.command import CommandResult, run
-from framework.machine.base import DiskSpec
-from framework.machine.qemu import QemuMachine
+from framework.core import agent
+from framework.core.command import CommandResult, run
+from framework.core.machine.base import DiskSpec
+from framework.core.machine.qemu import QemuMachine
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 TARGET = "ext4/ordered"
@@ -203,7 +203,7 @@ SLOT_SCRIPT = """
 import json, os, sys
 from devicemapper.dmioctl import Control
 from devicemapper.snapshot import SnapshotSlot
-from framework.command import HostRunner
+from framework.core.command import HostRunner
 
 origin, cow = sys.argv[1], sys.argv[2]
 B = 4096

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from framework.errors import ConsoleTimeout
-from framework.machine.kernel import default_kernel
-from framework.machine.qemu import QemuMachine
+from framework.core.errors import ConsoleTimeout
+from framework.core.machine.kernel import default_kernel
+from framework.core.machine.qemu import QemuMachine
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 

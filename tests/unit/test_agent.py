@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from framework import agent
-from framework.errors import ConfigError, DeviceMapperError
-from framework.machine.fake import FakeMachine
+from framework.core import agent
+from framework.core.errors import ConfigError, DeviceMapperError
+from framework.core.machine.fake import FakeMachine
 
 
 def test_serve_frames_results_and_errors():
@@ -23,7 +23,7 @@ def test_serve_frames_results_and_errors():
 
 def test_call_raises_the_agents_error_type():
     fake = FakeMachine()
-    fake.on("* -m framework.agent", status=1,
+    fake.on("* -m framework.core.agent", status=1,
             stdout=agent.frame({"error": "dm device busy", "type": "DeviceMapperError"}) + "\n")
     with pytest.raises(DeviceMapperError, match="dm device busy"):
         agent.call(fake, {"task": "x"})
@@ -32,10 +32,10 @@ def test_call_raises_the_agents_error_type():
 
 def test_call_returns_results_and_reports_a_dead_agent():
     fake = FakeMachine()
-    fake.on("* -m framework.agent", stdout=agent.frame({"result": 1}) + "\nlog line\n"
+    fake.on("* -m framework.core.agent", stdout=agent.frame({"result": 1}) + "\nlog line\n"
             + agent.frame({"result": 2}) + "\n")
     assert agent.call(fake, {"task": "x"}) == [1, 2]
-    fake.on("* -m framework.agent", status=137, stderr="Killed")
+    fake.on("* -m framework.core.agent", status=137, stderr="Killed")
     with pytest.raises(agent.AgentError, match="status 137.*Killed"):
         agent.call(fake, {"task": "x"})
 

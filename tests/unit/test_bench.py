@@ -11,14 +11,16 @@ from collections import Counter
 
 import pytest
 
-from framework import agent, bench, benchtask
-from framework.bench import BenchConfig, Sample, Scheduler, Trial
-from framework.benchtask import RepetitionRequest, RepetitionResult
+from framework.bench import engine as bench
+from framework.bench import task as benchtask
+from framework.bench.engine import BenchConfig, Sample, Scheduler, Trial
+from framework.bench.task import RepetitionRequest, RepetitionResult
+from framework.bench.workloads import Metric, Scale
 from framework.cli import build_parser
-from framework.errors import CommandError, ConfigError
-from framework.machine import FakeMachine
-from framework.stats import full_factorial, overhead
-from framework.workloads import Metric, Scale
+from framework.core import agent
+from framework.core.errors import CommandError, ConfigError
+from framework.core.machine import FakeMachine
+from framework.core.stats import full_factorial, overhead
 from recovery.targets import get_target
 
 
@@ -286,7 +288,7 @@ def test_guest_executor_sends_one_task_per_trial_with_the_right_disks():
         task = json.loads(stdin or "{}")
         return 0, agent.frame({"result": result(task["target"], 42.0).to_json()}) + "\n", ""
 
-    fake.on("* -m framework.agent", respond=respond)
+    fake.on("* -m framework.core.agent", respond=respond)
     config = BenchConfig(targets=("ext2", "ext4/logdev"), workload="fsmark", reps=2, seed=1)
     run = bench.run_bench(config, bench.GuestExecutor(fake, config))
     tasks = [json.loads(i or "{}") for i in fake.inputs]
@@ -354,7 +356,7 @@ def test_help_teaches_overhead_sign_and_interval(capsys):
 
 
 def test_cli_builds_the_config():
-    from framework.cli_bench import config_from_args
+    from framework.cli.bench import config_from_args
 
     args = build_parser().parse_args(["bench", "--targets", "ext2, ext4/ordered", "--workload",
                                       "fsmark", "--reps", "5", "--seed", "3", "--until-ci", "5"])
@@ -368,7 +370,7 @@ def test_cli_builds_the_config():
 
 
 def test_store_recorder_keeps_every_sample_of_an_interrupted_run(tmp_path):
-    from framework.store import RunStatus, Store
+    from framework.core.store import RunStatus, Store
 
     config = BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark", reps=3, seed=2,
                          warmup=True)

@@ -12,7 +12,7 @@ from crashcases.cases import durables, list_cases, load_case, pack, random_ops
 from crashcases.operations import DURABILITY_OPS, FsModel, Op, OpKind, Workload, WorkloadError
 from crashcases.oracle import verify
 from crashcases.persistence import for_filesystem
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 from tests.unit.test_oracle import assert_clean_everywhere, record
 
 K = OpKind

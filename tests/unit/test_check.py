@@ -7,10 +7,10 @@ import pytest
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts, check_state, outcome_of
 from crashcases.operations import execute
+from crashcases.outcomes import Outcome
 from crashcases.persistence import for_filesystem
-from framework.errors import CommandTimeout
-from framework.machine.fake import FakeMachine
-from framework.store import Outcome
+from framework.core.errors import CommandTimeout
+from framework.core.machine.fake import FakeMachine
 from recovery.targets import get_target
 
 

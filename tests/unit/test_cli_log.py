@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devicemapper.logformat import LogFlag, LogWriter
-from framework.cli_log import add_parser
+from framework.cli.log import add_parser
 
 
 def run_cli(argv: list[str]) -> int:

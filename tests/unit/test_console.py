@@ -9,8 +9,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from framework.errors import ConsoleTimeout, MachineError
-from framework.machine.console import (
+from framework.core.errors import ConsoleTimeout, MachineError
+from framework.core.machine.console import (
     ConsoleRunner,
     command_script,
     frame_line,

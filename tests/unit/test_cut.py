@@ -17,10 +17,10 @@ from crashcases.cut import CutPoint, DriveResult, TrialResult, drive, plan_cut, 
 from crashcases.operations import Op, OpKind, Workload, execute, perform
 from devicemapper.table import FlakeyMode
 from framework.cli import build_parser
-from framework.cli_cut import summary_table, trial_table
-from framework.errors import ConfigError
-from framework.machine.fake import FakeMachine
-from framework.store import Store
+from framework.cli.cut import summary_table, trial_table
+from framework.core.errors import ConfigError
+from framework.core.machine.fake import FakeMachine
+from framework.core.store import Store
 from recovery.targets import get_target
 
 K = OpKind

@@ -12,8 +12,8 @@ from devicemapper.dmsetup import DmSetup
 from devicemapper.flakey import flakey_device
 from devicemapper.logwrites import LogWritesStatus, check_mark, recording
 from devicemapper.table import FlakeyMode
-from framework.errors import DeviceMapperError, MissingPrerequisite
-from framework.machine.fake import FakeMachine
+from framework.core.errors import DeviceMapperError, MissingPrerequisite
+from framework.core.machine.fake import FakeMachine
 
 
 def test_tables_match_the_kernel_syntax():

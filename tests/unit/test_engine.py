@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from crashcases.engine import CrashEngine, CrashPlan, disk_sizes, progress_watch
-from crashcases.points import CrashPoint, CrashState, Variant
-from framework.errors import ConfigError, ConsoleTimeout
-from framework.machine.fake import FakeMachine
-from framework.store import CrashPointKind, Outcome
-from framework.store import Variant as VariantKind
+from crashcases.outcomes import Outcome
+from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
+from framework.core.errors import ConfigError, ConsoleTimeout
+from framework.core.machine.fake import FakeMachine
 from recovery.targets import get_target
 
 
@@ -53,7 +52,7 @@ class Guests:
                         break
             return 0, "", ""
 
-        machine.on("* -m framework.agent", respond=agent)
+        machine.on("* -m framework.core.agent", respond=agent)
         return machine
 
 
@@ -95,7 +94,7 @@ def test_a_guest_that_stops_answering_costs_one_state(tmp_path):
 
 def test_progress_watch_fires_only_after_a_stall(tmp_path, monkeypatch):
     now = [0.0]
-    monkeypatch.setattr("framework.clock.monotonic", lambda: now[0])
+    monkeypatch.setattr("framework.core.clock.monotonic", lambda: now[0])
     path = tmp_path / "results.jsonl"
     watch = progress_watch(path, budget_s=10)
     assert watch() is None
@@ -119,8 +118,8 @@ def test_external_journal_targets_are_refused_and_disks_fit_the_filesystem():
 def test_run_and_guest_directories_are_absolute(tmp_path, monkeypatch):
     """A relative --results (the default) must reach the guest as a full path."""
     from crashcases.engine import new_run_dir
-    from framework.machine.kernel import KernelSpec
-    from framework.machine.qemu import QemuMachine
+    from framework.core.machine.kernel import KernelSpec
+    from framework.core.machine.qemu import QemuMachine
 
     monkeypatch.chdir(tmp_path)
     run_dir = new_run_dir(Path("results"), "cut")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import CommandError, CommandTimeout, ConfigError
-from framework.machine import FakeMachine
+from framework.core.errors import CommandError, CommandTimeout, ConfigError
+from framework.core.machine import FakeMachine
 from recovery.filesystems import ADAPTERS, adapter_for, fstypes
 from recovery.filesystems.base import FsckVerdict
 from recovery.fsck import run_fsck

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import MissingPrerequisite
-from framework.machine import initramfs
-from framework.machine.fake import FakeMachine
-from framework.machine.initramfs import KernelModule, parse_show_depends, resolve_modules
+from framework.core.errors import MissingPrerequisite
+from framework.core.machine import initramfs
+from framework.core.machine.fake import FakeMachine
+from framework.core.machine.initramfs import KernelModule, parse_show_depends, resolve_modules
 
 SHOW_DEPENDS_DM = """\
 insmod /lib/modules/r/kernel/drivers/md/dm-mod.ko

@@ -27,7 +27,7 @@ from devicemapper.logformat import (
     max_mark_bytes,
     summarize,
 )
-from framework.errors import LogFormatError
+from framework.core.errors import LogFormatError
 
 # -- a log built by hand, the way drivers/md/dm-log-writes.c lays it out ------
 

@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from framework import command
-from framework.errors import CommandError, CommandTimeout, MissingPrerequisite
-from framework.machine.fake import FakeMachine
-from framework.machine.kernel import bzimage_release, kernel_spec
+from framework.core import command
+from framework.core.errors import CommandError, CommandTimeout, MissingPrerequisite
+from framework.core.machine.fake import FakeMachine
+from framework.core.machine.kernel import bzimage_release, kernel_spec
 
 
 def test_run_records_everything():
@@ -107,7 +107,7 @@ def fake_bzimage_with(payload: bytes) -> bytes:
 def test_pvh_kernels_boot_uncompressed_and_others_as_they_are(tmp_path):
     import gzip
 
-    from framework.machine.kernel import boot_image, has_pvh_entry
+    from framework.core.machine.kernel import boot_image, has_pvh_entry
 
     assert has_pvh_entry(fake_elf(True)) and not has_pvh_entry(fake_elf(False))
     pvh = tmp_path / "pvh.bzImage"

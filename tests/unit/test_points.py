@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from crashcases.points import (
+    CrashPointKind,
     Variant,
+    VariantKind,
     build_state,
     enumerate_points,
     parse_strategy,
     plan_states,
 )
 from devicemapper.logformat import LogEntry, LogFlag
-from framework.errors import ConfigError
-from framework.store import CrashPointKind
-from framework.store import Variant as VariantKind
+from framework.core.errors import ConfigError
 
 W, F, FUA, M = LogFlag.NONE, LogFlag.FLUSH, LogFlag.FUA, LogFlag.MARK
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from framework import command
-from framework.machine import LocalMachine
-from framework.machine.base import DiskSpec
+from framework.core import command
+from framework.core.machine import LocalMachine
+from framework.core.machine.base import DiskSpec
 from recovery.filesystems import adapter_for
 from recovery.filesystems.base import FsckVerdict
 from recovery.fsck import run_fsck

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import devicemapper.replay as replay_mod
 from devicemapper.logformat import LogEntry, LogFlag, LogReader, LogWriter
 from devicemapper.replay import Replayer, ReplayError, apply_entries, apply_entry
-from framework.errors import LogFormatError
+from framework.core.errors import LogFormatError
 
 S = 512
 DISK_SECTORS = 512  # a 256 KiB disk keeps every test fast

@@ -2,7 +2,7 @@
 
 Recomputes Appendix A.3 (statistical summary) and A.5 (two-factor full
 factorial design with replications) from the raw data of A.1 with
-framework.stats, checks our values independently with numpy/scipy/
+framework.core.stats, checks our values independently with numpy/scipy/
 statsmodels, and compares them with the numbers the paper prints. Where the
 paper differs, the comment next to the expectation says which is right and
 why; the code is never adjusted to a printed number.
@@ -20,7 +20,7 @@ from scipy import stats as sps
 from statsmodels.formula.api import ols
 from statsmodels.stats.anova import anova_lm
 
-from framework import stats
+from framework.core import stats
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "seed000" / "bonnie.csv"
 # Bonnie prints KB/s with KB = 1024 bytes and the paper divides by 1024 for
@@ -115,7 +115,7 @@ def test_a3_summary(bonnie: pd.DataFrame, fs: str, access: str) -> None:
     )
     assert isinstance(p_ci, tuple)
 
-    # Our values, checked independently of framework.stats.
+    # Our values, checked independently of framework.core.stats.
     assert s.n == 10
     assert s.mean == pytest.approx(x.mean())
     assert s.geometric_mean == pytest.approx(sps.gmean(x))

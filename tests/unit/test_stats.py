@@ -1,4 +1,4 @@
-"""framework.stats against numpy/scipy/statsmodels and against numbers derived by hand."""
+"""framework.core.stats against numpy/scipy/statsmodels and against numbers derived by hand."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from scipy import stats as sps
 from statsmodels.formula.api import ols
 from statsmodels.stats.anova import anova_lm
 
-from framework import report_stats, stats
-from framework.errors import PowercutError
-from framework.stats import StatsError
+from framework.bench import report as report_stats
+from framework.core import stats
+from framework.core.errors import PowercutError
+from framework.core.stats import StatsError
 
 # --------------------------------------------------------------------------
 # summarize

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from framework.cli import build_parser
-from framework.errors import ConfigError
-from framework.study import StepResult, builtin_studies, load_study, parse_study, run_study
+from framework.cli.study import StepResult, builtin_studies, load_study, parse_study, run_study
+from framework.core.errors import ConfigError
 
 STUDY = """
 [study]
@@ -72,7 +72,10 @@ def test_every_builtin_study_step_is_valid_for_its_command():
     """Each step passes the checks its command makes before a guest boots."""
     from crashcases.cut import validate_cut_plan
     from crashcases.engine import validate_plan
-    from framework import bench, cli_bench, cli_crash, cli_cut
+    from framework.bench import engine as bench
+    from framework.cli import bench as cli_bench
+    from framework.cli import crash as cli_crash
+    from framework.cli import cut as cli_cut
 
     parser = build_parser()
     assert "quick" in builtin_studies()

@@ -10,9 +10,9 @@ import pytest
 
 from devicemapper import dmioctl
 from devicemapper.dmioctl import decode_dev, pack_table_load, reply_dev
-from framework import syscalls
-from framework.command import HostRunner
-from framework.machine.fake import FakeMachine
+from framework.core import syscalls
+from framework.core.command import HostRunner
+from framework.core.machine.fake import FakeMachine
 from recovery.mount import mount_timed, umount
 from recovery.targets import get_target
 

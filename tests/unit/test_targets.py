@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 from recovery.filesystems import adapter_for
 from recovery.targets import (
     JournalPlacement,

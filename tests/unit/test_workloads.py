@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.command import CommandResult
-from framework.errors import ConfigError, MissingPrerequisite
-from framework.machine import FakeMachine, LocalMachine
-from framework.workloads import (
+from framework.bench.workloads import (
     Metric,
     Scale,
     Workload,
@@ -23,10 +20,13 @@ from framework.workloads import (
     phases,
     run_workload,
 )
-from framework.workloads.bonnie import BonnieWorkload
-from framework.workloads.fio import PROFILES
-from framework.workloads.mongo import MongoWorkload
-from framework.workloads.postmark import tenths
+from framework.bench.workloads.bonnie import BonnieWorkload
+from framework.bench.workloads.fio import PROFILES
+from framework.bench.workloads.mongo import MongoWorkload
+from framework.bench.workloads.postmark import tenths
+from framework.core.command import CommandResult
+from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.machine import FakeMachine, LocalMachine
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -169,7 +169,7 @@ def test_dbench_and_fsmark_argv() -> None:
 def test_mongo_argv_uses_the_machine_interpreter() -> None:
     workload = MongoWorkload(python=("/opt/venv/bin/python",), seed=7)
     argv = workload.argv("/mnt/t", scale=Scale.TINY)
-    assert argv[:3] == ["/opt/venv/bin/python", "-m", "framework.workloads.phases"]
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "framework.bench.workloads.phases"]
     assert argv[argv.index("--seed") + 1] == "7" and "--drop-caches" in argv
 
 

@@ -1,0 +1,46 @@
+"""What a checked crash state or power-cut trial came to, and which outcomes fail a target.
+
+ok = mounted, kept every promise, fsck clean; recovered = kept every
+promise but fsck had to repair; data-loss = broke a durability promise;
+corrupt = fsck could not repair it, or reading failed; unmountable = the
+kernel refused it; hang = mount, umount or fsck outlived its deadline.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from recovery.targets import JournalPlacement, Target
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    RECOVERED = "recovered"
+    DATA_LOSS = "data-loss"
+    CORRUPT = "corrupt"
+    UNMOUNTABLE = "unmountable"
+    HANG = "hang"
+
+
+# Worst first: a state gets the worst outcome any of its steps shows.
+SEVERITY = (Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUPT,
+            Outcome.RECOVERED, Outcome.OK)
+
+#: Outcomes that fail any target.
+ALWAYS_FAILING = frozenset({Outcome.DATA_LOSS, Outcome.CORRUPT, Outcome.UNMOUNTABLE, Outcome.HANG})
+
+
+def worst(*outcomes: Outcome) -> Outcome:
+    return min(outcomes, key=SEVERITY.index)
+
+
+def fails(outcome: Outcome | str, target: Target) -> bool:
+    """Whether ``outcome`` is a failure of ``target``.
+
+    A journalled filesystem promises a consistent state after replay, so a
+    state that needed fsck repair fails it; for a filesystem without a
+    journal, repair at boot is the expected recovery (ext2's e2fsck -p).
+    """
+    outcome = Outcome(outcome)
+    return outcome in ALWAYS_FAILING or (
+        outcome is Outcome.RECOVERED and target.journal is not JournalPlacement.NONE)

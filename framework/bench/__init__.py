@@ -1,0 +1,1 @@
+"""Throughput benchmarks: workloads, the in-guest repetition task, the host engine and its report."""

@@ -1,0 +1,678 @@
+"""Throughput overhead of journalling: repeated benchmark runs per target and their analysis.
+
+Procedure (Jain, ch. 13 and 22): every target gets ``reps`` repetitions of
+one workload, each on a freshly made filesystem with cold caches (see
+``framework.bench.task``). The trials of all targets are interleaved in a
+seeded random order, so slow drift of the machine (host load, a warming
+disk image) spreads over all targets instead of masquerading as the
+effect of one. Optionally the first trial of each target is a discarded
+warm-up, and with ``until_ci_pct`` more rounds run until the 95%
+confidence interval of the primary metric's mean is within that many
+percent of the mean for every target, or ``max_reps`` is reached.
+
+Analysis: per target and metric the mean with its t-based interval; the
+overhead of each target against the baseline with Fieller's interval
+(``framework.core.stats.overhead``: positive means the target is worse); and a
+one-factor design (factor: target, replications: repetitions) with its
+allocation of variation and F-test for the primary metric. Metrics of one
+workload have different units, so they are analysed one at a time, never
+as a second factor.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from framework.bench.report import format_anova
+from framework.bench.task import TIMING_METRICS, RepetitionRequest, RepetitionResult
+from framework.bench.workloads import Metric, Scale, get_workload
+from framework.core import agent, clock
+from framework.core.errors import ConfigError
+from framework.core.machine.base import DiskSpec, Machine
+from framework.core.stats import (
+    FactorialDesign,
+    Interval,
+    Overhead,
+    StatsError,
+    Summary,
+    full_factorial,
+    overhead,
+    summarize,
+)
+from framework.core.store import Store
+from recovery.filesystems import adapter_for
+from recovery.targets import Target, get_target
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+
+#: Data disk per scale; sparse, so only what the filesystem touches costs space.
+DATA_DISK_BYTES = {Scale.TINY: 256 * MIB, Scale.SMALL: 2048 * MIB, Scale.FULL: 8192 * MIB}
+JOURNAL_DISK_BYTES = 128 * MIB
+#: Head room above a filesystem's minimum size (xfs refuses less than 300 MB).
+MIN_SIZE_MARGIN_BYTES = 64 * MIB
+#: Added to the workload's own deadline: python start, mkfs, mount and unmount in a slow guest.
+REPETITION_OVERHEAD_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    targets: tuple[str, ...]
+    workload: str
+    scale: Scale = Scale.TINY
+    reps: int = 10  # kept repetitions per target (the minimum with until_ci_pct)
+    warmup: bool = False  # one more trial per target, the first, discarded
+    until_ci_pct: float | None = None  # rerun until the CI half width is under this % of the mean
+    max_reps: int = 30  # cap on kept repetitions per target when until_ci_pct is set
+    seed: int = 0
+    baseline: str | None = None  # default: the first target
+    metric: str | None = None  # primary metric; default: "total" if reported, else the first
+    level: float = 0.95
+
+    @property
+    def baseline_target(self) -> str:
+        return self.baseline or self.targets[0]
+
+    def validate(self) -> None:
+        if not self.targets:
+            raise ConfigError("bench: no targets given")
+        if len(set(self.targets)) != len(self.targets):
+            raise ConfigError(f"bench: targets {','.join(self.targets)}: a target is named twice")
+        if self.reps < 2:
+            raise ConfigError(f"bench: --reps {self.reps}: at least 2 are needed for an interval")
+        if self.until_ci_pct is not None:
+            if not self.until_ci_pct > 0:
+                raise ConfigError(f"bench: --until-ci {self.until_ci_pct}: must be a positive percentage")
+            if self.max_reps < self.reps:
+                raise ConfigError(f"bench: --max-reps {self.max_reps} is below --reps {self.reps}")
+        if self.baseline_target not in self.targets:
+            raise ConfigError(f"bench: baseline {self.baseline_target!r} is not one of the targets "
+                              f"({', '.join(self.targets)})")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"bench: confidence level {self.level} is not between 0 and 1")
+
+
+def resolve_targets(names: Iterable[str]) -> list[Target]:
+    """The targets by name (ConfigError names an unknown one)."""
+    return [get_target(n) for n in names]
+
+
+def disks_for(targets: Sequence[Target], scale: Scale) -> list[DiskSpec]:
+    """Scratch disks for a bench over ``targets``: data, plus journal if any needs one."""
+    data = DATA_DISK_BYTES[scale]
+    for t in targets:
+        minimum = adapter_for(t.fstype).min_size_bytes
+        if minimum:
+            data = max(data, minimum + MIN_SIZE_MARGIN_BYTES)
+    disks = [DiskSpec("data", data)]
+    if any(t.needs_journal_disk for t in targets):
+        journal = JOURNAL_DISK_BYTES
+        for t in targets:
+            if t.needs_journal_disk:
+                journal = max(journal, adapter_for(t.fstype).min_journal_size_bytes + MIN_SIZE_MARGIN_BYTES)
+        disks.append(DiskSpec("journal", journal))
+    return disks
+
+
+# --------------------------------------------------------------------------
+# Order of trials
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One run of a target; ``rep`` counts that target's trials from 1 (0 is its warm-up)."""
+
+    seq: int  # position in the run order, from 0
+    target: str
+    rep: int
+    warmup: bool = False
+
+
+class Scheduler:
+    """The seeded run order: a shuffled first round, then extra rounds for the CI rule.
+
+    Every round is a random permutation drawn from one ``random.Random(seed)``,
+    so the same seed and the same measurements give the same order.
+    """
+
+    def __init__(self, config: BenchConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self._seq = 0
+        self._trials: dict[str, int] = dict.fromkeys(config.targets, 0)
+
+    def _trial(self, target: str) -> Trial:
+        warm = self.config.warmup and self._trials[target] == 0
+        rep = self._trials[target] if self.config.warmup else self._trials[target] + 1
+        self._trials[target] += 1
+        t = Trial(self._seq, target, rep, warm)
+        self._seq += 1
+        return t
+
+    def kept_trials(self, target: str) -> int:
+        """Trials scheduled for ``target`` so far, its warm-up not counted."""
+        return self._trials[target] - (1 if self.config.warmup and self._trials[target] else 0)
+
+    def first_round(self) -> list[Trial]:
+        per_target = self.config.reps + (1 if self.config.warmup else 0)
+        names = [t for t in self.config.targets for _ in range(per_target)]
+        self.rng.shuffle(names)
+        return [self._trial(n) for n in names]
+
+    def unsatisfied(self, kept: Mapping[str, Sequence[float]]) -> list[str]:
+        """Targets whose primary metric's interval is still too wide and below the cap."""
+        pct = self.config.until_ci_pct
+        if pct is None:
+            return []
+        out = []
+        for target in self.config.targets:
+            # The cap counts trials, not values: a metric the tool could not
+            # measure (None) must not keep a target running for ever.
+            if self.kept_trials(target) >= self.config.max_reps:
+                continue
+            if relative_half_width(list(kept.get(target, ())), self.config.level) > pct / 100.0:
+                out.append(target)
+        return out
+
+    def next_round(self, kept: Mapping[str, Sequence[float]]) -> list[Trial]:
+        """One more trial for every unsatisfied target, shuffled; empty when done."""
+        names = self.unsatisfied(kept)
+        self.rng.shuffle(names)
+        return [self._trial(n) for n in names]
+
+
+def relative_half_width(values: Sequence[float], level: float = 0.95) -> float:
+    """CI half width of the mean over |mean|; inf when it cannot be computed yet."""
+    if len(values) < 2:
+        return math.inf
+    try:
+        return summarize(values).half_width_ratio(level)
+    except StatsError:
+        return math.inf
+
+
+# --------------------------------------------------------------------------
+# Running
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One finished trial: what ran, its result and the host-side wall time."""
+
+    trial: Trial
+    result: RepetitionResult
+    wall_s: float
+
+
+Execute = Callable[[Trial], RepetitionResult]
+
+
+class Recorder(Protocol):
+    """Where each sample goes as soon as it is measured (the results store)."""
+
+    def add(self, sample: Sample) -> None: ...
+
+
+Progress = Callable[[Sample, "BenchState"], None]
+
+
+@dataclass
+class BenchState:
+    """What is known while the bench runs (for progress reports)."""
+
+    config: BenchConfig
+    started_s: float
+    planned: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    primary: str | None = None
+
+    def kept(self, metric: str) -> dict[str, list[float]]:
+        return kept_values(self.samples, metric, self.config.targets)
+
+    def eta_s(self) -> float:
+        done = len(self.samples)
+        if done == 0:
+            return math.nan
+        per = (clock.monotonic() - self.started_s) / done
+        return per * max(0, self.planned - done)
+
+
+def kept_values(samples: Iterable[Sample], metric: str, targets: Sequence[str]) -> dict[str, list[float]]:
+    """Values of ``metric`` per target in run order, warm-ups and unmeasured ones left out."""
+    out: dict[str, list[float]] = {t: [] for t in targets}
+    for s in samples:
+        if s.trial.warmup:
+            continue
+        # A tool may leave a figure out of one run (dbench omits operations
+        # it did not do): that repetition has no value, not a zero.
+        value = next((m.value for m in s.result.metrics if m.name == metric), None)
+        if value is not None:
+            out.setdefault(s.trial.target, []).append(value)
+    return out
+
+
+def choose_primary(result: RepetitionResult, wanted: str | None) -> str:
+    """The metric the CI rule and the ANOVA use: the asked one, else "total", else the first."""
+    names = [m.name for m in result.metrics]
+    if wanted is not None:
+        result.metric(wanted)  # ConfigError naming the metrics the workload reports
+        return wanted
+    if "total" in names:
+        return "total"
+    return names[0]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRun:
+    config: BenchConfig
+    samples: tuple[Sample, ...]
+    primary: str
+    wall_s: float
+    #: Host 1-minute load average before and after: emulated guests are slowed
+    #: by anything else running on the host, so say how busy it was.
+    host_load: tuple[float, float] | None = None
+
+
+def run_bench(
+    config: BenchConfig,
+    execute: Execute,
+    *,
+    recorder: Recorder | None = None,
+    progress: Progress | None = None,
+) -> BenchRun:
+    """Run every trial in the seeded order; each sample is recorded before the next trial.
+
+    A KeyboardInterrupt propagates after the samples measured so far were recorded.
+    """
+    config.validate()
+    scheduler = Scheduler(config)
+    state = BenchState(config, clock.monotonic())
+    load_before = _load_average()
+    pending = scheduler.first_round()
+    state.planned = len(pending)
+    while pending:
+        for trial in pending:
+            start = clock.monotonic()
+            result = execute(trial)
+            if result.target != trial.target:
+                raise ConfigError(f"bench: trial of {trial.target!r} returned a result of {result.target!r}")
+            if state.primary is None:
+                state.primary = choose_primary(result, config.metric)
+            sample = Sample(trial, result, clock.monotonic() - start)
+            state.samples.append(sample)
+            if recorder is not None:
+                recorder.add(sample)
+            if progress is not None:
+                progress(sample, state)
+        assert state.primary is not None  # the first round is never empty
+        pending = scheduler.next_round(state.kept(state.primary))
+        state.planned += len(pending)
+    assert state.primary is not None
+    load_after = _load_average()
+    load = None if load_before is None or load_after is None else (load_before, load_after)
+    return BenchRun(config, tuple(state.samples), state.primary,
+                    clock.monotonic() - state.started_s, load)
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+class StoreRecorder:
+    """Writes each sample to the results store, one transaction per sample."""
+
+    def __init__(self, store: Store, run_id: int, config: BenchConfig) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.config = config
+        self._described: set[str] = set()
+
+    def add(self, sample: Sample) -> None:
+        r = sample.result
+        if r.target not in self._described:
+            # What the kernel really applied, next to what the target asked for.
+            self._described.add(r.target)
+            target = get_target(r.target)
+            self.store.add_target(self.run_id, r.target, {
+                "fstype": target.fstype, "mkfs_options": list(target.mkfs_options),
+                "mount_options": list(target.mount_options), "journal": str(target.journal),
+                "applied_mount_options": r.mount_options, "kernel": r.kernel})
+        setup = (Metric("mkfs_s", r.mkfs_s, "s", False), Metric("mount_s", r.mount_s, "s", False),
+                 Metric("trial_wall_s", sample.wall_s, "s", False))
+        self.store.add_bench_samples(self.run_id, r.target, self.config.workload,
+                                     repetition=sample.trial.rep, metrics=[*r.metrics, *setup],
+                                     trial_order=sample.trial.seq, warmup=sample.trial.warmup)
+
+
+def environment(config: BenchConfig, machine_facts: Mapping[str, str]) -> dict[str, Any]:
+    """What the results store keeps about a bench run besides its samples."""
+    return {**machine_facts, "bench": {
+        "targets": list(config.targets), "workload": config.workload, "scale": str(config.scale),
+        "reps": config.reps, "warmup": config.warmup, "until_ci_pct": config.until_ci_pct,
+        "max_reps": config.max_reps, "seed": config.seed, "baseline": config.baseline_target,
+        "metric": config.metric, "level": config.level}}
+
+
+class GuestExecutor:
+    """Runs each trial as one ``bench-rep`` agent task in a booted machine."""
+
+    def __init__(self, machine: Machine, config: BenchConfig) -> None:
+        self.machine = machine
+        self.config = config
+        self.timeout_s = get_workload(config.workload).timeout_s(config.scale) + REPETITION_OVERHEAD_S
+        self._targets = {t.name: t for t in resolve_targets(config.targets)}
+
+    def request(self, trial: Trial) -> RepetitionRequest:
+        target = self._targets[trial.target]
+        journal = self.machine.disk("journal") if target.needs_journal_disk else None
+        return RepetitionRequest(target=target.name, workload=self.config.workload,
+                                 scale=self.config.scale, data_dev=self.machine.disk("data"),
+                                 journal_dev=journal)
+
+    def __call__(self, trial: Trial) -> RepetitionResult:
+        results = agent.call(self.machine, self.request(trial).to_task(), timeout_s=self.timeout_s)
+        if len(results) != 1:
+            raise agent.AgentError(f"bench-rep returned {len(results)} results, expected 1")
+        return RepetitionResult.from_json(results[0])
+
+
+def print_progress(sample: Sample, state: BenchState, stream: Any = None) -> None:
+    """One plain line per trial on stderr: target, rep, the primary metric so far, ETA."""
+    out = stream or sys.stderr
+    primary = state.primary or ""
+    t = sample.trial
+    m = next((x for x in sample.result.metrics if x.name == primary), None)
+    values = state.kept(primary).get(t.target, [])
+    so_far = ""
+    if len(values) >= 2:
+        s = summarize(values)
+        so_far = f" (mean {_num(s.mean)} +-{100 * s.half_width_ratio(state.config.level):.1f}%, n={s.n})"
+    eta = state.eta_s()
+    eta_text = "?" if math.isnan(eta) else f"{eta:.0f} s"
+    kind = "warm-up" if t.warmup else f"rep {t.rep}"
+    value = "-" if m is None or m.value is None else _num(m.value)
+    unit = "" if m is None else m.unit
+    print(f"[{len(state.samples)}/{state.planned}] {t.target} {kind}: {primary} {value} {unit}"
+          f"{so_far} in {sample.wall_s:.1f} s; ETA {eta_text}", file=out, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Analysis
+
+
+@dataclass(frozen=True, slots=True)
+class MetricInfo:
+    name: str
+    unit: str
+    higher_is_better: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One metric of one target: its summary, or why there is none."""
+
+    target: str
+    metric: str
+    values: tuple[float, ...]
+    summary: Summary | None
+
+
+@dataclass(frozen=True, slots=True)
+class OverheadCell:
+    target: str
+    metric: str
+    overhead: Overhead | None
+    error: str = ""  # why there is no overhead (too few samples, baseline near 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchAnalysis:
+    config: BenchConfig
+    primary: MetricInfo
+    metrics: tuple[MetricInfo, ...]
+    cells: tuple[Cell, ...]
+    overheads: tuple[OverheadCell, ...]
+    design: FactorialDesign | None
+    design_replications: int  # repetitions per target used in the design (the fewest any has)
+    design_error: str  # why there is no design
+
+    def cell(self, target: str, metric: str) -> Cell:
+        for c in self.cells:
+            if c.target == target and c.metric == metric:
+                return c
+        raise KeyError((target, metric))
+
+    def overhead_of(self, target: str, metric: str) -> OverheadCell:
+        for o in self.overheads:
+            if o.target == target and o.metric == metric:
+                return o
+        raise KeyError((target, metric))
+
+
+def analyse(run: BenchRun) -> BenchAnalysis:
+    config = run.config
+    level = config.level
+    kept = [s for s in run.samples if not s.trial.warmup]
+    if not kept:
+        raise ConfigError("bench: no kept repetitions to analyse")
+    infos: dict[str, MetricInfo] = {}
+    for s in kept:
+        for m in s.result.metrics:
+            infos.setdefault(m.name, MetricInfo(m.name, m.unit, m.higher_is_better))
+    cells: list[Cell] = []
+    overheads: list[OverheadCell] = []
+    base = config.baseline_target
+    for info in infos.values():
+        values = kept_values(kept, info.name, config.targets)
+        for target in config.targets:
+            v = values.get(target, [])
+            cells.append(Cell(target, info.name, tuple(v), summarize(v) if len(v) >= 2 else None))
+        for target in config.targets:
+            if target == base:
+                continue
+            try:
+                o = overhead(values[target], values[base], level, higher_is_better=info.higher_is_better)
+                overheads.append(OverheadCell(target, info.name, o))
+            except StatsError as exc:
+                overheads.append(OverheadCell(target, info.name, None, str(exc)))
+    primary = infos[run.primary]
+    design, r, why = one_factor_design(kept_values(kept, run.primary, config.targets), level)
+    return BenchAnalysis(config, primary, tuple(infos.values()), tuple(cells), tuple(overheads),
+                         design, r, why)
+
+
+def one_factor_design(
+    values: Mapping[str, Sequence[float]], level: float
+) -> tuple[FactorialDesign | None, int, str]:
+    """One-factor design over targets with r replications each (r: the fewest any target has).
+
+    With the CI rule targets can end with different counts; the first r of
+    each, in run order, keep the design balanced.
+    """
+    if len(values) < 2:
+        return None, 0, "one target only: nothing to compare"
+    r = min(len(v) for v in values.values())
+    rows = [{"target": t, "y": y} for t, v in values.items() for y in v[:r]]
+    try:
+        return full_factorial(rows, ["target"], "y", level=level), r, ""
+    except StatsError as exc:
+        return None, r, str(exc)
+
+
+# --------------------------------------------------------------------------
+# Rendering
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    magnitude = abs(value)
+    if magnitude != 0 and (magnitude >= 1e6 or magnitude < 1e-3):
+        return f"{value:.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(magnitude))) if magnitude else 1
+    return f"{value:.{min(decimals, 4)}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:+.1f}%"
+
+
+def format_means(a: BenchAnalysis) -> str:
+    pct = f"{100 * a.config.level:g}%"
+    header = ["metric", "unit", *a.config.targets]
+    rows = []
+    for info in a.metrics:
+        row = [info.name + (" *" if info.name == a.primary.name else ""), info.unit]
+        for target in a.config.targets:
+            c = a.cell(target, info.name)
+            if c.summary is None:
+                row.append(f"n={len(c.values)}")
+            else:
+                ci = c.summary.ci(a.config.level)
+                row.append(f"{_num(c.summary.mean)} [{_num(ci.low)}, {_num(ci.high)}]")
+        rows.append(row)
+    title = (f"Mean and {pct} confidence interval of the mean (t, n-1 dof) per target; "
+             f"* primary metric")
+    return title + "\n" + _table(header, rows)
+
+
+def format_overheads(a: BenchAnalysis) -> str:
+    base = a.config.baseline_target
+    others = [t for t in a.config.targets if t != base]
+    pct = f"{100 * a.config.level:g}%"
+    header = ["metric", "better", *others]
+    rows = []
+    for info in a.metrics:
+        row = [info.name + (" *" if info.name == a.primary.name else ""),
+               "higher" if info.higher_is_better else "lower"]
+        for target in others:
+            o = a.overhead_of(target, info.name)
+            if o.overhead is None:
+                row.append("-")
+            else:
+                ov = o.overhead
+                mark = "" if ov.significant else " n.s."
+                row.append(f"{_pct(ov.overhead)} [{_pct(ov.ci.low)}, {_pct(ov.ci.high)}]{mark}")
+        rows.append(row)
+    title = (f"Overhead against {base} with its {pct} interval (Fieller); positive: the target "
+             f"is worse (loses throughput, or takes longer); n.s.: the interval contains 0")
+    notes = sorted({f"  {o.target} {o.metric}: {o.error}" for o in a.overheads if o.error})
+    return title + "\n" + _table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
+
+
+def format_design(a: BenchAnalysis) -> str:
+    pct = f"{100 * a.config.level:g}%"
+    head = (f"One-factor design for {a.primary.name} [{a.primary.unit}]: factor target "
+            f"({len(a.config.targets)} levels), {a.design_replications} replications each")
+    if a.design is None:
+        return head + f"\n  no analysis: {a.design_error}"
+    d = a.design
+    term = d.term("target")
+    verdict = ("the targets differ" if term.significant else
+               "no significant difference between the targets")
+    lines = [
+        head,
+        format_anova(d),
+        f"target explains {term.percent:.1f}% of the variation, errors {d.error_percent:.1f}%; "
+        f"F = {_num(term.f)} {'>' if term.significant else '<='} F-crit({pct}) = {_num(term.f_crit)}"
+        f", p = {term.p_value:.3g}: {verdict} at {pct}",
+        "effects (target mean - grand mean " + _num(d.grand_mean) + "):",
+    ]
+    rows = [[", ".join(map(str, e.levels)), _num(e.value), f"[{_num(e.ci.low)}, {_num(e.ci.high)}]"]
+            for e in d.effects_of("target")]
+    lines.append(_table(["target", "effect", f"{pct} interval"], rows))
+    return "\n".join(lines)
+
+
+def format_report(run: BenchRun, a: BenchAnalysis) -> str:
+    c = run.config
+    kept = [s for s in run.samples if not s.trial.warmup]
+    counts = {t: sum(1 for s in kept if s.trial.target == t) for t in c.targets}
+    reps = (f"{min(counts.values())}" if len(set(counts.values())) == 1
+            else ", ".join(f"{t}: {n}" for t, n in counts.items()))
+    header = (f"powercut bench: {c.workload} at {c.scale} scale; repetitions per target: {reps}"
+              f"{'; first trial of each target discarded (warm-up)' if c.warmup else ''}; "
+              f"run order shuffled with seed {c.seed}; wall time {run.wall_s:.1f} s")
+    if run.host_load is not None:
+        header += (f"\nhost load average {run.host_load[0]:.2f} before, {run.host_load[1]:.2f} after "
+                   f"({os.cpu_count()} CPUs; a busy host slows an emulated guest)")
+    order = "order: " + " ".join(
+        f"{s.trial.target}{'(w)' if s.trial.warmup else ''}" for s in run.samples)
+    timing = ("timings: run_s = workload wall time, umount_s = unmount (writes back what the "
+              "workload left dirty), durable_s = run_s + umount_s; mkfs and mount are not counted")
+    kernel = sorted({s.result.kernel for s in run.samples})
+    opts = {s.result.target: s.result.mount_options for s in run.samples}
+    env = f"kernel {', '.join(kernel)}; mount options: " + "; ".join(f"{t}: {o}" for t, o in opts.items())
+    return "\n\n".join([header + "\n" + order + "\n" + env, format_means(a), timing,
+                        format_overheads(a), format_design(a)]) + "\n"
+
+
+def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
+    c = run.config
+    level = c.level
+
+    def interval(i: Interval) -> list[float]:
+        return [i.low, i.high]
+
+    means: dict[str, dict[str, Any]] = {}
+    for cell in a.cells:
+        entry: dict[str, Any] = {"n": len(cell.values), "values": list(cell.values)}
+        if cell.summary is not None:
+            s = cell.summary
+            entry.update(mean=s.mean, stdev=s.stdev, cov=s.cov, median=s.median,
+                         ci=interval(s.ci(level)))
+        means.setdefault(cell.metric, {})[cell.target] = entry
+    overheads: dict[str, dict[str, Any]] = {}
+    for o in a.overheads:
+        item: dict[str, Any] = {"error": o.error} if o.overhead is None else {
+            "overhead": o.overhead.overhead, "ci": interval(o.overhead.ci),
+            "ratio": o.overhead.ratio, "significant": o.overhead.significant}
+        overheads.setdefault(o.metric, {})[o.target] = item
+    design: dict[str, Any] | None = None
+    if a.design is not None:
+        term = a.design.term("target")
+        design = {
+            "replications": a.design_replications,
+            "ss_total": a.design.ss_total, "ss_target": term.sum_sq, "ss_error": a.design.ss_error,
+            "percent_target": term.percent, "percent_error": a.design.error_percent,
+            "f": term.f, "f_crit": term.f_crit, "p": term.p_value, "significant": term.significant,
+            "df_target": term.df, "df_error": a.design.df_error,
+            "effects": {str(e.levels[0]): {"effect": e.value, "ci": interval(e.ci)}
+                        for e in a.design.effects_of("target")},
+        }
+    return {
+        "workload": c.workload, "scale": str(c.scale), "targets": list(c.targets),
+        "baseline": c.baseline_target, "seed": c.seed, "warmup": c.warmup,
+        "until_ci_pct": c.until_ci_pct, "max_reps": c.max_reps, "level": level,
+        "primary": a.primary.name, "wall_s": run.wall_s, "host_load": run.host_load,
+        "units": {m.name: m.unit for m in a.metrics},
+        "higher_is_better": {m.name: m.higher_is_better for m in a.metrics},
+        "order": [{"seq": s.trial.seq, "target": s.trial.target, "rep": s.trial.rep,
+                   "warmup": s.trial.warmup, "wall_s": s.wall_s} for s in run.samples],
+        "means": means, "overhead": overheads, "anova": design,
+        "design_error": a.design_error,
+        "timing_metrics": list(TIMING_METRICS),
+    }

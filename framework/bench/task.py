@@ -1,0 +1,201 @@
+"""One benchmark repetition, performed inside the machine as the agent task ``bench-rep``.
+
+A repetition is: fresh mkfs of the target on the data disk (and on the
+journal disk for an external journal), timed mount, ``sync`` and dropping
+the page, dentry and inode caches, the workload, timed unmount. Doing it
+all in one task costs one python start in the guest instead of one
+console round trip per step.
+
+Unmount time is not part of the tool's own figures (postmark, fio... time
+themselves), but unmount writes back whatever the workload left dirty, so
+it is part of what the workload cost to make durable. It is reported
+apart, as ``umount_s``, and in ``durable_s`` = tool wall time + unmount.
+
+This module is imported in the guest: it avoids pandas and scipy, whose
+import alone takes seconds under an emulated CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.bench.workloads import Metric, Scale, get_workload, run_workload
+from framework.core import agent, clock
+from framework.core.command import CommandRunner
+from framework.core.errors import CommandError, ConfigError
+from framework.core.machine.local import LocalMachine
+from recovery import mount as fsmount
+from recovery.targets import get_target
+
+log = logging.getLogger(__name__)
+
+TASK = "bench-rep"
+DEFAULT_MOUNTPOINT = "/mnt/powercut-bench"
+
+#: Metrics every repetition adds to the workload's own, all lower-is-better seconds.
+TIMING_METRICS = ("run_s", "umount_s", "durable_s")
+
+
+@dataclass(frozen=True, slots=True)
+class RepetitionRequest:
+    """What one repetition runs: a target and a workload, on which disks."""
+
+    target: str
+    workload: str
+    scale: Scale
+    data_dev: str
+    journal_dev: str | None = None
+    mountpoint: str = DEFAULT_MOUNTPOINT
+
+    def to_task(self) -> dict[str, Any]:
+        return {"task": TASK, **{k: str(v) if isinstance(v, Scale) else v
+                                 for k, v in asdict(self).items()}}
+
+    @classmethod
+    def from_task(cls, t: dict[str, Any]) -> RepetitionRequest:
+        try:
+            return cls(
+                target=str(t["target"]),
+                workload=str(t["workload"]),
+                scale=Scale(t["scale"]),
+                data_dev=str(t["data_dev"]),
+                journal_dev=None if t.get("journal_dev") is None else str(t["journal_dev"]),
+                mountpoint=str(t.get("mountpoint") or DEFAULT_MOUNTPOINT),
+            )
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{TASK}: malformed task ({exc!r})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class RepetitionResult:
+    """The metrics of one repetition and the facts needed to trust them."""
+
+    target: str
+    workload: str
+    scale: Scale
+    metrics: tuple[Metric, ...]
+    mkfs_s: float
+    mount_s: float
+    run_s: float
+    umount_s: float
+    kernel: str
+    mount_options: str  # as /proc/mounts shows them: what the kernel really applied
+    kernel_messages: tuple[str, ...] = field(default=())
+
+    def metric(self, name: str) -> Metric:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.metrics)
+        raise ConfigError(f"metric {name!r} not reported by {self.workload} (reported: {known})")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["scale"] = str(self.scale)
+        d["metrics"] = [asdict(m) for m in self.metrics]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RepetitionResult:
+        try:
+            return cls(
+                target=d["target"],
+                workload=d["workload"],
+                scale=Scale(d["scale"]),
+                metrics=tuple(Metric(**m) for m in d["metrics"]),
+                mkfs_s=float(d["mkfs_s"]),
+                mount_s=float(d["mount_s"]),
+                run_s=float(d["run_s"]),
+                umount_s=float(d["umount_s"]),
+                kernel=str(d["kernel"]),
+                mount_options=str(d["mount_options"]),
+                kernel_messages=tuple(d.get("kernel_messages", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{TASK}: malformed result ({exc!r})") from None
+
+
+def _mount_options(mountpoint: str) -> str:
+    # /proc/mounts escapes spaces as \040; our mountpoint has none.
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == mountpoint:
+            return fields[3]
+    return ""
+
+
+def drop_caches() -> None:
+    """Write back dirty pages, then drop clean page cache, dentries and inodes."""
+    os.sync()
+    # drop_caches only drops clean objects: the sync before it matters.
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def run_repetition(runner: CommandRunner, req: RepetitionRequest) -> RepetitionResult:
+    """mkfs, mount, drop caches, run the workload, unmount; on this machine."""
+    target = get_target(req.target)
+    workload = get_workload(req.workload)
+    if target.needs_journal_disk and req.journal_dev is None:
+        raise ConfigError(f"target {target.name!r} needs a journal disk, none was given")
+    journal_dev = req.journal_dev if target.needs_journal_disk else None
+    start = clock.monotonic()
+    fsmount.mkfs(runner, target, req.data_dev, journal_dev=journal_dev)
+    mkfs_s = clock.monotonic() - start
+    Path(req.mountpoint).mkdir(parents=True, exist_ok=True)
+    mounted = fsmount.mount_timed(runner, target, req.data_dev, req.mountpoint,
+                                  journal_dev=journal_dev, timeout_s=fsmount.UMOUNT_TIMEOUT_S)
+    if not mounted.ok:
+        raise CommandError(f"mount of {target.name} on {req.data_dev} failed "
+                           f"(status {mounted.status}): {mounted.error.replace(chr(10), ' | ')}")
+    try:
+        options = _mount_options(req.mountpoint)
+        drop_caches()
+        start = clock.monotonic()
+        metrics = run_workload(runner, workload, req.mountpoint, scale=req.scale)
+        run_s = clock.monotonic() - start
+    except BaseException:
+        try:
+            fsmount.umount(runner, req.mountpoint)
+        except Exception as exc:  # teardown must not hide the original error
+            log.warning("could not unmount %s: %s", req.mountpoint, exc)
+        raise
+    start = clock.monotonic()
+    fsmount.umount(runner, req.mountpoint)
+    umount_s = clock.monotonic() - start
+    timings = [
+        Metric("run_s", run_s, "s", False),
+        Metric("umount_s", umount_s, "s", False),
+        Metric("durable_s", run_s + umount_s, "s", False),
+    ]
+    return RepetitionResult(
+        target=target.name,
+        workload=workload.name,
+        scale=req.scale,
+        metrics=(*metrics, *timings),
+        mkfs_s=mkfs_s,
+        mount_s=mounted.duration_s,
+        run_s=run_s,
+        umount_s=umount_s,
+        kernel=platform.release(),
+        mount_options=options,
+        kernel_messages=mounted.kernel_messages,
+    )
+
+
+@agent.task(TASK)
+def _bench_rep(t: dict[str, Any], emit: agent.Emit) -> None:
+    req = RepetitionRequest.from_task(t)
+    # The scratch disks are the only devices this machine may write to.
+    devices = {"data": req.data_dev}
+    if req.journal_dev is not None:
+        devices["journal"] = req.journal_dev
+    runner = LocalMachine(devices=devices, rundir=Path(req.mountpoint).parent)
+    try:
+        emit({"result": run_repetition(runner, req).to_json()})
+    finally:
+        runner.close()

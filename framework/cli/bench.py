@@ -1,0 +1,168 @@
+"""``powercut bench``: the throughput cost of journalling, per target, with intervals."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import random
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+from framework.bench.workloads import Scale, get_workload, list_workloads
+from framework.cli import add_machine_options, print_json
+from framework.core.store import RunStatus, Store
+
+if TYPE_CHECKING:
+    from framework.bench.engine import BenchConfig
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Measure what journalling costs in throughput: run one benchmark workload
+on several targets (filesystem configurations), each repetition on a fresh
+mkfs with cold caches, in one qemu guest, and compare every target with a
+baseline target.
+
+Each repetition: mkfs the target on the data disk (and its journal disk),
+mount, sync and drop the page/dentry/inode caches, run the workload,
+unmount. The tool's own figures (e.g. postmark transactions/s, fio MB/s)
+exclude the unmount; run_s is the workload's wall time, umount_s the
+unmount (it writes back what the workload left dirty) and durable_s their
+sum. Trials of all targets run interleaved in a seeded random order
+(printed), so drift of the machine does not pass for a target's effect.
+
+What the output means:
+  mean [low, high]   the mean over the repetitions and its 95% confidence
+                     interval (Student t, n-1 degrees of freedom): with
+                     95% confidence the true mean lies in it. It narrows
+                     as 1/sqrt(repetitions).
+  overhead           the relative cost of a target against the baseline.
+                     Positive means the target is worse: for throughput
+                     (higher is better) it is the fraction lost,
+                     1 - target/baseline; for times (lower is better) the
+                     fraction added, target/baseline - 1. Negative means
+                     the target is faster than the baseline. Its 95%
+                     interval is Fieller's for a ratio of two means; "n.s."
+                     marks an interval that contains 0 (no detectable cost).
+  ANOVA              one factor (target) with the repetitions as
+                     replications, on the primary metric: how much of the
+                     variation the choice of target explains versus
+                     run-to-run noise, and the F-test of whether the
+                     targets differ at all.
+"""
+
+EPILOG = """\
+examples:
+  powercut bench --targets ext2,ext4/ordered,ext4/journal --workload postmark --reps 10
+  powercut bench --targets ext4/ordered,ext4/journal --workload fsmark --reps 3 \\
+      --until-ci 5 --max-reps 20 --warmup
+"""
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of target names")
+    return names
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    # scipy, statsmodels and pandas load in about half a second: only when benchmarking.
+    from framework.bench.engine import BenchConfig
+
+    config = BenchConfig(
+        targets=args.targets,
+        workload=args.workload,
+        scale=Scale(args.scale),
+        reps=args.reps,
+        warmup=args.warmup,
+        until_ci_pct=args.until_ci,
+        max_reps=args.max_reps if args.max_reps is not None else max(args.reps, 30),
+        seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
+        baseline=args.baseline,
+        metric=args.metric,
+    )
+    config.validate()
+    return config
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from framework.bench import engine as bench
+    from framework.cli.vm import machine_from_args  # boots qemu: imported only when used
+
+    config = config_from_args(args)
+    targets = bench.resolve_targets(config.targets)
+    get_workload(config.workload)  # an unknown name fails before the guest boots
+    disks = bench.disks_for(targets, config.scale)
+    fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(Store(args.db)) if args.db else None
+        machine = stack.enter_context(machine_from_args(args, disks=disks, fstypes=fstypes))
+        machine.start()
+        recorder = None
+        if store is not None:
+            run_id = store.start_run(command_line=shlex.join(["powercut", *sys.argv[1:]]),
+                                     study="bench",
+                                     environment=bench.environment(config, machine.describe()))
+            recorder = bench.StoreRecorder(store, run_id, config)
+        status = RunStatus.FAILED
+        try:
+            run = bench.run_bench(config, bench.GuestExecutor(machine, config), recorder=recorder,
+                                  progress=None if args.quiet else bench.print_progress)
+            status = RunStatus.FINISHED
+        except KeyboardInterrupt:
+            status = RunStatus.INTERRUPTED
+            raise
+        finally:
+            if store is not None and recorder is not None:
+                store.finish_run(recorder.run_id, status)
+    analysis = bench.analyse(run)
+    if args.json:
+        out = bench.report_json(run, analysis)
+        if recorder is not None:
+            out["db"], out["run_id"] = args.db, recorder.run_id
+        print_json(out)
+    else:
+        sys.stdout.write(bench.format_report(run, analysis))
+        if recorder is not None:
+            print(f"\nsamples stored in {args.db} (run {recorder.run_id})")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="throughput overhead of journalling per target, with intervals",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--targets", type=_targets, required=True, metavar="T1,T2,...",
+                   help="targets to compare, e.g. ext2,ext4/ordered,ext4/journal")
+    p.add_argument("--workload", required=True, metavar="NAME",
+                   help=f"benchmark workload: {', '.join(list_workloads())}")
+    p.add_argument("--scale", choices=[s.value for s in Scale], default=Scale.TINY.value,
+                   help="work per repetition: tiny (seconds in an emulated guest), small, full "
+                        "(published sizes) (default: tiny)")
+    p.add_argument("--reps", type=int, default=10, metavar="N",
+                   help="kept repetitions per target; with --until-ci the minimum (default: 10)")
+    p.add_argument("--warmup", action="store_true",
+                   help="run one more trial per target and discard each target's first")
+    p.add_argument("--until-ci", type=float, metavar="PCT",
+                   help="after --reps, rerun targets until the 95%% interval half width of the "
+                        "primary metric is under PCT%% of its mean")
+    p.add_argument("--max-reps", type=int, metavar="N",
+                   help="cap on kept repetitions per target for --until-ci (default: 30)")
+    p.add_argument("--seed", type=int, metavar="N",
+                   help="seed of the random run order (default: a fresh one, printed)")
+    p.add_argument("--baseline", metavar="TARGET",
+                   help="target the others are compared with (default: the first target)")
+    p.add_argument("--metric", metavar="NAME",
+                   help="primary metric for --until-ci and the ANOVA (default: 'total' if the "
+                        "workload reports it, else its first metric)")
+    p.add_argument("--db", metavar="PATH",
+                   help="sqlite results store: every sample is written as soon as it is measured")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_machine_options(p)
+    p.set_defaults(func=cmd_bench)
+

@@ -1,0 +1,215 @@
+"""``powercut doctor``: is everything powercut needs here, and if not, the fix."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from framework.core import command
+from framework.core.errors import PowercutError
+from framework.core.machine.kernel import KernelSpec
+
+FIX_SETUP = "run 'make setup' (installs Debian package {pkg})"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    area: str
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+# (binary, Debian package, version argv or None, required)
+TOOLS: tuple[tuple[str, str, tuple[str, ...] | None, bool], ...] = (
+    ("qemu-system-x86_64", "qemu-system-x86", ("--version",), True),
+    ("busybox", "busybox-static", None, True),
+    ("dmsetup", "dmsetup", ("--version",), True),
+    ("modprobe", "kmod", ("--version",), True),
+    ("mkfs.ext4", "e2fsprogs", ("-V",), True),
+    ("e2fsck", "e2fsprogs", ("-V",), True),
+    ("mkfs.xfs", "xfsprogs", ("-V",), False),
+    ("xfs_repair", "xfsprogs", ("-V",), False),
+    ("mkfs.btrfs", "btrfs-progs", ("--version",), False),
+    ("btrfs", "btrfs-progs", ("--version",), False),
+    ("mkfs.f2fs", "f2fs-tools", None, False),
+    ("jfs_mkfs", "jfsutils", ("-V",), False),
+    ("mkreiserfs", "reiserfsprogs", ("-V",), False),
+    ("fio", "fio", ("--version",), False),
+    ("bonnie++", "bonnie++", None, False),
+    ("postmark", "postmark", None, False),
+    ("dbench", "dbench", None, False),
+    ("fs_mark", "fsmark", None, False),
+)
+
+# Kernel features: config symbol -> module providing it.
+KERNEL_FEATURES: tuple[tuple[str, str, bool], ...] = (
+    ("BLK_DEV_DM", "dm-mod", True),
+    ("DM_LOG_WRITES", "dm-log-writes", True),
+    ("DM_FLAKEY", "dm-flakey", True),
+    ("DM_SNAPSHOT", "dm-snapshot", True),
+    ("DM_DELAY", "dm-delay", True),
+    ("VIRTIO_BLK", "virtio_blk", True),
+    ("VIRTIO_PCI", "virtio_pci", True),
+    ("NET_9P_VIRTIO", "9pnet_virtio", True),
+    ("9P_FS", "9p", True),
+)
+
+PYTHON_DEPS = ("pexpect", "numpy", "scipy", "statsmodels", "matplotlib", "rich")
+
+
+def _version(binary: str, args: tuple[str, ...] | None) -> str:
+    if args is None:
+        return "present"
+    try:
+        res = command.run([binary, *args], timeout_s=10, ok_status=None)
+    except PowercutError:
+        return "present"
+    text = (res.stdout + res.stderr).strip().splitlines()
+    return text[0].strip()[:70] if text else "present"
+
+
+def check_tools() -> list[Check]:
+    checks = []
+    for binary, pkg, args, required in TOOLS:
+        path = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/sbin")
+        if path is None:
+            checks.append(Check("tools", binary, False, "not found", FIX_SETUP.format(pkg=pkg), required))
+        else:
+            checks.append(Check("tools", binary, True, _version(path, args), required=required))
+    return checks
+
+
+def module_index(spec: KernelSpec) -> tuple[set[str], set[str]]:
+    """Module names available as modules and built in, from modules.dep/.builtin."""
+    def names(path: Path) -> set[str]:
+        out = set()
+        try:
+            for line in path.read_text().splitlines():
+                first = line.split(":", 1)[0].strip()
+                if first:
+                    out.add(re.sub(r"\.ko(\.\w+)?$", "", os.path.basename(first)).replace("-", "_"))
+        except FileNotFoundError:
+            pass
+        return out
+
+    return names(spec.modules_dir / "modules.dep"), names(spec.modules_dir / "modules.builtin")
+
+
+def check_kernel(spec: KernelSpec) -> list[Check]:
+    modules, builtin = module_index(spec)
+    checks = [Check("kernel", "image", True, f"{spec.image} ({spec.release})")]
+    if not modules and not builtin:
+        checks.append(Check("kernel", "modules", False, f"no modules.dep in {spec.modules_dir}",
+                            f"install the modules for {spec.release} and run depmod"))
+        return checks
+    for symbol, mod, required in KERNEL_FEATURES:
+        key = mod.replace("-", "_")
+        if key in builtin:
+            checks.append(Check("kernel", f"CONFIG_{symbol}", True, "built in", required=required))
+        elif key in modules:
+            checks.append(Check("kernel", f"CONFIG_{symbol}", True, f"module {mod}", required=required))
+        else:
+            checks.append(Check("kernel", f"CONFIG_{symbol}", False,
+                                f"{mod} is neither built in nor a module of {spec.release}",
+                                f"rebuild the kernel with CONFIG_{symbol}=m (or =y)", required))
+    return checks
+
+
+def check_python() -> list[Check]:
+    checks = []
+    for dep in PYTHON_DEPS:
+        try:
+            checks.append(Check("python", dep, True, importlib.metadata.version(dep)))
+        except importlib.metadata.PackageNotFoundError:
+            checks.append(Check("python", dep, False, "not installed", "run 'make setup'"))
+    return checks
+
+
+def check_kvm(spec: KernelSpec, probe: bool) -> list[Check]:
+    from framework.core.machine import qemu
+
+    if not os.path.exists("/dev/kvm"):
+        return [Check("accel", "kvm", False, "no /dev/kvm: guests run under TCG (10-50x slower)",
+                      "enable virtualisation or load kvm_intel/kvm_amd", required=False)]
+    if not probe:
+        try:
+            cached = qemu.cached_accel(spec)
+        except PowercutError:
+            cached = None
+        if cached is None:
+            return [Check("accel", "kvm", True, "/dev/kvm present; not probed yet (--probe boots a probe guest)",
+                          required=False)]
+        accel, reason = cached
+    else:
+        accel = qemu.choose_accel(spec)
+        accel, reason = qemu.cached_accel(spec) or (accel, "")
+    if accel == "kvm":
+        return [Check("accel", "kvm", True, f"usable: {reason}", required=False)]
+    return [Check("accel", "kvm", False, f"not usable, guests use TCG: {reason}",
+                  "nothing to do (TCG works); on bare metal check the kvm module", required=False)]
+
+
+def check_guest(spec: KernelSpec) -> list[Check]:
+    """Boot the guest and ask its kernel which dm targets it has."""
+    from framework.core import agent
+    from framework.core.machine.qemu import QemuMachine
+
+    machine = QemuMachine(kernel=spec, fstypes=(), missing_modules_ok=True, boot_timeout_s=120)
+    try:
+        machine.start()
+        facts = agent.call(machine, {"task": "env"}, timeout_s=120)[0]
+    except PowercutError as exc:
+        return [Check("guest", "boot", False, str(exc), "see the console log; check the kernel and qemu")]
+    finally:
+        machine.close()
+    checks = [Check("guest", "boot", True, f"ready in {machine.boot_s:.1f} s ({machine.accel})")]
+    for target in ("log-writes", "flakey", "snapshot", "delay"):
+        ok = target in facts["dm_targets"]
+        checks.append(Check("guest", f"dm target {target}", ok,
+                            "loaded" if ok else "missing from 'dmsetup targets' in the guest",
+                            "" if ok else "the kernel needs this device-mapper target"))
+    return checks
+
+
+def diagnose(spec: KernelSpec | None, *, boot: bool = False, probe: bool = False,
+             kernel_error: str | None = None) -> list[Check]:
+    checks = check_tools() + check_python()
+    if spec is None:
+        checks.append(Check("kernel", "image", False, kernel_error or "no kernel",
+                            "install linux-image-amd64 (make setup) or pass --kernel"))
+        return checks
+    checks += check_kernel(spec)
+    checks += check_kvm(spec, probe)
+    if boot:
+        checks += check_guest(spec)
+    return checks
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.required and not c.ok]
+
+
+def render(checks: list[Check], echo: Callable[[str], None] = print) -> None:
+    width = max(len(c.name) for c in checks)
+    area = ""
+    for c in checks:
+        if c.area != area:
+            area = c.area
+            echo(f"{area}:")
+        mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
+        line = f"  {mark} {c.name:<{width}}  {c.detail}"
+        if c.fix and not c.ok:
+            line += f"  -> {c.fix}"
+        echo(line)
+
+
+def as_json(checks: list[Check]) -> list[dict[str, object]]:
+    return [asdict(c) for c in checks]

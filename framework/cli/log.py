@@ -1,0 +1,193 @@
+"""``powercut log info|list|replay``: look into a dm-log-writes log and replay it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+
+from devicemapper.logformat import LogEntry, LogReader, flags_str, summarize
+from devicemapper.replay import Replayer, require_unused
+from framework.core.errors import PowercutError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _printable(text: str) -> str:
+    """Mark text with undecodable bytes shown as escapes, safe for any terminal."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _reporting_errors(handler: Handler) -> Handler:
+    """Turn a PowercutError into one line on stderr and exit status 2."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except PowercutError as exc:
+            message = " ".join(str(exc).split())
+            print(f"powercut: {message}", file=sys.stderr)
+            return 2
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+def _entry_dict(entry: LogEntry) -> dict[str, object]:
+    return {
+        "index": entry.index,
+        "sector": entry.sector,
+        "nr_sectors": entry.nr_sectors,
+        "flags": flags_str(entry.flags),
+        "mark": None if entry.mark is None else _printable(entry.mark),
+        "header_offset": entry.header_offset,
+    }
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+@_reporting_errors
+def cmd_info(args: argparse.Namespace) -> int:
+    """Summarise a log: entries, marks, flushes, FUAs, discards, payload."""
+    with LogReader(args.log) as reader:
+        summary = summarize(reader)
+        size_bytes = reader.size_bytes
+    if args.json:
+        data = summary.to_dict()
+        data["log"] = args.log
+        data["log_bytes"] = size_bytes
+        data["marks"] = [{"index": i, "mark": _printable(m)} for i, m in summary.marks]
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"log:           {args.log} ({size_bytes} bytes)")
+    print(f"sectorsize:    {summary.sectorsize}")
+    print(f"entries:       {summary.entries}")
+    print(f"writes:        {summary.writes}")
+    print(f"payload bytes: {summary.payload_bytes}")
+    print(f"flushes:       {summary.flushes}")
+    print(f"FUAs:          {summary.fuas}")
+    print(f"discards:      {summary.discards} ({summary.discard_bytes} bytes)")
+    print(f"marks:         {len(summary.marks)}")
+    for index, mark in summary.marks:
+        print(f"  {index:>10}  {_printable(mark)}")
+    return 0
+
+
+@_reporting_errors
+def cmd_list(args: argparse.Namespace) -> int:
+    """One line per entry: index, sector, nr_sectors, flags, mark."""
+    rows: list[dict[str, object]] = []
+    with LogReader(args.log) as reader:
+        if not args.json:
+            print(f"{'index':>10} {'sector':>12} {'nr_sectors':>10}  {'flags':<24} mark")
+        for entry in reader.iter_entries(args.start):
+            if args.limit is not None and entry.index >= args.start + args.limit:
+                break
+            if args.json:
+                rows.append(_entry_dict(entry))
+            else:
+                mark = "" if entry.mark is None else _printable(entry.mark)
+                print(
+                    f"{entry.index:>10} {entry.sector:>12} {entry.nr_sectors:>10}  "
+                    f"{flags_str(entry.flags):<24} {mark}".rstrip()
+                )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+@_reporting_errors
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a log onto a device or file up to an entry, mark, FUA or flush."""
+    require_unused(args.target)
+    with Replayer(args.log, args.target, discard=not args.no_discard) as replayer:
+        if args.to is not None:
+            entry = replayer.replay_to(args.to)
+        elif args.to_mark is not None:
+            entry = replayer.replay_to_mark(args.to_mark)
+        elif args.next_fua is not None:
+            entry = replayer.replay_next_fua(args.next_fua)
+        else:
+            entry = replayer.replay_next_flush(args.next_flush)
+        result = {
+            "log": args.log,
+            "target": args.target,
+            "last_entry": None if entry is None else entry.index,
+            "last_flags": None if entry is None else flags_str(entry.flags),
+            "entries_applied": replayer.entries_applied,
+            "bytes_written": replayer.bytes_written,
+            "bytes_discarded": replayer.bytes_discarded,
+        }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"replayed entries 0..{result['last_entry']} ({result['last_flags']}) onto "
+            f"{args.target}: {result['bytes_written']} bytes written, "
+            f"{result['bytes_discarded']} bytes discarded"
+        )
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``log`` with its sub-commands to the top-level sub-parsers."""
+    parser = subparsers.add_parser(
+        "log",
+        help="inspect or replay a dm-log-writes log",
+        description="Inspect or replay a dm-log-writes log (a file or a block device).",
+    )
+    verbs = parser.add_subparsers(dest="log_command", metavar="VERB", required=True)
+
+    info = verbs.add_parser("info", help="summarise a log", description=cmd_info.__doc__)
+    info.add_argument("log", metavar="LOG", help="log file or device")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
+
+    lst = verbs.add_parser("list", help="list the entries of a log", description=cmd_list.__doc__)
+    lst.add_argument("log", metavar="LOG", help="log file or device")
+    lst.add_argument("--json", action="store_true", help="print JSON")
+    lst.add_argument(
+        "--start", type=_non_negative, default=0, metavar="N", help="first entry (default 0)"
+    )
+    lst.add_argument(
+        "--limit", type=_non_negative, default=None, metavar="N", help="list at most N entries"
+    )
+    lst.set_defaults(func=cmd_list)
+
+    rep = verbs.add_parser(
+        "replay", help="replay a log onto a target", description=cmd_replay.__doc__
+    )
+    rep.add_argument("log", metavar="LOG", help="log file or device")
+    rep.add_argument("target", metavar="TARGET", help="existing file or block device to write")
+    where = rep.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--to", type=_non_negative, metavar="ENTRY", help="replay through this entry index"
+    )
+    where.add_argument("--to-mark", metavar="MARK", help="replay through the first mark MARK")
+    where.add_argument(
+        "--next-fua",
+        type=int,
+        metavar="N",
+        help="replay through the first FUA after entry N (-1: the first FUA)",
+    )
+    where.add_argument(
+        "--next-flush",
+        type=int,
+        metavar="N",
+        help="replay through the first flush after entry N (-1: the first flush)",
+    )
+    rep.add_argument(
+        "--no-discard", action="store_true", help="skip discard entries instead of zeroing"
+    )
+    rep.add_argument("--json", action="store_true", help="print JSON")
+    rep.set_defaults(func=cmd_replay)

@@ -1,0 +1,79 @@
+"""``powercut run``: the main job, a study of several steps (default: quick)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from framework.cli import add_machine_options, doctor
+from framework.cli.study import builtin_studies, load_study, run_study
+from framework.core.errors import MissingPrerequisite
+from framework.core.machine.kernel import kernel_spec
+
+
+def machine_argv(args: argparse.Namespace) -> list[str]:
+    argv = ["--accel", args.accel, "--memory-mib", str(args.memory_mib)]
+    if args.kernel:
+        argv += ["--kernel", args.kernel]
+    if args.modules:
+        argv += ["--modules", args.modules]
+    return argv
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.list:
+        for name in sorted(builtin_studies()):
+            study = load_study(name)
+            print(f"{name:<20} {study.description} ({len(study.steps)} steps)")
+        return 0
+    study = load_study(args.study)
+    # Fail early, with the fixes, rather than in the middle of a long study.
+    checks = doctor.diagnose(kernel_spec(args.kernel, args.modules))
+    bad = doctor.failed(checks)
+    if bad:
+        doctor.render(bad)
+        raise MissingPrerequisite(f"{len(bad)} required item(s) missing; see 'powercut doctor'")
+    print(f"study {study.name}: {study.description} ({len(study.steps)} steps)")
+    from framework.cli import main as powercut
+
+    def run_step(argv: Sequence[str]) -> int:
+        cmd = argv[0]
+        extra = list(machine_argv(args))
+        if cmd in ("crash", "cut"):
+            extra += ["--results", args.results]
+        extra += ["--db", args.db]
+        try:
+            return powercut([*argv, *extra])
+        except SystemExit as exc:  # argparse rejected a step's options
+            return int(exc.code or 2)
+
+    results = run_study(study, run_step)
+    print(f"\n== study {study.name}: summary")
+    ok = True
+    for i, r in enumerate(results, 1):
+        verdict = "as expected" if r.as_expected else "UNEXPECTED"
+        want = "must find failures" if r.step.expect == "fail" else "must pass"
+        print(f"  {i}. {verdict:<11} exit {r.status}  ({want})  powercut {' '.join(r.step.argv)}")
+        ok &= r.as_expected
+    print(f"results: {args.db} (sqlite), run directories under {args.results}/")
+    return 0 if ok else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="run a study (default: quick, a few minutes under TCG)",
+        description="Run a study: a list of crash, power-cut and benchmark steps over targets, "
+                    "checked first by doctor. Each step is printed as the powercut command it "
+                    "runs. Steps marked as positive controls must find failures; the study "
+                    "fails if a control stays quiet or a normal step fails. Built-in studies: "
+                    + ", ".join(sorted(builtin_studies())) + "; or give a TOML file.",
+    )
+    p.add_argument("study", nargs="?", default="quick", help="built-in study name or TOML file (default: quick)")
+    p.add_argument("--list", action="store_true", help="list the built-in studies")
+    p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
+    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+                   help="sqlite results store shared by all steps (default: results/powercut.sqlite)")
+    add_machine_options(p)
+    p.set_defaults(func=cmd_run)
+
+

@@ -1,0 +1,151 @@
+"""Studies: a TOML file of steps, each one powercut command over a matrix.
+
+A step names a command (``crash``, ``cut``, ``bench``) and its options; a
+``targets`` list expands a crash or cut step into one run per target (a
+bench step compares its targets in one run). ``expect = "fail"`` marks a
+positive control: the study fails if that step *passes*, because a checker
+that does not fire on a known-bad configuration is broken.
+
+    [study]
+    name = "quick"
+    description = "..."
+
+    [[step]]
+    command = "crash"
+    targets = ["ext4/ordered", "ext4/journal"]
+    options = { case = "gen:seq1", max-sequences = 20, variants = "prefix,subset" }
+
+Every step is printed as the exact powercut command line it runs, so any
+step can be rerun by hand.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from framework.core.errors import ConfigError
+
+COMMANDS = ("crash", "cut", "bench")
+STEP_KEYS = {"command", "targets", "options", "expect", "title"}
+STUDY_KEYS = {"name", "description"}
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    command: str
+    argv: tuple[str, ...]  # the whole powercut command line, without 'powercut'
+    expect: str = "pass"
+    title: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Study:
+    name: str
+    description: str
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+    source: str = ""
+
+
+def builtin_studies() -> dict[str, str]:
+    """Built-in study names and their file contents."""
+    out = {}
+    for entry in resources.files("framework.cli.studies").iterdir():
+        if entry.name.endswith(".toml"):
+            out[entry.name.removesuffix(".toml")] = entry.read_text()
+    return out
+
+
+def load_study(name_or_path: str) -> Study:
+    builtins = builtin_studies()
+    if name_or_path in builtins:
+        return parse_study(builtins[name_or_path], source=f"built-in study {name_or_path!r}")
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ConfigError(f"study {name_or_path!r}: no such file and no built-in study of that name "
+                          f"(built-in: {', '.join(sorted(builtins))})")
+    return parse_study(path.read_text(), source=str(path))
+
+
+def _option_argv(key: str, value: Any, where: str) -> list[str]:
+    flag = "--" + key.replace("_", "-")
+    if value is True:
+        return [flag]
+    if value is False:
+        return []
+    if isinstance(value, list):
+        return [flag, ",".join(str(v) for v in value)]
+    if isinstance(value, str | int | float):
+        return [flag, str(value)]
+    raise ConfigError(f"{where}: option {key!r} has a value of type {type(value).__name__}")
+
+
+def parse_study(text: str, *, source: str) -> Study:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    unknown = set(raw) - {"study", "step"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown table {sorted(unknown)[0]!r} (expected [study] and [[step]])")
+    head = raw.get("study", {})
+    if set(head) - STUDY_KEYS:
+        raise ConfigError(f"{source}: unknown key {sorted(set(head) - STUDY_KEYS)[0]!r} in [study]")
+    steps: list[Step] = []
+    for i, st in enumerate(raw.get("step", []), 1):
+        where = f"{source}: step {i}"
+        if set(st) - STEP_KEYS:
+            raise ConfigError(f"{where}: unknown key {sorted(set(st) - STEP_KEYS)[0]!r}")
+        command = st.get("command")
+        if command not in COMMANDS:
+            raise ConfigError(f"{where}: command must be one of {', '.join(COMMANDS)}, not {command!r}")
+        expect = st.get("expect", "pass")
+        if expect not in ("pass", "fail"):
+            raise ConfigError(f"{where}: expect must be 'pass' or 'fail', not {expect!r}")
+        options = st.get("options", {})
+        if not isinstance(options, dict):
+            raise ConfigError(f"{where}: options must be a table")
+        opt_argv: list[str] = []
+        for key, value in options.items():
+            opt_argv += _option_argv(key, value, where)
+        targets = st.get("targets", [])
+        if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
+            raise ConfigError(f"{where}: targets must be a non-empty list of target names")
+        title = st.get("title", "")
+        if command == "bench":
+            steps.append(Step(command, ("bench", "--targets", ",".join(targets), *opt_argv), expect, title))
+        else:
+            for t in targets:
+                steps.append(Step(command, (command, "--target", t, *opt_argv), expect, title))
+    if not steps:
+        raise ConfigError(f"{source}: the study has no [[step]]")
+    return Study(head.get("name", source), head.get("description", ""), tuple(steps), source)
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    step: Step
+    status: int
+
+    @property
+    def as_expected(self) -> bool:
+        # Exit 1 means the step ran and found failures; 2 and up are errors.
+        if self.step.expect == "fail":
+            return self.status == 1
+        return self.status == 0
+
+
+def run_study(study: Study, run_step: Callable[[Sequence[str]], int],
+              echo: Callable[[str], None] = print, extra_argv: Sequence[str] = ()) -> list[StepResult]:
+    results = []
+    for i, step in enumerate(study.steps, 1):
+        argv = [*step.argv, *extra_argv]
+        label = f" ({step.title})" if step.title else ""
+        control = "  [positive control: must find failures]" if step.expect == "fail" else ""
+        echo(f"\n== step {i}/{len(study.steps)}{label}: powercut {' '.join(argv)}{control}")
+        results.append(StepResult(step, run_step(argv)))
+    return results

@@ -1,0 +1,1 @@
+"""The core: errors, clock, command runner, machines, agent protocol, store, statistics."""

@@ -1,0 +1,257 @@
+"""The guest's initramfs: busybox-static, the kernel modules a run needs, /init.
+
+/init loads the modules, mounts the host root read-only over 9p and
+chroots into it, so the guest has the host's tools and virtualenv. The
+per-run directory is mounted read-write at the same path it has on the
+host. Archives are cached by the hash of everything that goes into them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from framework.core import command
+from framework.core.errors import MissingPrerequisite
+
+log = logging.getLogger(__name__)
+
+BUSYBOX = Path("/bin/busybox")
+READY_MARKER = "POWERCUT-GUEST-READY"
+
+# Always needed: virtio disks and 9p for the host root and the run directory,
+# device-mapper with the targets powercut drives.
+BASE_MODULES: tuple[str, ...] = (
+    "virtio_pci",
+    "virtio_blk",
+    "9pnet_virtio",
+    "9p",
+    "dm-mod",
+    "dm-log-writes",
+    "dm-flakey",
+    "dm-snapshot",
+    "dm-delay",
+    "loop",
+)
+
+# Directories the guest covers with its own tmpfs (see /init).
+GUEST_TMPFS = ("/tmp", "/run", "/mnt", "/var/tmp")
+
+
+def hidden_paths(paths: Iterable[Path]) -> list[Path]:
+    """The paths that lie under a guest tmpfs and must be kept visible there."""
+    out: list[Path] = []
+    for p in paths:
+        if any(p == Path(t) or p.is_relative_to(t) for t in GUEST_TMPFS) and p not in out:
+            out.append(p)
+    return out
+
+
+# Filesystem modules by fstype, loaded only when a run needs them: btrfs and
+# its raid6/xor helpers benchmark their algorithms at load, which costs
+# seconds under TCG.
+FS_MODULES: dict[str, tuple[str, ...]] = {
+    "ext2": ("ext4",),
+    "ext3": ("ext4",),
+    "ext4": ("ext4",),
+    "xfs": ("xfs",),
+    "btrfs": ("btrfs",),
+    "f2fs": ("f2fs",),
+    "jfs": ("jfs",),
+    "reiserfs": ("reiserfs",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelModule:
+    name: str
+    path: Path
+
+
+def modules_for(fstypes: Iterable[str]) -> tuple[str, ...]:
+    names = list(BASE_MODULES)
+    for fs in fstypes:
+        for mod in FS_MODULES.get(fs, (fs,)):
+            if mod not in names:
+                names.append(mod)
+    return tuple(names)
+
+
+_INSMOD = re.compile(r"^insmod\s+(\S+)")
+_BUILTIN = re.compile(r"^builtin\s+(\S+)")
+
+
+def parse_show_depends(text: str) -> tuple[list[Path], list[str]]:
+    """Parse `modprobe --show-depends` output into (module files in load order, builtins)."""
+    files: list[Path] = []
+    builtins: list[str] = []
+    for line in text.splitlines():
+        if m := _INSMOD.match(line.strip()):
+            files.append(Path(m.group(1)))
+        elif m := _BUILTIN.match(line.strip()):
+            builtins.append(m.group(1))
+    return files, builtins
+
+
+def resolve_modules(
+    names: Sequence[str], kernel_release: str, modules_root: Path | None = None,
+    *, runner: command.CommandRunner | None = None, missing_ok: bool = False,
+) -> tuple[list[KernelModule], list[str]]:
+    """Resolve module names and their dependencies, in load order, without duplicates.
+
+    ``modules_root`` is the directory that holds ``lib/modules/<release>``
+    (``/`` for the installed kernel, INSTALL_MOD_PATH for a kernel under test).
+    A module that is built in needs no file; a module that is neither is an
+    error, or with ``missing_ok`` is returned in the second list.
+    """
+    run = runner.run if runner is not None else command.run
+    argv_base = ["modprobe", "--show-depends", "-S", kernel_release]
+    root = Path(modules_root) if modules_root is not None else Path("/")
+    if root != Path("/"):
+        argv_base += ["-d", os.fspath(root)]
+    ordered: list[KernelModule] = []
+    seen: set[Path] = set()
+    missing: list[str] = []
+    for name in names:
+        result = run([*argv_base, name], ok_status=None)
+        files, builtins = parse_show_depends(result.stdout)
+        if result.status != 0 or (not files and not builtins):
+            if missing_ok:
+                missing.append(name)
+                continue
+            where = root / "lib/modules" / kernel_release
+            raise MissingPrerequisite(
+                f"kernel {kernel_release}: module {name!r} not found in {where} "
+                f"(the kernel needs it as a module or built in)"
+            )
+        for f in files:
+            # modprobe prints paths under the root; keep them host-absolute.
+            path = f if root == Path("/") or f.is_relative_to(root) else root / f.relative_to("/")
+            if path not in seen:
+                seen.add(path)
+                ordered.append(KernelModule(path.name.removesuffix(".ko"), path))
+    return ordered, missing
+
+
+INIT_SCRIPT = r"""#!/bin/busybox sh
+# powercut guest init: modules, host root over 9p (read-only), run dir (rw), chroot.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in $(cat /modules.order); do
+  insmod "/modules/$m" || echo "powercut-init: insmod $m failed"
+done
+arg() { for w in $(cat /proc/cmdline); do case "$w" in "$1="*) echo "${w#*=}";; esac; done; }
+rundir=$(arg powercut.rundir)
+msize=$(arg powercut.msize)
+mkdir -p /newroot
+if ! mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=loose,msize=$msize hostroot /newroot; then
+  echo "powercut-init: cannot mount the host root over 9p"; poweroff -f
+fi
+for d in dev proc sys; do mount --bind /$d /newroot/$d; done
+# Host paths the guest needs (the checkout, the virtualenv) may lie under the
+# directories made writable with tmpfs below: hold them aside and put them back.
+keep=$(arg powercut.keep | tr ':' ' ')
+i=0
+for p in $keep; do
+  mkdir -p /keep/$i && mount --bind "/newroot$p" /keep/$i; i=$((i+1))
+done
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mount -t tmpfs tmpfs /newroot/run
+mount -t tmpfs tmpfs /newroot/mnt
+[ -d /newroot/var/tmp ] && mount -t tmpfs -o mode=1777 tmpfs /newroot/var/tmp
+i=0
+for p in $keep; do
+  mkdir -p "/newroot$p" && mount --move /keep/$i "/newroot$p" \
+    || echo "powercut-init: cannot keep $p visible"
+  i=$((i+1))
+done
+if [ -n "$rundir" ]; then
+  # The run directory may lie under a path the tmpfs mounts above hide.
+  mkdir -p "/newroot$rundir" 2>/dev/null
+  mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=$msize rundir "/newroot$rundir" \
+    || { echo "powercut-init: cannot mount the run directory $rundir"; poweroff -f; }
+fi
+echo 1 > /proc/sys/kernel/sysrq
+read up _ < /proc/uptime
+echo "@READY@ $up"
+HOME=/tmp TERM=dumb LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  DM_DISABLE_UDEV=1 PYTHONDONTWRITEBYTECODE=1 \
+  setsid -c chroot /newroot /bin/sh -i
+sync
+poweroff -f
+""".replace("@READY@", READY_MARKER)
+
+
+def _cpio_entry(out: io.BufferedIOBase, name: str, mode: int, data: bytes = b"", ino: int = 0) -> None:
+    """Append one 'newc' cpio record (the format the kernel unpacks)."""
+    namez = name.encode() + b"\0"
+    fields = [ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(namez), 0]
+    header = b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
+    out.write(header + namez)
+    out.write(b"\0" * (-(len(header) + len(namez)) % 4))
+    out.write(data)
+    out.write(b"\0" * (-len(data) % 4))
+
+
+def build_cpio(modules: Sequence[KernelModule], busybox: Path = BUSYBOX) -> bytes:
+    """The initramfs as an uncompressed newc archive (no decompression cost at boot)."""
+    if not busybox.exists():
+        raise MissingPrerequisite(f"{busybox}: not found; install busybox-static (make setup)")
+    out = io.BytesIO()
+    ino = 1
+    dirs = ["bin", "dev", "proc", "sys", "modules", "newroot"]
+    for d in dirs:
+        _cpio_entry(out, d, stat.S_IFDIR | 0o755, ino=ino)
+        ino += 1
+    files: list[tuple[str, int, bytes]] = [
+        ("init", 0o755, INIT_SCRIPT.encode()),
+        ("bin/busybox", 0o755, busybox.read_bytes()),
+        ("modules.order", 0o644, "".join(f"{m.path.name}\n" for m in modules).encode()),
+    ]
+    files += [(f"modules/{m.path.name}", 0o644, m.path.read_bytes()) for m in modules]
+    for name, perm, data in files:
+        _cpio_entry(out, name, stat.S_IFREG | perm, data, ino=ino)
+        ino += 1
+    _cpio_entry(out, "TRAILER!!!", 0)
+    return out.getvalue()
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "powercut"
+
+
+def content_key(modules: Sequence[KernelModule], busybox: Path = BUSYBOX) -> str:
+    h = hashlib.sha256()
+    h.update(INIT_SCRIPT.encode())
+    for path in (busybox, *(m.path for m in modules)):
+        st = path.stat()
+        # Hash names and contents: a rebuilt module with the same name must miss.
+        h.update(path.name.encode())
+        h.update(str(st.st_size).encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:20]
+
+
+def initramfs(modules: Sequence[KernelModule], *, busybox: Path = BUSYBOX) -> Path:
+    """Return the cached initramfs for these modules, building it if needed."""
+    key = content_key(modules, busybox)
+    path = cache_dir() / "initramfs" / f"{key}.cpio"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(build_cpio(modules, busybox))
+    os.replace(tmp, path)
+    log.info("built initramfs %s (%d modules)", path, len(modules))
+    return path

@@ -1,0 +1,393 @@
+"""QemuMachine: a qemu guest with device-mapper, driven over its serial console."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import shlex
+import shutil
+import signal
+import string
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import pexpect
+
+from framework.core import clock, command
+from framework.core.command import Argv, CommandResult
+from framework.core.errors import (
+    BootError,
+    ConsoleTimeout,
+    MachineError,
+    MissingPrerequisite,
+    ScratchDeviceError,
+)
+from framework.core.machine import initramfs
+from framework.core.machine.base import DiskSpec, Machine, project_root, venv_python
+from framework.core.machine.console import ConsoleRunner
+from framework.core.machine.kernel import KernelSpec, boot_image, default_kernel
+
+log = logging.getLogger(__name__)
+
+QEMU = "qemu-system-x86_64"
+MSIZE = 512 * 1024
+KVM_PROBE_TIMEOUT_S = 25.0
+
+
+class QemuMachine(Machine):
+    """Boots a kernel under qemu and runs commands in it over the serial console.
+
+    Scratch disks are sparse raw files in the run directory, attached as
+    virtio-blk with ``format=raw`` in the order given: /dev/vda, /dev/vdb...
+    """
+
+    name = "qemu"
+
+    def __init__(
+        self,
+        *,
+        kernel: KernelSpec | None = None,
+        disks: Iterable[DiskSpec] = (),
+        fstypes: Iterable[str] = ("ext4",),
+        memory_mib: int = 2048,
+        cpus: int = 2,
+        accel: str | None = None,
+        rundir: Path | None = None,
+        boot_timeout_s: float = 120.0,
+        disk_cache: str = "unsafe",
+        extra_modules: Sequence[str] = (),
+        missing_modules_ok: bool = False,
+    ) -> None:
+        self.kernel = kernel or default_kernel()
+        self.disk_specs = list(disks)
+        if len(self.disk_specs) > 20:
+            raise ScratchDeviceError("at most 20 scratch disks per guest")
+        self.fstypes = tuple(fstypes)
+        self.memory_mib = memory_mib
+        self.cpus = cpus
+        self.requested_accel = accel
+        self.accel = ""
+        self.boot_timeout_s = boot_timeout_s
+        self.disk_cache = disk_cache
+        self.extra_modules = tuple(extra_modules)
+        self.missing_modules_ok = missing_modules_ok
+        self.missing_modules: list[str] = []
+        self._own_rundir = rundir is None
+        # Absolute: the guest mounts the run directory at the same path.
+        self.rundir = Path(tempfile.mkdtemp(prefix="powercut-vm-")) if rundir is None else Path(rundir).resolve()
+        self.rundir.mkdir(parents=True, exist_ok=True)
+        self.child: pexpect.spawn | None = None
+        self.console: ConsoleRunner | None = None
+        self.boot_s: float | None = None
+        self.guest_uptime_s: float | None = None
+        self._transcript: object | None = None
+
+    # --- lifecycle -------------------------------------------------------
+
+    def disk_image(self, name: str) -> Path:
+        for spec in self.disk_specs:
+            if spec.name == name and spec.image is not None:
+                return spec.image
+        return self.rundir / "disks" / f"{name}.img"
+
+    def qemu_argv(self, initrd: Path, accel: str) -> list[str]:
+        if shutil.which(QEMU) is None:
+            raise MissingPrerequisite(f"{QEMU}: not found; install qemu-system-x86 (make setup)")
+        append = " ".join(
+            [
+                "console=ttyS0",
+                "quiet",
+                "loglevel=4",
+                "panic=-1",
+                "edd=off",
+                "nokaslr",
+                "tsc=reliable",
+                "no_timer_check",
+                "i8042.noaux",
+                "i8042.nokbd",
+                "rdinit=/init",
+                f"powercut.rundir={self.rundir}",
+                f"powercut.msize={MSIZE}",
+            ]
+        )
+        keep = initramfs.hidden_paths(guest_paths())
+        if keep:
+            append += " powercut.keep=" + ":".join(os.fspath(p) for p in keep)
+        argv = [
+            QEMU,
+            "-nodefaults",
+            "-no-user-config",
+            "-display", "none",
+            "-no-reboot",
+            "-M", "pc",
+            "-m", str(self.memory_mib),
+            "-smp", str(self.cpus),
+            "-chardev", "stdio,id=con,signal=off",
+            "-serial", "chardev:con",
+            "-kernel", os.fspath(boot_image(self.kernel.image, initramfs.cache_dir() / "kernels")),
+            "-initrd", os.fspath(initrd),
+            "-append", append,
+            "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+            "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
+            "-fsdev", f"local,id=rundir,path={self.rundir},security_model=none,multidevs=remap",
+            "-device", "virtio-9p-pci,fsdev=rundir,mount_tag=rundir",
+        ]
+        qboot = Path("/usr/share/qemu/qboot.rom")
+        if qboot.exists():
+            # qboot loads -kernel straight away; SeaBIOS spends seconds under TCG.
+            argv += ["-bios", os.fspath(qboot)]
+        if accel == "kvm":
+            argv += ["-accel", "kvm", "-cpu", "host"]
+        else:
+            argv += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        for i, spec in enumerate(self.disk_specs):
+            image = self.disk_image(spec.name)
+            ro = ",readonly=on" if spec.readonly else ""
+            argv += [
+                "-drive",
+                f"file={image},format=raw,if=none,id=disk{i},cache={self.disk_cache},discard=unmap{ro}",
+                "-device",
+                f"virtio-blk-pci,drive=disk{i},serial={spec.name[:20]}",
+            ]
+        return argv
+
+    def _make_disks(self) -> None:
+        for spec in self.disk_specs:
+            if spec.image is not None:
+                if not spec.image.is_file():
+                    raise ScratchDeviceError(f"{spec.image}: disk image not found (disk {spec.name!r})")
+                continue
+            image = self.disk_image(spec.name)
+            image.parent.mkdir(parents=True, exist_ok=True)
+            with open(image, "wb") as f:
+                f.truncate(spec.size_bytes)
+
+    def start(self) -> QemuMachine:
+        """Boot the guest and wait until its shell answers."""
+        accel = self.requested_accel or choose_accel(self.kernel)
+        modules, self.missing_modules = initramfs.resolve_modules(
+            initramfs.modules_for(self.fstypes) + self.extra_modules,
+            self.kernel.release,
+            self.kernel.modules_root,
+            missing_ok=self.missing_modules_ok,
+        )
+        initrd = initramfs.initramfs(modules)
+        self._make_disks()
+        try:
+            self._boot(initrd, accel, self.boot_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _boot(self, initrd: Path, accel: str, timeout_s: float) -> None:
+        argv = self.qemu_argv(initrd, accel)
+        log.debug("+ %s", shlex.join(argv))
+        self.accel = accel
+        transcript = open(self.rundir / "console.log", "ab")  # noqa: SIM115 - closed in close()
+        self._transcript = transcript
+        start = clock.monotonic()
+        self.child = pexpect.spawn(argv[0], argv[1:], timeout=timeout_s, maxread=65536,
+                                   echo=False, env=_qemu_env())
+        self.child.logfile_read = transcript
+        deadline = clock.Deadline(timeout_s)
+        try:
+            self.child.expect([initramfs.READY_MARKER + rb" ([0-9.]+)".decode()],
+                              timeout=deadline.remaining())
+        except pexpect.TIMEOUT:
+            raise BootError(
+                f"guest did not reach the ready marker within {timeout_s:g} s "
+                f"(accel {accel}); last console lines: {self.console_tail()}"
+            ) from None
+        except pexpect.EOF:
+            raise BootError(
+                f"qemu exited during boot (accel {accel}); last console lines: {self.console_tail()}"
+            ) from None
+        match = self.child.match
+        self.guest_uptime_s = float(match.group(1)) if match and not isinstance(match, type) else None
+        self.console = ConsoleRunner(self.child, self.rundir / ".console")
+        self.console.sync(timeout_s=max(deadline.remaining(), 10.0))
+        self.boot_s = clock.monotonic() - start
+        log.debug("guest ready in %.2f s (accel %s)", self.boot_s, accel)
+
+    def console_tail(self, lines: int = 6) -> str:
+        path = self.rundir / "console.log"
+        try:
+            text = path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return "(no console output)"
+        printable = set(string.printable)
+        body = ["".join(c for c in ln if c in printable).strip() for ln in text.splitlines()]
+        body = [ln for ln in body if ln]
+        return " | ".join(body[-lines:]) or "(no console output)"
+
+    def kill(self) -> None:
+        """Stop qemu at once (after a timeout the guest state is not trusted)."""
+        if self.child is not None and self.child.isalive():
+            with contextlib.suppress(Exception):
+                self.child.kill(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                self.child.wait()
+        self.console = None
+
+    def close(self) -> None:
+        child = self.child
+        if child is not None and child.isalive():
+            try:
+                # Leaving the shell makes /init sync and power off.
+                child.send("exit\n")
+                child.expect(pexpect.EOF, timeout=10)
+            except Exception as exc:
+                log.debug("clean poweroff failed (%s); killing qemu", exc)
+            finally:
+                self.kill()
+        if child is not None:
+            with contextlib.suppress(Exception):
+                child.close(force=True)
+        self.child = None
+        self.console = None
+        if self._transcript is not None:
+            with contextlib.suppress(Exception):
+                self._transcript.close()  # type: ignore[attr-defined]
+            self._transcript = None
+        if self._own_rundir:
+            shutil.rmtree(self.rundir, ignore_errors=True)
+
+    # --- protocol --------------------------------------------------------
+
+    def run(
+        self,
+        argv: Argv,
+        *,
+        timeout_s: float = 60.0,
+        ok_status: Iterable[int] | None = (0,),
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+        watch: Callable[[], str | None] | None = None,
+    ) -> CommandResult:
+        if self.console is None:
+            raise MachineError("the guest is not running")
+        try:
+            return self.console.run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input,
+                                    env=env, cwd=os.fspath(project_root()), watch=watch)
+        except (ConsoleTimeout, MachineError):
+            # A command that outlived its deadline leaves the guest in an
+            # unknown state: tear it down so nothing is reused by mistake.
+            self.kill()
+            raise
+
+    def disk(self, name: str) -> str:
+        for i, spec in enumerate(self.disk_specs):
+            if spec.name == name:
+                return f"/dev/vd{chr(ord('a') + i)}"
+        raise ScratchDeviceError(f"no scratch disk named {name!r} in this guest")
+
+    def python_argv(self) -> list[str]:
+        return [venv_python()]
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "machine": "qemu",
+            "kernel": self.kernel.release,
+            "kernel_image": os.fspath(self.kernel.image),
+            "accel": self.accel,
+            "qemu": qemu_version(),
+            "memory_mib": str(self.memory_mib),
+            "cpus": str(self.cpus),
+        }
+
+    def interact(self) -> None:
+        """Hand the console to the user's terminal (Ctrl-] leaves)."""
+        if self.child is None:
+            raise MachineError("the guest is not running")
+        self.child.send("stty sane; PS1='guest# '\n")
+        self.child.interact(escape_character="\x1d")
+
+
+def guest_paths() -> list[Path]:
+    """Host paths the guest must see: the checkout and the Python that runs powercut."""
+    paths = [project_root(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    for p in paths:
+        if any(c.isspace() for c in os.fspath(p)):
+            raise MachineError(f"{p}: a path with white space cannot be passed to the guest; "
+                               "move the checkout or the virtualenv")
+    return paths
+
+
+def _qemu_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TERM", "dumb")
+    return env
+
+
+def qemu_version() -> str:
+    try:
+        out = command.run([QEMU, "--version"], timeout_s=10).stdout
+    except Exception:
+        return "unknown"
+    return out.splitlines()[0].removeprefix("QEMU emulator version ").strip() if out else "unknown"
+
+
+# --- accelerator choice ----------------------------------------------------
+
+
+def _accel_cache() -> Path:
+    return initramfs.cache_dir() / "accel.json"
+
+
+def _accel_key(kernel: KernelSpec) -> str:
+    return f"{platform.release()}|{qemu_version()}|{kernel.release}"
+
+
+_said: set[str] = set()
+
+
+def cached_accel(kernel: KernelSpec) -> tuple[str, str] | None:
+    """The cached accelerator verdict and its reason, if a probe ran before."""
+    try:
+        entry = json.loads(_accel_cache().read_text()).get(_accel_key(kernel))
+    except (FileNotFoundError, ValueError):
+        return None
+    return (entry["accel"], entry["reason"]) if entry else None
+
+
+def choose_accel(kernel: KernelSpec, *, probe_timeout_s: float = KVM_PROBE_TIMEOUT_S) -> str:
+    """KVM if a probe boot reaches the ready marker in time, else TCG; cached."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        verdict, reason = "tcg", "/dev/kvm is not usable"
+    else:
+        key = _accel_key(kernel)
+        cache = _accel_cache()
+        try:
+            cached = json.loads(cache.read_text())
+        except (FileNotFoundError, ValueError):
+            cached = {}
+        if key in cached:
+            verdict, reason = cached[key]["accel"], cached[key]["reason"] + " (cached)"
+        else:
+            verdict, reason = probe_kvm(kernel, probe_timeout_s)
+            cached[key] = {"accel": verdict, "reason": reason, "when": clock.timestamp()}
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(cached, indent=1))
+    if verdict not in _said:
+        _said.add(verdict)
+        log.info("accelerator: %s (%s)", verdict, reason)
+    return verdict
+
+
+def probe_kvm(kernel: KernelSpec, timeout_s: float) -> tuple[str, str]:
+    probe = QemuMachine(kernel=kernel, accel="kvm", boot_timeout_s=timeout_s, fstypes=(), memory_mib=512)
+    start = clock.monotonic()
+    try:
+        probe.start()
+    except BootError as exc:
+        # Nested KVM either hangs early in boot or trips over MSRs; both mean TCG.
+        return "tcg", f"KVM probe boot failed: {str(exc)[:200]}"
+    finally:
+        probe.close()
+    return "kvm", f"a KVM probe boot was ready in {clock.monotonic() - start:.1f} s"

@@ -1,0 +1,654 @@
+"""Statistics for benchmark samples, after Jain, *The Art of Computer
+Systems Performance Analysis* (1991): summaries (ch. 12), confidence
+intervals and sample sizes (ch. 13), comparing alternatives (ch. 13),
+full factorial designs with replications and ANOVA (ch. 22, 23), and the
+overhead of a target against a baseline with an interval.
+
+Distributions come from scipy (``scipy.stats.t``, ``scipy.stats.f``,
+``scipy.stats.norm``); the factorial sums of squares are Jain's closed
+forms over cell means, which the tests cross-check against statsmodels
+``ols`` + ``anova_lm``. Every function takes plain sequences or numpy
+arrays, so callers need no pandas unless they have a table already.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from scipy import stats as sps
+
+from framework.core.errors import PowercutError
+
+log = logging.getLogger(__name__)
+
+Samples = Sequence[float] | npt.NDArray[np.floating[Any]] | npt.NDArray[np.integer[Any]]
+FloatArray = npt.NDArray[np.float64]
+
+# Jain's SIQR is (Q3 - Q1) / 2 with the alpha-quantile at rank (n-1)*alpha + 1.
+# numpy's "linear" method (Hyndman & Fan type 7, also R's default and
+# spreadsheets' QUARTILE) interpolates between the ranks around exactly that
+# position instead of rounding it to the nearest integer.
+QUANTILE_METHOD: Final = "linear"
+
+
+class StatsError(PowercutError, ValueError):
+    """Samples or a design cannot be analysed as asked (too few, unbalanced, non-positive)."""
+
+
+# --------------------------------------------------------------------------
+# Intervals and summaries
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A two-sided confidence interval at ``level`` (e.g. 0.95)."""
+
+    low: float
+    high: float
+    level: float
+
+    @property
+    def center(self) -> float:
+        return (self.low + self.high) / 2
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def _check_level(level: float) -> None:
+    if not 0.0 < level < 1.0:
+        raise StatsError(f"confidence level {level!r} is not between 0 and 1 (exclusive)")
+
+
+def _as_samples(
+    samples: Samples | Iterable[float], *, what: str = "samples", min_n: int = 2
+) -> FloatArray:
+    try:
+        arr = np.asarray(
+            list(samples) if not isinstance(samples, np.ndarray) else samples, dtype=float
+        )
+    except (TypeError, ValueError) as exc:
+        raise StatsError(f"{what} are not numbers: {exc}") from exc
+    if arr.ndim != 1:
+        raise StatsError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    if arr.size < min_n:
+        raise StatsError(f"{what} has {arr.size} value(s); at least {min_n} are needed")
+    if not np.all(np.isfinite(arr)):
+        raise StatsError(f"{what} contain NaN or infinite values")
+    return arr
+
+
+def _t_interval(mean: float, stdev: float, n: int, level: float) -> Interval:
+    _check_level(level)
+    if stdev == 0.0:
+        # scipy rejects scale=0; a constant sample gives a degenerate interval.
+        return Interval(mean, mean, level)
+    low, high = sps.t.interval(level, df=n - 1, loc=mean, scale=stdev / math.sqrt(n))
+    return Interval(float(low), float(high), level)
+
+
+def geometric_mean(samples: Samples) -> float:
+    """Geometric mean; every sample must be positive (Jain 12.5: for ratios and rates)."""
+    arr = _as_samples(samples, min_n=1)
+    if np.any(arr <= 0):
+        raise StatsError(f"geometric mean needs positive samples, got minimum {arr.min()!r}")
+    return float(sps.gmean(arr))
+
+
+def harmonic_mean(samples: Samples) -> float:
+    """Harmonic mean; every sample must be positive (Jain 12.5: for rates over fixed work)."""
+    arr = _as_samples(samples, min_n=1)
+    if np.any(arr <= 0):
+        raise StatsError(f"harmonic mean needs positive samples, got minimum {arr.min()!r}")
+    return float(sps.hmean(arr))
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Jain's summary of one sample (ch. 12). Means of positive data only, else None."""
+
+    n: int
+    mean: float
+    median: float
+    geometric_mean: float | None
+    harmonic_mean: float | None
+    stdev: float  # sample standard deviation, ddof=1
+    cov: float  # coefficient of variation stdev / mean; NaN when the mean is 0
+    # Adjusted Fisher-Pearson G1 = sqrt(n(n-1))/(n-2) * m3/m2^1.5 (scipy bias=False;
+    # what spreadsheets' SKEW and SAS/SPSS report). 0.0 for a constant sample.
+    skewness: float
+    q1: float  # quantiles by QUANTILE_METHOD
+    q3: float
+    siqr: float  # semi-interquartile range (q3 - q1) / 2
+    min: float
+    max: float
+
+    @property
+    def range(self) -> float:
+        return self.max - self.min
+
+    @property
+    def max_min_ratio(self) -> float:
+        """max / min, Jain's test for whether a linear model is adequate (ratio near 1)."""
+        return self.max / self.min if self.min > 0 else math.nan
+
+    def ci(self, level: float = 0.95) -> Interval:
+        """t-based confidence interval of the mean (Jain 13.2), valid for any n >= 2."""
+        return _t_interval(self.mean, self.stdev, self.n, level)
+
+    def half_width_ratio(self, level: float = 0.95) -> float:
+        """CI half width relative to the mean: 0.05 means the mean is known to +-5%."""
+        if self.mean == 0.0:
+            return math.inf
+        return self.ci(level).half_width / abs(self.mean)
+
+
+def summarize(samples: Samples) -> Summary:
+    """Summarise a sample of at least two observations."""
+    arr = _as_samples(samples)
+    mean = float(np.mean(arr))
+    stdev = float(np.std(arr, ddof=1))
+    positive = bool(np.all(arr > 0))
+    q1 = float(np.quantile(arr, 0.25, method=QUANTILE_METHOD))
+    q3 = float(np.quantile(arr, 0.75, method=QUANTILE_METHOD))
+    # scipy warns (and returns NaN) on a constant sample; it is symmetric, so 0.
+    # Equal floats like [0.1, 0.1, 0.1] can leave a stdev of ~1e-17 from
+    # rounding alone: treat a spread below the values' own precision as none.
+    constant = stdev <= 64 * np.finfo(float).eps * max(abs(mean), float(np.max(np.abs(arr))))
+    skew = 0.0 if constant else float(sps.skew(arr, bias=False))
+    return Summary(
+        n=int(arr.size),
+        mean=mean,
+        median=float(np.median(arr)),
+        geometric_mean=float(sps.gmean(arr)) if positive else None,
+        harmonic_mean=float(sps.hmean(arr)) if positive else None,
+        stdev=stdev,
+        cov=stdev / mean if mean != 0.0 else math.nan,
+        skewness=skew,
+        q1=q1,
+        q3=q3,
+        siqr=(q3 - q1) / 2,
+        min=float(arr.min()),
+        max=float(arr.max()),
+    )
+
+
+def qq_normal(samples: Samples) -> tuple[FloatArray, FloatArray]:
+    """(theoretical normal quantiles, ordered samples) for a normal Q-Q plot.
+
+    Plotting positions are scipy.stats.probplot's (Filliben's order-statistic
+    medians), not Jain's (12.1) q = (i - 0.5)/n: the interior points agree
+    to a few hundredths, Jain's puts the two extreme points further out.
+    """
+    arr = _as_samples(samples)
+    osm, osr = sps.probplot(arr, dist="norm", fit=False)
+    return np.asarray(osm, dtype=float), np.asarray(osr, dtype=float)
+
+
+def repetitions_needed(samples: Samples, rel_half_width: float = 0.05, level: float = 0.95) -> int:
+    """Repetitions for a CI of the mean within +-rel_half_width of it, from a pilot sample.
+
+    Jain (13.9) gives n = (100 z s / (r x))^2 with z the normal quantile. Here
+    the t quantile with n-1 degrees of freedom replaces z, because the final
+    interval will be t-based at that n (Jain 13.2 for n < 30): the answer is
+    the smallest n >= 2 with t[1-a/2; n-1] s / sqrt(n) <= rel_half_width |x|,
+    s and x taken from the pilot. It is never below the z-based estimate.
+    """
+    _check_level(level)
+    if not rel_half_width > 0:
+        raise StatsError(f"rel_half_width {rel_half_width!r} must be positive")
+    s = summarize(samples)
+    if s.mean == 0.0:
+        raise StatsError(
+            "repetitions_needed: the pilot mean is 0, a relative half width is undefined"
+        )
+    if s.stdev == 0.0:
+        return 2
+    target = rel_half_width * abs(s.mean)
+    alpha_q = 1 - (1 - level) / 2
+
+    def fits(n: int) -> bool:
+        return float(sps.t.ppf(alpha_q, n - 1)) * s.stdev / math.sqrt(n) <= target
+
+    z = float(sps.norm.ppf(alpha_q))
+    lo = max(2, math.ceil((z * s.stdev / target) ** 2))
+    if fits(lo):
+        return lo
+    # t > z so the answer lies above; double, then bisect (t falls fast in n).
+    hi = lo * 2
+    while not fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# --------------------------------------------------------------------------
+# Comparing two alternatives
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Welch's unpaired comparison of mean(a) - mean(b) (Jain 13.4.2)."""
+
+    mean_a: float
+    mean_b: float
+    difference: float
+    ci: Interval
+    statistic: float
+    df: float  # Welch-Satterthwaite degrees of freedom
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        """True when the interval of the difference excludes zero."""
+        return not self.ci.contains(0.0)
+
+
+def compare(a: Samples, b: Samples, level: float = 0.95) -> Comparison:
+    """Welch t-test of two independent samples with the CI of the difference of means.
+
+    Jain's unpaired test uses a slightly different degrees-of-freedom formula
+    (with n+1 in the denominators, minus 2); scipy's Welch-Satterthwaite is
+    the one in current use and differs from it by well under one degree.
+    """
+    _check_level(level)
+    xa = _as_samples(a, what="first sample")
+    xb = _as_samples(b, what="second sample")
+    mean_a, mean_b = float(xa.mean()), float(xb.mean())
+    if np.ptp(xa) == 0 and np.ptp(xb) == 0:
+        # Both constant: scipy warns and returns NaN; the difference is exact.
+        d = mean_a - mean_b
+        p = 1.0 if d == 0 else 0.0
+        stat = 0.0 if d == 0 else math.copysign(math.inf, d)
+        return Comparison(mean_a, mean_b, d, Interval(d, d, level), stat, math.inf, p)
+    res = sps.ttest_ind(xa, xb, equal_var=False)
+    ci = res.confidence_interval(confidence_level=level)
+    return Comparison(
+        mean_a=mean_a,
+        mean_b=mean_b,
+        difference=mean_a - mean_b,
+        ci=Interval(float(ci.low), float(ci.high), level),
+        statistic=float(res.statistic),
+        df=float(res.df),
+        p_value=float(res.pvalue),
+    )
+
+
+# --------------------------------------------------------------------------
+# Overhead of a target against a baseline
+
+
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    """Relative cost of a target against a baseline; positive means the target is worse.
+
+    Lower-is-better metrics (times): overhead = target/baseline - 1, the
+    fraction of extra time. Higher-is-better metrics (throughput):
+    overhead = 1 - target/baseline, the fraction of throughput lost.
+    """
+
+    ratio: float  # mean(target) / mean(baseline)
+    ratio_ci: Interval
+    overhead: float
+    ci: Interval
+    higher_is_better: bool
+    df: float  # Welch-Satterthwaite degrees of freedom used for the t quantile
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.overhead
+
+    @property
+    def significant(self) -> bool:
+        """True when the interval excludes zero overhead."""
+        return not self.ci.contains(0.0)
+
+
+def _fieller_ratio(
+    mean_t: float, var_t: float, n_t: int, mean_b: float, var_b: float, n_b: int, level: float
+) -> tuple[float, Interval, float]:
+    """Fieller's interval for mean_t / mean_b of two independent normal samples.
+
+    The set of R with (x_t - R x_b)^2 <= t^2 (v_t + R^2 v_b), v = s^2/n, is
+    the interval between the roots of a quadratic in R. The variances differ,
+    so t has Welch-Satterthwaite degrees of freedom for x_t - R x_b, taken at
+    the point estimate R.
+    """
+    ratio = mean_t / mean_b
+    v_t, v_b = var_t / n_t, var_b / n_b
+    num = (v_t + ratio**2 * v_b) ** 2
+    den = v_t**2 / (n_t - 1) + ratio**4 * v_b**2 / (n_b - 1)
+    df = num / den if den > 0 else math.inf
+    if num == 0.0:
+        return ratio, Interval(ratio, ratio, level), df
+    t = float(sps.t.ppf(1 - (1 - level) / 2, df))
+    a = mean_b**2 - t**2 * v_b
+    if a <= 0:
+        # The baseline mean is not distinguishable from 0 at this level:
+        # Fieller's set is unbounded and no finite ratio interval exists.
+        raise StatsError(
+            f"baseline mean {mean_b:g} is not significantly different from 0 at level {level:g}; "
+            "the overhead interval is unbounded (take more baseline samples)"
+        )
+    disc = t**2 * (v_t * mean_b**2 + v_b * mean_t**2) - t**4 * v_t * v_b
+    root = math.sqrt(max(disc, 0.0))
+    low, high = (mean_t * mean_b - root) / a, (mean_t * mean_b + root) / a
+    return ratio, Interval(low, high, level), df
+
+
+def overhead(
+    target_samples: Samples,
+    baseline_samples: Samples,
+    level: float = 0.95,
+    *,
+    higher_is_better: bool,
+) -> Overhead:
+    """Overhead of ``target`` over ``baseline`` with Fieller's confidence interval.
+
+    Fieller's interval is exact for normal means, unlike the delta method, and
+    stays asymmetric around the estimate as a ratio should.
+    """
+    _check_level(level)
+    xt = _as_samples(target_samples, what="target samples")
+    xb = _as_samples(baseline_samples, what="baseline samples")
+    mean_b = float(xb.mean())
+    if mean_b == 0.0:
+        raise StatsError("baseline mean is 0; a relative overhead is undefined")
+    ratio, ratio_ci, df = _fieller_ratio(
+        float(xt.mean()),
+        float(xt.var(ddof=1)),
+        xt.size,
+        mean_b,
+        float(xb.var(ddof=1)),
+        xb.size,
+        level,
+    )
+    if higher_is_better:
+        value, ci = 1.0 - ratio, Interval(1.0 - ratio_ci.high, 1.0 - ratio_ci.low, level)
+    else:
+        value, ci = ratio - 1.0, Interval(ratio_ci.low - 1.0, ratio_ci.high - 1.0, level)
+    return Overhead(ratio, ratio_ci, value, ci, higher_is_better, df)
+
+
+# --------------------------------------------------------------------------
+# Full factorial designs with replications (Jain ch. 22 and 23)
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One effect: a main effect (one factor) or an interaction at one level combination.
+
+    A main effect is level mean - grand mean; an interaction is what the cell
+    mean of its factors leaves after the grand mean and all lower-order
+    effects (Jain 22.2). Effects of a term sum to zero over each factor.
+    """
+
+    factors: tuple[str, ...]
+    levels: tuple[Any, ...]
+    value: float
+    stdev: float
+    ci: Interval
+
+    @property
+    def significant(self) -> bool:
+        return not self.ci.contains(0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class AnovaRow:
+    """One term of the ANOVA table (allocation of variation, Jain 22.4 and 22.5)."""
+
+    factors: tuple[str, ...]
+    sum_sq: float
+    percent: float  # percentage of SST explained
+    df: int
+    mean_sq: float
+    f: float
+    f_crit: float  # F[level; df, df_error]
+    p_value: float
+
+    @property
+    def name(self) -> str:
+        return ":".join(self.factors)
+
+    @property
+    def significant(self) -> bool:
+        """F test at the design's level: F computed > F from the table."""
+        return self.f > self.f_crit
+
+
+@dataclass(frozen=True, slots=True)
+class FactorialDesign:
+    """Analysis of a balanced full factorial design with r >= 2 replications."""
+
+    factors: tuple[str, ...]
+    levels: tuple[tuple[Any, ...], ...]  # levels per factor, in order of first appearance
+    replications: int
+    level: float  # confidence level of the intervals and of F-crit
+    grand_mean: float
+    grand_mean_stdev: float
+    grand_mean_ci: Interval
+    effects: tuple[Effect, ...]
+    terms: tuple[AnovaRow, ...]  # main effects first, then interactions by order
+    ss_y: float  # sum of squared observations
+    ss_0: float  # N * grand mean^2
+    ss_total: float  # SST = SSY - SS0
+    ss_error: float
+    df_error: int
+    mean_sq_error: float
+
+    @property
+    def n_observations(self) -> int:
+        return self.replications * math.prod(len(lv) for lv in self.levels)
+
+    @property
+    def error_percent(self) -> float:
+        return 100.0 * self.ss_error / self.ss_total if self.ss_total > 0 else 0.0
+
+    @property
+    def explained_percent(self) -> float:
+        """Percentage of variation the model (all terms) explains."""
+        return 100.0 - self.error_percent if self.ss_total > 0 else 100.0
+
+    @property
+    def stdev_error(self) -> float:
+        """s_e = sqrt(MSE), the standard deviation of the errors."""
+        return math.sqrt(self.mean_sq_error)
+
+    def term(self, *factors: str) -> AnovaRow:
+        """The ANOVA row of a main effect (one factor) or interaction (several)."""
+        wanted = frozenset(factors)
+        for row in self.terms:
+            if frozenset(row.factors) == wanted:
+                return row
+        raise StatsError(f"no term {':'.join(factors)!r} in a design of factors {self.factors}")
+
+    def effect(self, levels: Mapping[str, Any]) -> Effect:
+        """The effect at the given level of each named factor (one factor: main effect)."""
+        wanted = frozenset(levels)
+        for e in self.effects:
+            if frozenset(e.factors) == wanted and all(
+                levels[f] == lv for f, lv in zip(e.factors, e.levels)
+            ):
+                return e
+        raise StatsError(f"no effect at {dict(levels)!r} in a design of factors {self.factors}")
+
+    def effects_of(self, *factors: str) -> tuple[Effect, ...]:
+        wanted = frozenset(factors)
+        return tuple(e for e in self.effects if frozenset(e.factors) == wanted)
+
+
+def _to_frame(
+    data: pd.DataFrame | Iterable[Mapping[str, Any]], columns: Sequence[str]
+) -> pd.DataFrame:
+    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame.from_records(list(data))
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise StatsError(f"design table lacks column(s) {missing}; it has {list(frame.columns)}")
+    return frame
+
+
+def full_factorial(
+    data: pd.DataFrame | Iterable[Mapping[str, Any]],
+    factors: Sequence[str],
+    response: str,
+    level: float = 0.90,
+) -> FactorialDesign:
+    """Effects, allocation of variation and ANOVA of a balanced full factorial design.
+
+    ``data`` is tidy: one row per observation with a column per factor (its
+    level) and the ``response``. Every combination of levels must appear the
+    same number of times r >= 2 (the replications that separate interactions
+    from errors). ``level`` is the confidence of effect intervals and of the
+    F-critical values (Jain's tables use 0.90).
+
+    The sums of squares are Jain's closed forms, exact for balanced designs:
+    SS(term) = N / prod(levels of its factors) * sum(effect^2), with
+    prod(l_i - 1) degrees of freedom; s(effect) = s_e sqrt(df(term) / N).
+    """
+    _check_level(level)
+    factors = tuple(factors)
+    if not factors:
+        raise StatsError("full_factorial needs at least one factor")
+    if len(set(factors)) != len(factors) or response in factors:
+        raise StatsError(
+            f"factor names {factors} must be distinct and differ from the response {response!r}"
+        )
+    frame = _to_frame(data, [*factors, response])
+    try:
+        y_all = frame[response].to_numpy(dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise StatsError(f"response column {response!r} is not numeric: {exc}") from exc
+    if not np.all(np.isfinite(y_all)):
+        raise StatsError(f"response column {response!r} contains NaN or infinite values")
+    if frame[list(factors)].isna().to_numpy().any():
+        raise StatsError(f"factor columns {list(factors)} contain missing levels")
+
+    levels = tuple(tuple(pd.unique(frame[f])) for f in factors)
+    for f, lv in zip(factors, levels):
+        if len(lv) < 2:
+            raise StatsError(
+                f"factor {f!r} has a single level {lv[0]!r}; a factor needs at least 2"
+            )
+    shape = tuple(len(lv) for lv in levels)
+    codes = [pd.Categorical(frame[f], categories=list(lv)).codes for f, lv in zip(factors, levels)]
+    flat = np.ravel_multi_index(codes, shape)
+    counts = np.bincount(flat, minlength=math.prod(shape)).reshape(shape)
+    values, freq = np.unique(counts, return_counts=True)
+    r = int(values[np.argmax(freq)])
+    if np.any(counts != r):
+        idx = tuple(int(i) for i in np.argwhere(counts != r)[0])
+        cell = {f: levels[i][j] for i, (f, j) in enumerate(zip(factors, idx))}
+        raise StatsError(
+            f"unbalanced design: cell {cell} has {int(counts[idx])} observation(s), "
+            f"most cells {r}; every level combination needs the same number of replications"
+        )
+    if r < 2:
+        raise StatsError(
+            "design has one observation per cell; replications (r >= 2) are needed to estimate errors"
+        )
+
+    n = y_all.size
+    cell_sums = np.bincount(flat, weights=y_all, minlength=math.prod(shape)).reshape(shape)
+    cell_means = cell_sums / r
+    grand = float(y_all.mean())
+    ss_y = float(np.sum(y_all**2))
+    ss_0 = n * grand**2
+    # Deviations from the grand mean avoid the cancellation in SSY - SS0.
+    ss_total = float(np.sum((y_all - grand) ** 2))
+    ss_error = float(np.sum((y_all - cell_means.reshape(-1)[flat]) ** 2))
+    df_error = math.prod(shape) * (r - 1)
+    mse = ss_error / df_error
+    s_e = math.sqrt(mse)
+    t_q = float(sps.t.ppf(1 - (1 - level) / 2, df_error))
+
+    k = len(factors)
+    # Marginal means over every subset of factors, kept as broadcastable arrays.
+    marg: dict[tuple[int, ...], FloatArray] = {}
+    for size in range(k + 1):
+        for subset in itertools.combinations(range(k), size):
+            other = tuple(i for i in range(k) if i not in subset)
+            marg[subset] = cell_means.mean(axis=other, keepdims=True) if other else cell_means
+
+    effects: list[Effect] = []
+    rows: list[AnovaRow] = []
+    for size in range(1, k + 1):
+        for subset in itertools.combinations(range(k), size):
+            # Inclusion-exclusion (Moebius inversion over the subset lattice):
+            # effect_S = sum over T within S of (-1)^(|S|-|T|) * marginal mean_T.
+            eff = np.zeros_like(marg[subset])
+            for tsize in range(size + 1):
+                for t_sub in itertools.combinations(subset, tsize):
+                    eff = eff + (-1) ** (size - tsize) * marg[t_sub]
+            n_cells = math.prod(shape[i] for i in subset)
+            ss = float(n / n_cells * np.sum(eff**2))
+            df = math.prod(shape[i] - 1 for i in subset)
+            ms = ss / df
+            if mse > 0:
+                f_val = ms / mse
+                p_val = float(sps.f.sf(f_val, df, df_error))
+            else:
+                f_val, p_val = (math.inf, 0.0) if ms > 0 else (math.nan, math.nan)
+            names = tuple(factors[i] for i in subset)
+            rows.append(
+                AnovaRow(
+                    factors=names,
+                    sum_sq=ss,
+                    percent=100.0 * ss / ss_total if ss_total > 0 else 0.0,
+                    df=df,
+                    mean_sq=ms,
+                    f=f_val,
+                    f_crit=float(sps.f.ppf(level, df, df_error)),
+                    p_value=p_val,
+                )
+            )
+            sd = s_e * math.sqrt(df / n)
+            squeezed = eff.reshape(tuple(shape[i] for i in subset))
+            for idx in itertools.product(*(range(shape[i]) for i in subset)):
+                value = float(squeezed[idx])
+                effects.append(
+                    Effect(
+                        factors=names,
+                        levels=tuple(levels[i][j] for i, j in zip(subset, idx)),
+                        value=value,
+                        stdev=sd,
+                        ci=Interval(value - t_q * sd, value + t_q * sd, level),
+                    )
+                )
+
+    grand_sd = s_e / math.sqrt(n)
+    log.debug("full factorial %s: N=%d r=%d SST=%g SSE=%g", factors, n, r, ss_total, ss_error)
+    return FactorialDesign(
+        factors=factors,
+        levels=levels,
+        replications=r,
+        level=level,
+        grand_mean=grand,
+        grand_mean_stdev=grand_sd,
+        grand_mean_ci=Interval(grand - t_q * grand_sd, grand + t_q * grand_sd, level),
+        effects=tuple(effects),
+        terms=tuple(rows),
+        ss_y=ss_y,
+        ss_0=ss_0,
+        ss_total=ss_total,
+        ss_error=ss_error,
+        df_error=df_error,
+        mean_sq_error=mse,
+    )

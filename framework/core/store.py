@@ -1,0 +1,675 @@
+"""The results store: one sqlite database per run directory (the only SQL in powercut).
+
+WAL journal, one transaction per result: a run killed half-way keeps every
+result it finished, and ``done_keys`` tells a resumed run what to skip.
+Rows carry natural keys (run uuid, target name, case, seed, entry, variant)
+so that the databases of CI shards merge without id collisions.
+The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]``
+takes a database from version i to i + 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import uuid as uuidlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from framework.core import clock
+from framework.core.errors import PowercutError
+
+log = logging.getLogger(__name__)
+
+
+class StoreError(PowercutError):
+    """The results database cannot be used (names the file)."""
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        uuid TEXT NOT NULL UNIQUE,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        command_line TEXT NOT NULL,
+        study TEXT NOT NULL,
+        status TEXT NOT NULL,
+        git_revision TEXT,
+        environment TEXT NOT NULL
+    );
+    CREATE TABLE targets (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        config TEXT NOT NULL,
+        UNIQUE (run_id, name)
+    );
+    CREATE TABLE recordings (
+        id INTEGER PRIMARY KEY,
+        target_id INTEGER NOT NULL REFERENCES targets(id) ON DELETE CASCADE,
+        case_spec TEXT NOT NULL,
+        seed INTEGER NOT NULL,
+        log_path TEXT,
+        entries INTEGER NOT NULL,
+        marks INTEGER NOT NULL,
+        UNIQUE (target_id, case_spec, seed)
+    );
+    CREATE TABLE crash_points (
+        id INTEGER PRIMARY KEY,
+        recording_id INTEGER NOT NULL REFERENCES recordings(id) ON DELETE CASCADE,
+        entry_index INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        last_mark TEXT,
+        UNIQUE (recording_id, entry_index, kind)
+    );
+    CREATE TABLE checks (
+        id INTEGER PRIMARY KEY,
+        crash_point_id INTEGER NOT NULL REFERENCES crash_points(id) ON DELETE CASCADE,
+        variant TEXT NOT NULL,
+        variant_seed INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        mount_s REAL,
+        fsck_s REAL,
+        fsck_verdicts TEXT NOT NULL,
+        findings TEXT NOT NULL,
+        reproducer TEXT,
+        image_path TEXT,
+        created_at TEXT NOT NULL,
+        UNIQUE (crash_point_id, variant, variant_seed)
+    );
+    CREATE TABLE recoveries (
+        id INTEGER PRIMARY KEY,
+        target_id INTEGER NOT NULL REFERENCES targets(id) ON DELETE CASCADE,
+        trial INTEGER NOT NULL,
+        seed INTEGER,
+        outcome TEXT NOT NULL,
+        in_flight_bytes INTEGER,
+        in_flight_ops INTEGER,
+        mount_s REAL,
+        fsck_s REAL,
+        replay_messages TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        UNIQUE (target_id, trial)
+    );
+    CREATE TABLE bench_samples (
+        id INTEGER PRIMARY KEY,
+        target_id INTEGER NOT NULL REFERENCES targets(id) ON DELETE CASCADE,
+        workload TEXT NOT NULL,
+        repetition INTEGER NOT NULL,
+        trial_order INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL,
+        unit TEXT NOT NULL,
+        higher_is_better INTEGER NOT NULL,
+        warmup INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        UNIQUE (target_id, workload, repetition, metric)
+    );
+    CREATE TABLE artifacts (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        UNIQUE (run_id, path)
+    );
+    CREATE INDEX checks_outcome ON checks(outcome);
+    CREATE INDEX bench_by_workload ON bench_samples(workload, metric);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# ---- rows returned by queries ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    uuid: str
+    started_at: str
+    finished_at: str | None
+    command_line: str
+    study: str
+    status: RunStatus
+    git_revision: str | None
+    environment: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRow:
+    id: int
+    target: str
+    case_spec: str
+    seed: int
+    entry_index: int
+    kind: str  # crashcases.points.CrashPointKind
+    last_mark: str | None
+    variant: str  # crashcases.points.VariantKind
+    variant_seed: int
+    outcome: str  # crashcases.outcomes.Outcome
+    mount_s: float | None
+    fsck_s: float | None
+    fsck_verdicts: dict[str, Any]
+    findings: list[Any]
+    reproducer: str | None
+    image_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSample:
+    target: str
+    workload: str
+    repetition: int
+    trial_order: int
+    metric: str
+    value: float | None
+    unit: str
+    higher_is_better: bool
+    warmup: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    target: str
+    trial: int
+    seed: int | None
+    outcome: str  # crashcases.outcomes.Outcome
+    in_flight_bytes: int | None
+    in_flight_ops: int | None
+    mount_s: float | None
+    fsck_s: float | None
+    replay_messages: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    path: str
+    sha256: str
+    kind: str
+    size_bytes: int
+
+
+# The natural key of a check, as a resumed run enumerates them.
+CheckKey = tuple[str, str, int, int, str, str, int]  # target, case, seed, entry, kind, variant, vseed
+BenchKey = tuple[str, str, int]  # target, workload, repetition
+RecoveryKey = tuple[str, int]  # target, trial
+
+
+@dataclass(frozen=True, slots=True)
+class DoneKeys:
+    """What a run already holds; a resumed run skips these."""
+
+    checks: frozenset[CheckKey]
+    bench: frozenset[BenchKey]
+    recoveries: frozenset[RecoveryKey]
+
+
+class MetricLike(Protocol):
+    """What ``add_bench_samples`` needs of a metric (framework.bench.workloads.Metric fits)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> float | None: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def higher_is_better(self) -> bool: ...
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+class Store:
+    """An open results database; use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create its directory: {exc.strerror}") from exc
+        try:
+            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE
+            # takes the write lock up front, so two writers wait instead of
+            # failing on a lock upgrade).
+            # check_same_thread=False: parallel guests report through one store;
+            # callers serialise their writes.
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the results database: {exc}") from exc
+        self._db.row_factory = sqlite3.Row
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoint, never corrupt
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"{self.path}: not a usable results database: {exc}") from exc
+        except BaseException:
+            self._db.close()
+            raise
+
+    # ---- plumbing --------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One result: everything inside commits together or not at all."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {version} is newer than this "
+                             f"powercut's ({SCHEMA_VERSION}); upgrade powercut")
+        for target in range(version, SCHEMA_VERSION):
+            with self.transaction() as db:
+                for statement in MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {target + 1}")
+            log.debug("%s: schema migrated to version %d", self.path, target + 1)
+
+    # ---- runs and targets -------------------------------------------------
+
+    def start_run(self, *, command_line: str, study: str,
+                  environment: Mapping[str, Any] | None = None,
+                  git_revision: str | None = None, uuid: str | None = None) -> int:
+        """Record a new run and return its id; ``uuid`` lets CI shards share one run."""
+        with self.transaction() as db:
+            cur = db.execute(
+                "INSERT INTO runs (uuid, started_at, command_line, study, status, git_revision,"
+                " environment) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (uuid or str(uuidlib.uuid4()), clock.timestamp(), command_line, study,
+                 RunStatus.RUNNING.value, git_revision, _json(dict(environment or {}))),
+            )
+            return int(cur.lastrowid or 0)
+
+    def finish_run(self, run_id: int, status: RunStatus | str) -> None:
+        status = RunStatus(status)
+        with self.transaction() as db:
+            cur = db.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
+                             (status.value, clock.timestamp(), run_id))
+            if cur.rowcount != 1:
+                raise StoreError(f"{self.path}: no run with id {run_id}")
+
+    def resume_run(self, run_id: int) -> None:
+        """Mark an interrupted run as running again (its results stay)."""
+        with self.transaction() as db:
+            cur = db.execute("UPDATE runs SET status = ?, finished_at = NULL WHERE id = ?",
+                             (RunStatus.RUNNING.value, run_id))
+            if cur.rowcount != 1:
+                raise StoreError(f"{self.path}: no run with id {run_id}")
+
+    def runs(self) -> list[Run]:
+        rows = self._db.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        return [self._run(r) for r in rows]
+
+    def run(self, run_id: int) -> Run:
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path}: no run with id {run_id}")
+        return self._run(row)
+
+    def run_by_uuid(self, uuid: str) -> Run | None:
+        row = self._db.execute("SELECT * FROM runs WHERE uuid = ?", (uuid,)).fetchone()
+        return None if row is None else self._run(row)
+
+    @staticmethod
+    def _run(row: sqlite3.Row) -> Run:
+        return Run(row["id"], row["uuid"], row["started_at"], row["finished_at"],
+                   row["command_line"], row["study"], RunStatus(row["status"]),
+                   row["git_revision"], json.loads(row["environment"]))
+
+    def add_target(self, run_id: int, name: str, config: Mapping[str, Any] | None = None) -> int:
+        """The target's id in this run, recording it (with its config) the first time."""
+        with self.transaction() as db:
+            return self._target_id(db, run_id, name, config)
+
+    def targets(self, run_id: int) -> dict[str, dict[str, Any]]:
+        rows = self._db.execute("SELECT name, config FROM targets WHERE run_id = ? ORDER BY id",
+                                (run_id,)).fetchall()
+        return {r["name"]: json.loads(r["config"]) for r in rows}
+
+    @staticmethod
+    def _target_id(db: sqlite3.Connection, run_id: int, name: str,
+                   config: Mapping[str, Any] | None = None) -> int:
+        row = db.execute("SELECT id FROM targets WHERE run_id = ? AND name = ?",
+                         (run_id, name)).fetchone()
+        if row is not None:
+            if config:
+                db.execute("UPDATE targets SET config = ? WHERE id = ?", (_json(dict(config)),
+                                                                          row["id"]))
+            return int(row["id"])
+        cur = db.execute("INSERT INTO targets (run_id, name, config) VALUES (?, ?, ?)",
+                         (run_id, name, _json(dict(config or {}))))
+        return int(cur.lastrowid or 0)
+
+    # ---- crash runs --------------------------------------------------------
+
+    def add_recording(self, run_id: int, target: str, *, case_spec: str, seed: int,
+                      log_path: str | None, entries: int, marks: int) -> int:
+        """A dm-log-writes recording; recording the same case again returns its id."""
+        with self.transaction() as db:
+            return self._recording_id(db, run_id, target, case_spec, seed, log_path, entries,
+                                      marks)
+
+    def _recording_id(self, db: sqlite3.Connection, run_id: int, target: str, case_spec: str,
+                      seed: int, log_path: str | None, entries: int, marks: int) -> int:
+        target_id = self._target_id(db, run_id, target)
+        db.execute(
+            "INSERT INTO recordings (target_id, case_spec, seed, log_path, entries, marks)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (target_id, case_spec, seed) DO UPDATE"
+            " SET log_path = excluded.log_path, entries = excluded.entries,"
+            " marks = excluded.marks",
+            (target_id, case_spec, seed, log_path, entries, marks))
+        row = db.execute("SELECT id FROM recordings WHERE target_id = ? AND case_spec = ?"
+                         " AND seed = ?", (target_id, case_spec, seed)).fetchone()
+        return int(row["id"])
+
+    def add_crash_point(self, recording_id: int, *, entry_index: int,
+                        kind: str, last_mark: str | None = None) -> int:
+        with self.transaction() as db:
+            return self._crash_point_id(db, recording_id, entry_index, str(kind),
+                                        last_mark)
+
+    @staticmethod
+    def _crash_point_id(db: sqlite3.Connection, recording_id: int, entry_index: int,
+                        kind: str, last_mark: str | None) -> int:
+        db.execute("INSERT INTO crash_points (recording_id, entry_index, kind, last_mark)"
+                   " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                   (recording_id, entry_index, kind, last_mark))
+        row = db.execute("SELECT id FROM crash_points WHERE recording_id = ? AND entry_index = ?"
+                         " AND kind = ?", (recording_id, entry_index, kind)).fetchone()
+        return int(row["id"])
+
+    def add_check(self, crash_point_id: int, *, variant: str, variant_seed: int,
+                  outcome: str, mount_s: float | None = None,
+                  fsck_s: float | None = None, fsck_verdicts: Mapping[str, Any] | None = None,
+                  findings: Sequence[Any] = (), reproducer: str | None = None,
+                  image_path: str | None = None) -> int:
+        """One checked crash state; checking the same state again replaces the result."""
+        with self.transaction() as db:
+            cur = db.execute(
+                "INSERT OR REPLACE INTO checks (crash_point_id, variant, variant_seed, outcome,"
+                " mount_s, fsck_s, fsck_verdicts, findings, reproducer, image_path, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (crash_point_id, str(variant), variant_seed, str(outcome),
+                 mount_s, fsck_s, _json(dict(fsck_verdicts or {})), _json(list(findings)),
+                 reproducer, image_path, clock.timestamp()))
+            return int(cur.lastrowid or 0)
+
+    def checks(self, run_id: int, *, outcome: str | None = None) -> list[CheckRow]:
+        sql = ("SELECT c.*, t.name AS target, r.case_spec, r.seed, p.entry_index, p.kind,"
+               " p.last_mark FROM checks c JOIN crash_points p ON c.crash_point_id = p.id"
+               " JOIN recordings r ON p.recording_id = r.id JOIN targets t ON r.target_id = t.id"
+               " WHERE t.run_id = ?")
+        args: list[Any] = [run_id]
+        if outcome is not None:
+            sql += " AND c.outcome = ?"
+            args.append(str(outcome))
+        rows = self._db.execute(sql + " ORDER BY t.id, r.id, p.entry_index, c.id", args)
+        return [
+            CheckRow(r["id"], r["target"], r["case_spec"], r["seed"], r["entry_index"],
+                     r["kind"], r["last_mark"], r["variant"],
+                     r["variant_seed"], r["outcome"], r["mount_s"], r["fsck_s"],
+                     json.loads(r["fsck_verdicts"]), json.loads(r["findings"]),
+                     r["reproducer"], r["image_path"])
+            for r in rows
+        ]
+
+    def outcome_counts(self, run_id: int, *, target: str | None = None) -> dict[str, int]:
+        sql = ("SELECT c.outcome, count(*) AS n FROM checks c"
+               " JOIN crash_points p ON c.crash_point_id = p.id"
+               " JOIN recordings r ON p.recording_id = r.id JOIN targets t ON r.target_id = t.id"
+               " WHERE t.run_id = ?")
+        args: list[Any] = [run_id]
+        if target is not None:
+            sql += " AND t.name = ?"
+            args.append(target)
+        rows = self._db.execute(sql + " GROUP BY c.outcome", args)
+        return {r["outcome"]: int(r["n"]) for r in rows}
+
+    # ---- power-cut recoveries ----------------------------------------------
+
+    def add_recovery(self, run_id: int, target: str, *, trial: int, outcome: str,
+                     seed: int | None = None, in_flight_bytes: int | None = None,
+                     in_flight_ops: int | None = None, mount_s: float | None = None,
+                     fsck_s: float | None = None, replay_messages: Sequence[str] = ()) -> None:
+        with self.transaction() as db:
+            target_id = self._target_id(db, run_id, target)
+            db.execute(
+                "INSERT OR REPLACE INTO recoveries (target_id, trial, seed, outcome,"
+                " in_flight_bytes, in_flight_ops, mount_s, fsck_s, replay_messages, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (target_id, trial, seed, str(outcome), in_flight_bytes, in_flight_ops,
+                 mount_s, fsck_s, _json(list(replay_messages)), clock.timestamp()))
+
+    def recoveries(self, run_id: int, *, target: str | None = None) -> list[Recovery]:
+        sql = ("SELECT v.*, t.name AS target FROM recoveries v JOIN targets t"
+               " ON v.target_id = t.id WHERE t.run_id = ?")
+        args: list[Any] = [run_id]
+        if target is not None:
+            sql += " AND t.name = ?"
+            args.append(target)
+        rows = self._db.execute(sql + " ORDER BY t.id, v.trial", args)
+        return [Recovery(r["target"], r["trial"], r["seed"], r["outcome"],
+                         r["in_flight_bytes"], r["in_flight_ops"], r["mount_s"], r["fsck_s"],
+                         json.loads(r["replay_messages"])) for r in rows]
+
+    # ---- benchmarks ---------------------------------------------------------
+
+    def add_bench_samples(self, run_id: int, target: str, workload: str, *, repetition: int,
+                          metrics: Iterable[MetricLike], trial_order: int | None = None,
+                          warmup: bool = False) -> None:
+        """Every metric of one benchmark repetition, in one transaction."""
+        with self.transaction() as db:
+            target_id = self._target_id(db, run_id, target)
+            order = repetition if trial_order is None else trial_order
+            now = clock.timestamp()
+            for m in metrics:
+                db.execute(
+                    "INSERT OR REPLACE INTO bench_samples (target_id, workload, repetition,"
+                    " trial_order, metric, value, unit, higher_is_better, warmup, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (target_id, workload, repetition, order, m.name,
+                     None if m.value is None else float(m.value), m.unit,
+                     int(m.higher_is_better), int(warmup), now))
+
+    def add_bench_sample(self, run_id: int, target: str, workload: str, *, repetition: int,
+                         metric: MetricLike, trial_order: int | None = None,
+                         warmup: bool = False) -> None:
+        self.add_bench_samples(run_id, target, workload, repetition=repetition,
+                               metrics=[metric], trial_order=trial_order, warmup=warmup)
+
+    def bench_samples(self, run_id: int, *, target: str | None = None,
+                      workload: str | None = None, metric: str | None = None,
+                      include_warmup: bool = False) -> list[BenchSample]:
+        sql = ("SELECT b.*, t.name AS target FROM bench_samples b JOIN targets t"
+               " ON b.target_id = t.id WHERE t.run_id = ?")
+        args: list[Any] = [run_id]
+        for column, value in (("t.name", target), ("b.workload", workload),
+                              ("b.metric", metric)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        if not include_warmup:
+            sql += " AND b.warmup = 0"
+        rows = self._db.execute(sql + " ORDER BY t.id, b.workload, b.trial_order, b.metric", args)
+        return [BenchSample(r["target"], r["workload"], r["repetition"], r["trial_order"],
+                            r["metric"], r["value"], r["unit"], bool(r["higher_is_better"]),
+                            bool(r["warmup"])) for r in rows]
+
+    # ---- artifacts -----------------------------------------------------------
+
+    def add_artifact(self, run_id: int, path: str, *, sha256: str, kind: str,
+                     size_bytes: int) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO artifacts (run_id, path, sha256, kind, size_bytes)"
+                       " VALUES (?, ?, ?, ?, ?)", (run_id, path, sha256, kind, size_bytes))
+
+    def artifacts(self, run_id: int) -> list[Artifact]:
+        rows = self._db.execute("SELECT * FROM artifacts WHERE run_id = ? ORDER BY path",
+                                (run_id,))
+        return [Artifact(r["path"], r["sha256"], r["kind"], r["size_bytes"]) for r in rows]
+
+    # ---- resume ----------------------------------------------------------------
+
+    def done_keys(self, run_id: int) -> DoneKeys:
+        checks = self._db.execute(
+            "SELECT t.name, r.case_spec, r.seed, p.entry_index, p.kind, c.variant,"
+            " c.variant_seed FROM checks c JOIN crash_points p ON c.crash_point_id = p.id"
+            " JOIN recordings r ON p.recording_id = r.id JOIN targets t ON r.target_id = t.id"
+            " WHERE t.run_id = ?", (run_id,)).fetchall()
+        bench = self._db.execute(
+            "SELECT DISTINCT t.name, b.workload, b.repetition FROM bench_samples b"
+            " JOIN targets t ON b.target_id = t.id WHERE t.run_id = ?", (run_id,)).fetchall()
+        recoveries = self._db.execute(
+            "SELECT t.name, v.trial FROM recoveries v JOIN targets t ON v.target_id = t.id"
+            " WHERE t.run_id = ?", (run_id,)).fetchall()
+        return DoneKeys(
+            checks=frozenset(tuple(r) for r in checks),
+            bench=frozenset(tuple(r) for r in bench),
+            recoveries=frozenset(tuple(r) for r in recoveries),
+        )
+
+    # ---- merging -----------------------------------------------------------------
+
+    def merge_from(self, other: Store) -> None:
+        """Copy every run of ``other`` into this database, one transaction per run.
+
+        Runs are matched by uuid (shards of one CI run share it); targets,
+        recordings, crash points and results by their natural keys, so merging
+        the same shard twice changes nothing.
+        """
+        for run in other.runs():
+            with self.transaction() as db:
+                mine = db.execute("SELECT id, status, finished_at FROM runs WHERE uuid = ?",
+                                  (run.uuid,)).fetchone()
+                if mine is None:
+                    cur = db.execute(
+                        "INSERT INTO runs (uuid, started_at, finished_at, command_line, study,"
+                        " status, git_revision, environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (run.uuid, run.started_at, run.finished_at, run.command_line,
+                         run.study, run.status.value, run.git_revision,
+                         _json(run.environment)))
+                    run_id = int(cur.lastrowid or 0)
+                else:
+                    run_id = int(mine["id"])
+                    status = _merged_status(RunStatus(mine["status"]), run.status)
+                    finished = max(filter(None, (mine["finished_at"], run.finished_at)),
+                                   default=None)
+                    db.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
+                               (status.value, finished, run_id))
+                self._copy_run(db, other, run.id, run_id)
+
+    def _copy_run(self, db: sqlite3.Connection, other: Store, src_run: int, run_id: int) -> None:
+        src = other._db
+        for name, config in other.targets(src_run).items():
+            self._target_id(db, run_id, name, config)
+        recordings = src.execute(
+            "SELECT r.*, t.name AS target FROM recordings r JOIN targets t"
+            " ON r.target_id = t.id WHERE t.run_id = ?", (src_run,)).fetchall()
+        for rec in recordings:
+            rec_id = self._recording_id(db, run_id, rec["target"], rec["case_spec"],
+                                        rec["seed"], rec["log_path"], rec["entries"],
+                                        rec["marks"])
+            points = src.execute("SELECT * FROM crash_points WHERE recording_id = ?",
+                                 (rec["id"],)).fetchall()
+            for point in points:
+                point_id = self._crash_point_id(db, rec_id, point["entry_index"],
+                                                point["kind"],
+                                                point["last_mark"])
+                for c in src.execute("SELECT * FROM checks WHERE crash_point_id = ?",
+                                     (point["id"],)):
+                    db.execute(
+                        "INSERT OR IGNORE INTO checks (crash_point_id, variant, variant_seed,"
+                        " outcome, mount_s, fsck_s, fsck_verdicts, findings, reproducer,"
+                        " image_path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (point_id, c["variant"], c["variant_seed"], c["outcome"],
+                         c["mount_s"], c["fsck_s"], c["fsck_verdicts"], c["findings"],
+                         c["reproducer"], c["image_path"], c["created_at"]))
+        for v in src.execute("SELECT v.*, t.name AS target FROM recoveries v JOIN targets t"
+                             " ON v.target_id = t.id WHERE t.run_id = ?", (src_run,)):
+            db.execute(
+                "INSERT OR IGNORE INTO recoveries (target_id, trial, seed, outcome,"
+                " in_flight_bytes, in_flight_ops, mount_s, fsck_s, replay_messages, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self._target_id(db, run_id, v["target"]), v["trial"], v["seed"], v["outcome"],
+                 v["in_flight_bytes"], v["in_flight_ops"], v["mount_s"], v["fsck_s"],
+                 v["replay_messages"], v["created_at"]))
+        for b in src.execute("SELECT b.*, t.name AS target FROM bench_samples b JOIN targets t"
+                             " ON b.target_id = t.id WHERE t.run_id = ?", (src_run,)):
+            db.execute(
+                "INSERT OR IGNORE INTO bench_samples (target_id, workload, repetition,"
+                " trial_order, metric, value, unit, higher_is_better, warmup, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self._target_id(db, run_id, b["target"]), b["workload"], b["repetition"],
+                 b["trial_order"], b["metric"], b["value"], b["unit"], b["higher_is_better"],
+                 b["warmup"], b["created_at"]))
+        for a in src.execute("SELECT * FROM artifacts WHERE run_id = ?", (src_run,)):
+            db.execute("INSERT OR IGNORE INTO artifacts (run_id, path, sha256, kind, size_bytes)"
+                       " VALUES (?, ?, ?, ?, ?)",
+                       (run_id, a["path"], a["sha256"], a["kind"], a["size_bytes"]))
+
+
+# A merged run is as bad as its worst shard; a shard still "running" never finished.
+_STATUS_RANK = {RunStatus.FINISHED: 0, RunStatus.INTERRUPTED: 1, RunStatus.RUNNING: 2,
+                RunStatus.FAILED: 3}
+
+
+def _merged_status(a: RunStatus, b: RunStatus) -> RunStatus:
+    return max(a, b, key=_STATUS_RANK.__getitem__)
+
+
+def merge(into_path: str | os.PathLike[str],
+          from_paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Merge the databases of CI shards into ``into_path`` (created if absent)."""
+    with Store(into_path) as into:
+        for path in from_paths:
+            if not Path(path).is_file():
+                raise StoreError(f"{path}: no such results database")
+            with Store(path) as shard:
+                into.merge_from(shard)
