@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from recovery.targets import JournalPlacement, Target
+from recovery.targets import Target
 
 
 class Outcome(StrEnum):
@@ -43,4 +43,4 @@ def fails(outcome: Outcome | str, target: Target) -> bool:
     """
     outcome = Outcome(outcome)
     return outcome in ALWAYS_FAILING or (
-        outcome is Outcome.RECOVERED and target.journal is not JournalPlacement.NONE)
+        outcome is Outcome.RECOVERED and target.journalled)

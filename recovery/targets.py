@@ -60,6 +60,23 @@ class Target:
         """The device profile this target asks for on disk ``role``, if any."""
         return dict(self.disk_profiles).get(role)
 
+    @property
+    def journalled(self) -> bool:
+        return self.journal is not JournalPlacement.NONE
+
+    def to_dict(self) -> dict[str, Any]:
+        """The target as JSON-ready data (guest task requests, stored runs)."""
+        return {"name": self.name, "fstype": self.fstype, "mkfs_options": list(self.mkfs_options),
+                "mount_options": list(self.mount_options), "journal": self.journal.value,
+                "journal_size_mib": self.journal_size_mib, "description": self.description,
+                "disk_profiles": dict(self.disk_profiles)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Target:
+        """The inverse of to_dict, validated like a TOML table."""
+        table = {k: v for k, v in d.items() if k != "name" and v is not None}
+        return target_from_mapping(str(d["name"]), table, source="target data")
+
 
 _KEYS = frozenset(
     {"fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib", "description",
