@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import random
@@ -47,7 +46,6 @@ import numpy as np
 
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts, check_state
-from crashcases.engine import new_run_dir
 from crashcases.operations import (
     DURABILITY_OPS,
     Op,
@@ -66,7 +64,6 @@ from devicemapper.flakey import FlakeyMode, flakey_device
 from framework.core import agent, clock
 from framework.core.agent import Emit
 from framework.core.command import CommandRunner, HostRunner
-from framework.core.environment import command_line, git_revision, host_facts
 from framework.core.errors import (
     CommandError,
     CommandTimeout,
@@ -74,15 +71,15 @@ from framework.core.errors import (
     MachineError,
     PowercutError,
 )
+from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.store import RunStatus, Store
-from recovery.filesystems import adapter_for
+from framework.core.store import Store
+from recovery.disks import MiB, disk_bytes
 from recovery.mount import mkfs, mount_timed, mounted
 from recovery.targets import JournalPlacement, Target, get_target
 
 log = logging.getLogger(__name__)
 
-MiB = 1 << 20
 LIVE_MOUNTPOINT = Path("/tmp/powercut/cut-live")
 CHECK_MOUNTPOINT = Path("/tmp/powercut/cut-check")
 ORACLE_MOUNTPOINT = Path("/tmp/powercut/cut-oracle")
@@ -531,11 +528,6 @@ def summarize(target: str, trials: Sequence[TrialResult]) -> TargetSummary:
 
 
 
-def data_disk_bytes(targets: Sequence[Target], data_mib: int | None) -> int:
-    need = max(-(-adapter_for(t.fstype).min_size_bytes // MiB) + 16 for t in targets)
-    return max(data_mib or 128, need) * MiB
-
-
 def slug(target: str) -> str:
     return target.replace("/", "-")
 
@@ -572,7 +564,8 @@ class CutEngine:
         # ``checked``: validate_cut_plan() already ran (run_cut validates first).
         self.targets, self.workload = checked or validate_cut_plan(plan)
         self.vm_dir = run_dir / "vm"
-        self.disks = [DiskSpec("data", data_disk_bytes(self.targets, plan.data_mib))]
+        self.disks = [DiskSpec("data", disk_bytes(
+            self.targets, data_bytes=plan.data_mib * MiB if plan.data_mib else None)["data"])]
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
         self.machine: Machine | None = None
         self.replacements = 0
@@ -649,55 +642,44 @@ class CutEngine:
             replay_messages=result.check.replay_messages if result.check else ())
 
 
-def run_cut(plan: CutPlan, results_dir: Path, factory: MachineFactory, *,
-            store: Store | None = None,
+def run_spec(plan: CutPlan) -> RunSpec:
+    """How a power-cut run of ``plan`` is recorded (see framework.core.lifecycle)."""
+    plan_doc = asdict(plan)
+    plan_doc["mode"] = FlakeyMode(plan.mode).value
+    targets = {t: {**get_target(t).to_dict(), "case": plan.case, "mode": plan_doc["mode"]}
+               for t in plan.targets}
+    return RunSpec("cut", f"cut {' '.join(plan.targets)} {plan.case}", plan=plan_doc,
+                   seeds={"workload": plan.seed}, targets=targets)
+
+
+def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             progress: Callable[[TrialResult], None] | None = None,
             checked: tuple[list[Target], Workload] | None = None) -> CutRunResult:
-    """All trials of ``plan``; each is stored and saved as soon as it is known."""
+    """All trials of ``plan`` inside ``run``; each is stored and saved as soon as it is known."""
     start = clock.monotonic()
     checked = checked or validate_cut_plan(plan)
-    run_dir = new_run_dir(results_dir, "cut")
-    run_id = None
-    if store is not None:
-        plan_doc = asdict(plan)
-        plan_doc["mode"] = FlakeyMode(plan.mode).value
-        run_id = store.start_run(
-            command_line=command_line(), study=f"cut {' '.join(plan.targets)} {plan.case}",
-            environment={**host_facts(), "run_dir": os.fspath(run_dir), "plan": plan_doc},
-            git_revision=git_revision())
-        for t in plan.targets:
-            store.add_target(run_id, t, {"case": plan.case, "mode": FlakeyMode(plan.mode).value})
-    result = CutRunResult(run_dir, plan, run_id=run_id)
-    status = RunStatus.FAILED
+    result = CutRunResult(run.run_dir, plan, run_id=run.run_id)
+
+    def booted(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
+        return run.started(factory(disks, rundir, fstypes))
+
     engine: CutEngine | None = None
     try:
-        engine = CutEngine(plan, run_dir, factory, store=store, run_id=run_id, progress=progress,
-                           checked=checked)
+        engine = CutEngine(plan, run.run_dir, booted, store=run.store, run_id=run.run_id,
+                           progress=progress, checked=checked)
         for target in plan.targets:
             for trial in range(plan.trials):
                 tr = engine.run_trial(target, trial)
                 result.trials.append(tr)
                 engine.record(tr)
-                save_results(result)
+                run.save_json("results.json", result.to_dict())
                 if progress is not None:
                     progress(tr)
-        status = RunStatus.FINISHED
         return result
-    except KeyboardInterrupt:
-        status = RunStatus.INTERRUPTED
-        raise
     finally:
         if engine is not None:
             result.replacements = engine.replacements
             engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            save_results(result)
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, status)
-
-
-def save_results(result: CutRunResult) -> None:
-    tmp = result.run_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(result.to_dict(), indent=1, sort_keys=True))
-    os.replace(tmp, result.run_dir / "results.json")
+            run.save_json("results.json", result.to_dict())

@@ -46,11 +46,11 @@ from crashcases.tasks import parse_results
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework.core import agent, clock
-from framework.core.environment import command_line, git_revision, host_facts
 from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
+from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.store import RunStatus, Store
-from recovery.filesystems import adapter_for
+from framework.core.store import Store
+from recovery.disks import disk_bytes
 from recovery.targets import JournalPlacement, Target, get_target
 
 log = logging.getLogger(__name__)
@@ -96,10 +96,9 @@ class CrashRunResult:
 
 
 def disk_sizes(target: Target, data_mib: int | None) -> dict[str, int]:
-    adapter = adapter_for(target.fstype)
-    data = max(data_mib or 128, -(-adapter.min_size_bytes // MiB) + 16)
+    data = disk_bytes([target], data_bytes=data_mib * MiB if data_mib else None)["data"]
     # The log holds mkfs (full metadata init) plus every workload write.
-    return {"data": data * MiB, "log": 2 * data * MiB + 64 * MiB, "replay": data * MiB, "cow": 96 * MiB}
+    return {"data": data, "log": 2 * data + 64 * MiB, "replay": data, "cow": 96 * MiB}
 
 
 def check_target(target: Target) -> None:
@@ -301,19 +300,23 @@ class CrashEngine:
 
     # -- artifacts ----------------------------------------------------------
 
-    def keep_artifacts(self, result: CrashRunResult, entries: list[LogEntry]) -> None:
-        """Keep the log beside the results; crash images for the first failures."""
+    def keep_artifacts(self, result: CrashRunResult,
+                       entries: list[LogEntry]) -> list[tuple[Path, str]]:
+        """Keep the log beside the results and crash images of the first failures; list them."""
         final_log = self.run_dir / "log.img"
         if self.log_path.exists():
             os.replace(self.log_path, final_log)
+        kept = [(final_log, "log")]
         for vm in self.run_dir.glob("vm-*"):
             shutil.rmtree(vm, ignore_errors=True)
         bad = [s for s in result.states
                if s.key in result.results and result.results[s.key].outcome is not Outcome.OK
                and result.results[s.key].outcome is not Outcome.RECOVERED]
         for state in bad[: self.plan.max_images]:
-            write_image(final_log, entries, state, self.run_dir / image_name(state.key),
-                        self.sizes["data"])
+            image = self.run_dir / image_name(state.key)
+            write_image(final_log, entries, state, image, self.sizes["data"])
+            kept.append((image, "crash-image"))
+        return kept
 
 
 def progress_watch(results_path: Path, budget_s: float) -> Callable[[], str | None]:
@@ -370,14 +373,6 @@ def write_image(log_path: Path, entries: list[LogEntry], state: CrashState, out:
     raw.unlink()
 
 
-def new_run_dir(results_dir: Path, kind: str = "crash") -> Path:
-    """A fresh, absolute run directory (guests and printed reproducers need full paths)."""
-    stamp = clock.timestamp().replace(":", "").replace("-", "").replace("+0000", "")
-    path = results_dir.resolve() / f"{kind}-{stamp}-{uuid.uuid4().hex[:6]}"
-    path.mkdir(parents=True)
-    return path
-
-
 class StoreSink:
     """Writes every checked state to the results store, one transaction each."""
 
@@ -408,58 +403,53 @@ class StoreSink:
             findings=result.findings, reproducer=reproducer_command(self.run_dir, result.key))
 
 
-def run_crash(plan: CrashPlan, results_dir: Path, factory: MachineFactory,
+def run_spec(plan: CrashPlan) -> RunSpec:
+    """How a crash run of ``plan`` is recorded (see framework.core.lifecycle)."""
+    target = get_target(plan.target)
+    return RunSpec("crash", f"crash {plan.target} {plan.case}", plan=asdict(plan),
+                   seeds={"workload": plan.seed}, targets={target.name: target.to_dict()})
+
+
+def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
               progress: Callable[[int, int, CheckResult | None], None] | None = None,
-              on_planned: Callable[[int], None] | None = None,
-              store: Store | None = None) -> CrashRunResult:
-    """Record, plan and check; every result lands in ``store`` as soon as it is known."""
+              on_planned: Callable[[int], None] | None = None) -> CrashRunResult:
+    """Record, plan and check inside ``run``; every result is stored as soon as it is known."""
     start = clock.monotonic()
     checked = validate_plan(plan)
-    run_dir = new_run_dir(results_dir)
     sink: StoreSink | None = None
-    run_id = None
-    if store is not None:
-        run_id = store.start_run(
-            command_line=command_line(), study=f"crash {plan.target} {plan.case}",
-            environment={**host_facts(), "run_dir": os.fspath(run_dir), "plan": asdict(plan)},
-            git_revision=git_revision())
-        sink = StoreSink(store, run_id, plan, run_dir)
-    engine = CrashEngine(plan, run_dir, factory, progress, sink, checked)
-    (run_dir / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
-    status = RunStatus.FAILED
+    if run.store is not None and run.run_id is not None:
+        sink = StoreSink(run.store, run.run_id, plan, run.run_dir)
+
+    def booted(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
+        return run.started(factory(disks, rundir, fstypes))
+
+    engine = CrashEngine(plan, run.run_dir, booted, progress, sink, checked)
+    recorder, info = engine.record()
+    machine: Machine | None = recorder
+    result = CrashRunResult(run.run_dir, plan, info, [], run_id=run.run_id)
+    entries: list[LogEntry] = []
     try:
-        recorder, info = engine.record()
-        machine: Machine | None = recorder
-        result = CrashRunResult(run_dir, plan, info, [], run_id=run_id)
-        entries: list[LogEntry] = []
-        try:
-            entries = engine.entries()
-            result.states = engine.plan_states(entries)
-            if sink is not None:
-                sink.recorded(info, result.states)
-            if on_planned:
-                on_planned(len(result.states))
-            engine.check(result.states, machine)
-            machine = None
-        finally:
-            if machine is not None:
-                machine.close()
-            result.results = dict(engine.results)
-            result.replacements = engine.replacements
-            result.wall_s = clock.monotonic() - start
-            save_results(result)
-        engine.keep_artifacts(result, entries)
-        status = RunStatus.FINISHED
-        return result
-    except KeyboardInterrupt:
-        status = RunStatus.INTERRUPTED
-        raise
+        entries = engine.entries()
+        result.states = engine.plan_states(entries)
+        if sink is not None:
+            sink.recorded(info, result.states)
+        if on_planned:
+            on_planned(len(result.states))
+        engine.check(result.states, machine)
+        machine = None
     finally:
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, status)
+        if machine is not None:
+            machine.close()
+        result.results = dict(engine.results)
+        result.replacements = engine.replacements
+        result.wall_s = clock.monotonic() - start
+        save_results(result, run)
+    for path, kind in engine.keep_artifacts(result, entries):
+        run.add_artifact(path, kind)
+    return result
 
 
-def save_results(result: CrashRunResult) -> None:
+def save_results(result: CrashRunResult, run: Run) -> None:
     data = {
         "plan": asdict(result.plan), "record": result.record, "wall_s": result.wall_s,
         "replacements": result.replacements, "counts": result.counts(),
@@ -469,9 +459,7 @@ def save_results(result: CrashRunResult) -> None:
             for s in result.states
         ],
     }
-    tmp = result.run_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, result.run_dir / "results.json")
+    run.save_json("results.json", data)
 
 
 # -- reproducers --------------------------------------------------------------

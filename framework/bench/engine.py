@@ -47,7 +47,7 @@ from framework.core.stats import (
     summarize,
 )
 from framework.core.store import Store
-from recovery.filesystems import adapter_for
+from recovery.disks import disk_bytes
 from recovery.targets import Target, get_target
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,6 @@ MIB = 1 << 20
 
 #: Data disk per scale; sparse, so only what the filesystem touches costs space.
 DATA_DISK_BYTES = {Scale.TINY: 256 * MIB, Scale.SMALL: 2048 * MIB, Scale.FULL: 8192 * MIB}
-JOURNAL_DISK_BYTES = 128 * MIB
-#: Head room above a filesystem's minimum size (xfs refuses less than 300 MB).
-MIN_SIZE_MARGIN_BYTES = 64 * MIB
 #: Added to the workload's own deadline: python start, mkfs, mount and unmount in a slow guest.
 REPETITION_OVERHEAD_S = 300.0
 
@@ -107,19 +104,8 @@ def resolve_targets(names: Iterable[str]) -> list[Target]:
 
 def disks_for(targets: Sequence[Target], scale: Scale) -> list[DiskSpec]:
     """Scratch disks for a bench over ``targets``: data, plus journal if any needs one."""
-    data = DATA_DISK_BYTES[scale]
-    for t in targets:
-        minimum = adapter_for(t.fstype).min_size_bytes
-        if minimum:
-            data = max(data, minimum + MIN_SIZE_MARGIN_BYTES)
-    disks = [DiskSpec("data", data)]
-    if any(t.needs_journal_disk for t in targets):
-        journal = JOURNAL_DISK_BYTES
-        for t in targets:
-            if t.needs_journal_disk:
-                journal = max(journal, adapter_for(t.fstype).min_journal_size_bytes + MIN_SIZE_MARGIN_BYTES)
-        disks.append(DiskSpec("journal", journal))
-    return disks
+    return [DiskSpec(role, size)
+            for role, size in disk_bytes(targets, data_bytes=DATA_DISK_BYTES[scale]).items()]
 
 
 # --------------------------------------------------------------------------

@@ -6,16 +6,18 @@ import argparse
 import contextlib
 import logging
 import random
-import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.bench.workloads import Scale, get_workload, list_workloads
 from framework.cli import add_machine_options, print_json
-from framework.core.store import RunStatus, Store
+from framework.core import junit
+from framework.core.lifecycle import RunSpec, run_lifecycle
+from framework.core.store import Store
 
 if TYPE_CHECKING:
-    from framework.bench.engine import BenchConfig
+    from framework.bench.engine import BenchAnalysis, BenchConfig
 
 log = logging.getLogger(__name__)
 
@@ -97,38 +99,63 @@ def cmd_bench(args: argparse.Namespace) -> int:
     get_workload(config.workload)  # an unknown name fails before the guest boots
     disks = bench.disks_for(targets, config.scale)
     fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
+    spec = RunSpec("bench", f"bench {','.join(config.targets)} {config.workload}",
+                   plan=bench.environment(config, {})["bench"], seeds={"order": config.seed},
+                   targets={t.name: t.to_dict() for t in targets})
     with contextlib.ExitStack() as stack:
-        store = stack.enter_context(Store(args.db)) if args.db else None
+        store = stack.enter_context(Store(args.db))
+        run = stack.enter_context(run_lifecycle(spec, Path(args.results), store))
         machine = stack.enter_context(machine_from_args(args, disks=disks, fstypes=fstypes))
-        machine.start()
-        recorder = None
-        if store is not None:
-            run_id = store.start_run(command_line=shlex.join(["powercut", *sys.argv[1:]]),
-                                     study="bench",
-                                     environment=bench.environment(config, machine.describe()))
-            recorder = bench.StoreRecorder(store, run_id, config)
-        status = RunStatus.FAILED
-        try:
-            run = bench.run_bench(config, bench.GuestExecutor(machine, config), recorder=recorder,
-                                  progress=None if args.quiet else bench.print_progress)
-            status = RunStatus.FINISHED
-        except KeyboardInterrupt:
-            status = RunStatus.INTERRUPTED
-            raise
-        finally:
-            if store is not None and recorder is not None:
-                store.finish_run(recorder.run_id, status)
-    analysis = bench.analyse(run)
+        run.started(machine.start())
+        assert run.run_id is not None
+        recorder = bench.StoreRecorder(store, run.run_id, config)
+        done = bench.run_bench(config, bench.GuestExecutor(machine, config), recorder=recorder,
+                               progress=None if args.quiet else bench.print_progress)
+        analysis = bench.analyse(done)
+        report = bench.report_json(done, analysis)
+        run.save_json("results.json", report)
+        junit_path = Path(args.junit) if args.junit else run.run_dir / "junit.xml"
+        cases = junit_cases(analysis, args.max_overhead)
+        junit.write(junit_path, f"powercut bench {config.workload}", cases)
     if args.json:
-        out = bench.report_json(run, analysis)
-        if recorder is not None:
-            out["db"], out["run_id"] = args.db, recorder.run_id
-        print_json(out)
+        report["db"], report["run_id"] = args.db, run.run_id
+        print_json(report)
     else:
-        sys.stdout.write(bench.format_report(run, analysis))
-        if recorder is not None:
-            print(f"\nsamples stored in {args.db} (run {recorder.run_id})")
-    return 0
+        sys.stdout.write(bench.format_report(done, analysis))
+        print(f"\nsamples stored in {args.db} (run {run.run_id}); results: "
+              f"{run.run_dir}/results.json  junit: {junit_path}")
+    failing = [c for c in cases if c.failure]
+    for c in failing:
+        print(f"  over the bound: {c.name}: {c.failure}", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def junit_cases(analysis: BenchAnalysis, max_overhead_pct: float | None) -> list[junit.Case]:
+    """One test case per target compared with the baseline, on the primary metric.
+
+    With ``max_overhead_pct`` a case fails when the whole interval of the
+    overhead lies above the bound: exceeded with the interval's confidence,
+    so run-to-run noise alone does not fail a CI job.
+    """
+    base = analysis.config.baseline_target
+    metric = analysis.primary.name
+    cases = []
+    for o in analysis.overheads:
+        if o.metric != metric:
+            continue
+        name = f"{o.target} vs {base}: {metric}"
+        classname = f"powercut.bench.{analysis.config.workload}"
+        if o.overhead is None:
+            cases.append(junit.Case(name, classname, 0.0, None, f"no overhead: {o.error}"))
+            continue
+        ov = o.overhead
+        text = (f"overhead {100 * ov.overhead:+.1f}% [{100 * ov.ci.low:+.1f}%, "
+                f"{100 * ov.ci.high:+.1f}%] ({100 * analysis.config.level:g}% Fieller interval)")
+        failure = None
+        if max_overhead_pct is not None and 100 * ov.ci.low > max_overhead_pct:
+            failure = f"{text} is above the bound of {max_overhead_pct:g}%"
+        cases.append(junit.Case(name, classname, 0.0, failure, text))
+    return cases
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -159,8 +186,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", metavar="NAME",
                    help="primary metric for --until-ci and the ANOVA (default: 'total' if the "
                         "workload reports it, else its first metric)")
-    p.add_argument("--db", metavar="PATH",
-                   help="sqlite results store: every sample is written as soon as it is measured")
+    p.add_argument("--max-overhead", type=float, metavar="PCT",
+                   help="fail (exit 1, a failing JUnit case) when a target's overhead on the "
+                        "primary metric is above PCT%% with the interval's confidence (its whole "
+                        "interval lies above the bound)")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="where run directories go (default: ./results)")
+    p.add_argument("--junit", metavar="PATH", help="JUnit XML path (default: RUN_DIR/junit.xml)")
+    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+                   help="sqlite results store: every sample is written as soon as it is measured "
+                        "(default: results/powercut.sqlite)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     add_machine_options(p)

@@ -21,11 +21,13 @@ from crashcases.engine import (
     recheck,
     reproducer_command,
     run_crash,
+    run_spec,
 )
 from crashcases.outcomes import Outcome, fails
 from framework.cli import add_machine_options
 from framework.cli.vm import machine_from_args
 from framework.core import junit
+from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.kernel import kernel_spec
 from framework.core.store import Store
@@ -123,9 +125,10 @@ def cmd_crash(args: argparse.Namespace) -> int:
                 bad["n"] += 1
             progress.update(task, completed=done, status=f"{bad['n']} failing")
 
-        with Store(Path(args.db)) as store:
-            result = run_crash(plan, Path(args.results), machine_factory(args), progress=step,
-                               on_planned=planned, store=store)
+        with Store(Path(args.db)) as store, \
+                run_lifecycle(run_spec(plan), Path(args.results), store) as run:
+            result = run_crash(plan, run, machine_factory(args), progress=step,
+                               on_planned=planned)
     out = Console()
     out.print(summary_table(result))
     junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"

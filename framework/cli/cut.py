@@ -18,6 +18,7 @@ from crashcases.cut import (
     TargetSummary,
     TrialResult,
     run_cut,
+    run_spec,
     summarize,
     validate_cut_plan,
 )
@@ -25,6 +26,8 @@ from crashcases.outcomes import fails
 from devicemapper.flakey import FlakeyMode
 from framework.cli import add_machine_options
 from framework.cli.crash import machine_factory
+from framework.core import junit
+from framework.core.lifecycle import run_lifecycle
 from framework.core.store import Store
 from recovery.targets import get_target
 
@@ -95,6 +98,26 @@ def failing_trials(result: CutRunResult) -> list[TrialResult]:
     return [t for t in result.trials if fails(t.outcome, get_target(t.target))]
 
 
+def junit_cases(result: CutRunResult) -> list[junit.Case]:
+    """One test case per trial: it fails when the trial broke a promise or the fs needed repair."""
+    cases = []
+    for t in result.trials:
+        notes = t.notes + (t.check.notes if t.check else [])
+        findings = t.check.findings if t.check else []
+        failure = None
+        if fails(t.outcome, get_target(t.target)):
+            first = (f"{findings[0]['kind']} {findings[0]['path']}: {findings[0]['detail']}"
+                     if findings else "; ".join(notes))
+            failure = f"{t.outcome.value}: {first}"[:500]
+        details = "\n".join([f"cut {t.point.describe()}, checked at mark {t.checked_mark}",
+                             *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in findings),
+                             *notes])
+        time_s = (t.mount_s or 0.0) + (t.fsck_s or 0.0)
+        cases.append(junit.Case(f"{t.target} #{t.trial}", f"powercut.cut.{t.target}.{result.plan.case}",
+                                time_s, failure, details))
+    return cases
+
+
 def plan_from_args(args: argparse.Namespace) -> CutPlan:
     return CutPlan(targets=tuple(dict.fromkeys(args.target)), case=args.case, trials=args.trials,
                    seed=args.seed, cut_after_ops=args.cut_after_ops, cut_after_s=args.cut_after_s,
@@ -122,10 +145,12 @@ def cmd_cut(args: argparse.Namespace) -> int:
             progress.update(task, advance=1, status=f"{tr.target} #{tr.trial}: {tr.outcome.value}; "
                                                     f"{bad['n']} failing")
 
-        with Store(Path(args.db)) as store:
-            result = run_cut(plan, Path(args.results), machine_factory(args), store=store, progress=step,
-                             checked=checked)
+        with Store(Path(args.db)) as store, \
+                run_lifecycle(run_spec(plan), Path(args.results), store) as run:
+            result = run_cut(plan, run, machine_factory(args), progress=step, checked=checked)
     failing = failing_trials(result)
+    junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"
+    junit.write(junit_path, f"powercut cut {result.plan.case}", junit_cases(result))
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, sort_keys=True))
         return 1 if failing else 0
@@ -137,7 +162,8 @@ def cmd_cut(args: argparse.Namespace) -> int:
         out.print(trial_table(target, result.for_target(target)))
     out.print(summary_table([summarize(t, result.for_target(t)) for t in targets],
                             title=f"recovery after power cuts ({plan.mode.value}, {plan.case})"))
-    out.print(f"results: {result.run_dir}/results.json  db: {args.db} (run {result.run_id}); "
+    out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}  "
+              f"db: {args.db} (run {result.run_id}); "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
     for t in failing:
         first = (t.check.findings[0] if t.check and t.check.findings else None)
@@ -183,6 +209,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                    help="seconds one trial may take before it counts as a hang (default: 900)")
     p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
+    p.add_argument("--junit", metavar="PATH", help="JUnit XML path (default: RUN_DIR/junit.xml)")
     p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
                    help="sqlite results store, one row per trial (default: results/powercut.sqlite)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")

@@ -335,6 +335,15 @@ class Store:
             if cur.rowcount != 1:
                 raise StoreError(f"{self.path}: no run with id {run_id}")
 
+    def update_environment(self, run_id: int, facts: Mapping[str, Any]) -> None:
+        """Merge ``facts`` into a run's environment (a guest's facts arrive after the run starts)."""
+        with self.transaction() as db:
+            row = db.execute("SELECT environment FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"{self.path}: no run with id {run_id}")
+            env = {**json.loads(row["environment"]), **facts}
+            db.execute("UPDATE runs SET environment = ? WHERE id = ?", (_json(env), run_id))
+
     def resume_run(self, run_id: int) -> None:
         """Mark an interrupted run as running again (its results stay)."""
         with self.transaction() as db:

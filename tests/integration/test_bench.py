@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_bench_over_four_journal_modes(tmp_path):
     db = tmp_path / "results.db"
     out = subprocess.run(
         [*POWERCUT, "bench", "--targets", ",".join(TARGETS), "--workload", "fsmark",
-         "--reps", "5", "--seed", "7", "--db", str(db)],
+         "--reps", "5", "--seed", "7", "--db", str(db), "--results", str(tmp_path / "r")],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -48,8 +49,10 @@ def test_bench_over_four_journal_modes(tmp_path):
     # The printed means are those of the stored samples, in the same target order.
     with Store(db) as store:
         (run,) = store.runs()
-        assert run.status is RunStatus.FINISHED and run.environment["bench"]["seed"] == 7
-        assert run.environment["accel"] in ("kvm", "tcg")
+        assert run.status is RunStatus.FINISHED and run.environment["plan"]["seed"] == 7
+        assert run.environment["seeds"] == {"order": 7}
+        guest = run.environment["guest"]
+        assert guest["accel"] in ("kvm", "tcg") and guest["kernel"]
         samples = store.bench_samples(run.id, metric="files")
         assert len(samples) == 20 and {s.unit for s in samples} == {"files/s"}
         for target, (mean, _low, _high) in zip(TARGETS, cells):
@@ -59,6 +62,10 @@ def test_bench_over_four_journal_modes(tmp_path):
         applied = store.targets(run.id)
         assert "data=journal" in applied["ext4/journal"]["applied_mount_options"]
         assert "data=writeback" in applied["ext4/writeback"]["applied_mount_options"]
+    # JUnit: one case per target compared with the baseline (ext2), none failing without a bound.
+    (junit_xml,) = (tmp_path / "r").glob("bench-*/junit.xml")
+    suite = ET.parse(junit_xml).getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "0"
 
     # Overhead of the three ext4 modes against ext2, each with an interval around it.
     lines = [ln for ln in text.splitlines() if ln.startswith("files *")]
@@ -121,7 +128,7 @@ def test_ctrl_c_keeps_the_samples_and_marks_the_run_interrupted(tmp_path):
     db = tmp_path / "results.db"
     proc = subprocess.Popen(
         [*POWERCUT, "bench", "--targets", "ext2,ext4/ordered", "--workload", "fsmark",
-         "--reps", "5", "--seed", "3", "--db", str(db)],
+         "--reps", "5", "--seed", "3", "--db", str(db), "--results", str(tmp_path / "r")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stderr is not None

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.engine import CrashPlan, recheck, run_crash
+from crashcases.engine import CrashPlan, recheck, run_crash, run_spec
 from crashcases.outcomes import Outcome
+from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.qemu import QemuMachine
 from framework.core.store import Store
@@ -30,8 +31,9 @@ def outcomes(result) -> dict[str, Outcome]:
 
 def crash(tmp_path: Path, **kw) -> object:
     plan = CrashPlan(**{"case": "hand:write-fsync-rename", **kw})
-    with Store(tmp_path / "db.sqlite") as store:
-        result = run_crash(plan, tmp_path, factory, store=store)
+    with Store(tmp_path / "db.sqlite") as store, \
+            run_lifecycle(run_spec(plan), tmp_path, store) as run:
+        result = run_crash(plan, run, factory)
         assert store.outcome_counts(result.run_id) == {
             k: v for k, v in result.counts().items() if v}
     assert len(result.results) == len(result.states) > 0

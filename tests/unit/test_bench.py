@@ -432,3 +432,22 @@ def test_until_ci_cap_counts_trials_even_when_the_metric_is_never_measured():
     counts = Counter(s.trial.target for s in run.samples if not s.trial.warmup)
     assert counts == {"ext2": 4, "ext4/ordered": 4}
     assert sum(s.trial.warmup for s in run.samples) == 2
+
+
+# ---- JUnit ------------------------------------------------------------------
+
+
+def test_junit_fails_only_targets_whose_whole_overhead_interval_is_above_the_bound():
+    from framework.cli.bench import junit_cases
+
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=8, seed=5)
+    # ext4/ordered loses about 5%, ext4/journal about 40% of ext2's files/s.
+    fake = FakeExecute({"ext2": 100.0, "ext4/ordered": 95.0, "ext4/journal": 60.0},
+                       dict.fromkeys(TARGETS, 1.0))
+    analysis = bench.analyse(bench.run_bench(config, fake))
+    free = junit_cases(analysis, None)
+    assert [c.name for c in free] == ["ext4/ordered vs ext2: files", "ext4/journal vs ext2: files"]
+    assert not any(c.failure for c in free)
+    bounded = {c.name.split()[0]: c for c in junit_cases(analysis, 20.0)}
+    assert bounded["ext4/ordered"].failure is None
+    assert "above the bound of 20%" in (bounded["ext4/journal"].failure or "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -299,8 +300,25 @@ def test_cli_parses_the_cut_options() -> None:
 def test_results_json_round_trips(tmp_path: Path) -> None:
     result = cut.CutRunResult(tmp_path, cut.CutPlan(targets=("ext2",), case="random:10"),
                               [_trial("ext2", 0, Outcome.OK, 0.1, 0.2)])
-    cut.save_results(result)
-    doc = json.loads((tmp_path / "results.json").read_text())
+    doc = json.loads(json.dumps(result.to_dict()))
     assert doc["plan"]["mode"] == "drop_writes"
     assert doc["summaries"][0]["outcomes"] == {"ok": 1}
     assert DriveResult.from_dict(doc["trials"][0]["drive"]).in_flight_ops == 2
+
+
+def test_junit_has_one_case_per_trial_and_fails_by_target(tmp_path: Path) -> None:
+    from framework.cli.cut import junit_cases
+    from framework.core import junit
+
+    trials = [_trial("ext4/ordered", 0, Outcome.OK, 0.1, 0.2),
+              _trial("ext4/ordered", 1, Outcome.RECOVERED, 0.1, 0.2),  # a journal must not need repair
+              _trial("ext2", 0, Outcome.RECOVERED, 0.1, 0.2)]  # e2fsck -p at boot is ext2's recovery
+    result = cut.CutRunResult(tmp_path, cut.CutPlan(targets=("ext4/ordered", "ext2"),
+                                                    case="random:10"), trials)
+    cases = junit_cases(result)
+    assert [c.name for c in cases] == ["ext4/ordered #0", "ext4/ordered #1", "ext2 #0"]
+    assert [c.failure is not None for c in cases] == [False, True, False]
+    assert cases[1].failure is not None and cases[1].failure.startswith("recovered")
+    junit.write(tmp_path / "j.xml", "cut", cases)
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "1"

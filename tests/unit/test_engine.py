@@ -117,7 +117,7 @@ def test_external_journal_targets_are_refused_and_disks_fit_the_filesystem():
 
 def test_run_and_guest_directories_are_absolute(tmp_path, monkeypatch):
     """A relative --results (the default) must reach the guest as a full path."""
-    from crashcases.engine import new_run_dir
+    from framework.core.lifecycle import new_run_dir
     from framework.core.machine.kernel import KernelSpec
     from framework.core.machine.qemu import QemuMachine
 

@@ -1,0 +1,145 @@
+"""One run's life: its directory, its row in the store, its environment, its end.
+
+Every command that produces results (crash, cut, bench; later studies and
+ci) runs inside ``run_lifecycle()``::
+
+    with run_lifecycle(RunSpec("crash", "crash ext4/ordered gen:seq1", plan=...),
+                       results_dir, store) as run:
+        machine = run.started(factory(...))    # records kernel, accel, qemu
+        ...
+        run.save_json("results.json", data)     # atomic, also after Ctrl-C
+
+The run is marked ``finished`` when the block ends normally, ``interrupted``
+on Ctrl-C or SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt) and
+``failed`` on any other exception. What the environment holds: host kernel
+and Python, powercut version and git revision, the command line, the plan
+and its seeds, tool versions, and once a guest has booted its kernel
+release, kernel config hash, accelerator and qemu version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from framework import __version__
+from framework.core import clock
+from framework.core.environment import command_line, git_revision, host_facts
+from framework.core.store import RunStatus, Store
+
+
+class Describable(Protocol):
+    def describe(self) -> dict[str, str]: ...
+
+
+M = TypeVar("M", bound=Describable)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What a run is, as the store and its run directory record it."""
+
+    kind: str  # crash, cut, bench: the run directory's prefix
+    title: str  # one line a person reads in listings
+    plan: Mapping[str, Any] = field(default_factory=dict)  # JSON-ready
+    seeds: Mapping[str, int] = field(default_factory=dict)
+    #: target name -> its configuration (``Target.to_dict()``), stored per target
+    targets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tool_versions: Mapping[str, str] = field(default_factory=dict)
+
+
+def new_run_dir(results_dir: Path, kind: str) -> Path:
+    """A fresh, absolute run directory (guests and printed reproducers need full paths)."""
+    stamp = clock.timestamp().replace(":", "").replace("-", "").replace("+0000", "")
+    path = results_dir.resolve() / f"{kind}-{stamp}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or a kill mid-write) sees the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Run:
+    """A run in progress: where its files go and how its store row grows."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, store: Store | None) -> None:
+        self.spec, self.run_dir, self.store = spec, run_dir, store
+        self.run_id: int | None = None
+        self.environment: dict[str, Any] = {
+            **host_facts(), "powercut": __version__, "git_revision": git_revision(),
+            "command_line": command_line(), "run_dir": os.fspath(run_dir),
+            "plan": dict(spec.plan), "seeds": dict(spec.seeds),
+            "tools": dict(spec.tool_versions),
+        }
+        self._guest_seen = False
+
+    def open(self) -> None:
+        write_json_atomic(self.run_dir / "plan.json", dict(self.spec.plan))
+        if self.store is None:
+            return
+        self.run_id = self.store.start_run(
+            command_line=self.environment["command_line"], study=self.spec.title,
+            environment=self.environment, git_revision=self.environment["git_revision"])
+        for name, config in self.spec.targets.items():
+            self.store.add_target(self.run_id, name, config)
+
+    def started(self, machine: M) -> M:
+        """Record the first booted guest's facts (kernel release and config, accelerator)."""
+        if not self._guest_seen:
+            self._guest_seen = True
+            self.environment["guest"] = machine.describe()
+            if self.store is not None and self.run_id is not None:
+                self.store.update_environment(self.run_id, {"guest": self.environment["guest"]})
+        return machine
+
+    def save_json(self, name: str, data: Any) -> Path:
+        path = self.run_dir / name
+        write_json_atomic(path, data)
+        return path
+
+    def add_artifact(self, path: Path, kind: str) -> None:
+        """Keep a file of the run (log, image) with its checksum in the store."""
+        if self.store is None or self.run_id is None or not path.exists():
+            return
+        rel = os.path.relpath(path, self.run_dir)
+        self.store.add_artifact(self.run_id, rel, sha256=sha256_file(path), kind=kind,
+                                size_bytes=path.stat().st_size)
+
+    def finish(self, status: RunStatus) -> None:
+        if self.store is not None and self.run_id is not None:
+            self.store.finish_run(self.run_id, status)
+
+
+@contextlib.contextmanager
+def run_lifecycle(spec: RunSpec, results_dir: Path, store: Store | None) -> Iterator[Run]:
+    """Open a run (directory, store row, environment); mark how it ended, whatever happens."""
+    run = Run(spec, new_run_dir(results_dir, spec.kind), store)
+    run.open()
+    status = RunStatus.FAILED
+    try:
+        yield run
+        status = RunStatus.FINISHED
+    except KeyboardInterrupt:
+        status = RunStatus.INTERRUPTED
+        raise
+    finally:
+        run.finish(status)
