@@ -15,21 +15,22 @@ import sys
 from framework.core.machine import initramfs
 from framework.core.machine.kernel import default_kernel
 from framework.core.machine.qemu import QemuMachine, choose_accel
+from recovery.filesystems import kernel_modules
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boots", type=int, default=5)
     ap.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
-    ap.add_argument("--fs", action="append", default=["ext4"], help="filesystem modules to load")
+    ap.add_argument("--fs", action="append", default=["ext4"], help="filesystem types whose kernel modules to load")
     args = ap.parse_args()
     kernel = default_kernel()
     accel = choose_accel(kernel) if args.accel == "auto" else args.accel
     # Build (or reuse) the initramfs first: that cost is paid once, not per boot.
-    initramfs.initramfs(initramfs.resolve_modules(initramfs.modules_for(args.fs), kernel.release)[0])
+    initramfs.initramfs(initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)), kernel.release)[0])
     host_s, guest_s = [], []
     for i in range(args.boots):
-        machine = QemuMachine(kernel=kernel, accel=accel, fstypes=tuple(args.fs))
+        machine = QemuMachine(kernel=kernel, accel=accel, modules=kernel_modules(args.fs))
         try:
             machine.start()
             assert machine.boot_s is not None

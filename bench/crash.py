@@ -19,6 +19,10 @@ near 4x.
 
 Run: .venv/bin/python bench/crash.py [--target ext4/ordered] [--case gen:seq2]
      [--max-sequences N] [--points sample:150]
+
+In the guest the naive loop runs as this script's own guest program
+(``python -m bench.crash --agent``); powercut's check is the usual
+``crash-check`` task of ``framework.cli.guest``.
 """
 
 from __future__ import annotations
@@ -27,17 +31,20 @@ import argparse
 import os
 import sys
 import tempfile
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from crashcases.check import Timeouts
-from crashcases.engine import CrashEngine, CrashPlan, guest_files, timeouts_for
+from crashcases.engine import CrashEngine, CrashPlan, check_request, guest_files
+from crashcases.tasks import CRASH_CHECK
 from framework.core import agent, clock
-from framework.core.agent import Emit
 from framework.core.command import HostRunner
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
+from recovery.filesystems import kernel_modules
+from recovery.targets import Target
 
 MiB = 1 << 20
 
@@ -46,34 +53,69 @@ class ToolRunner(HostRunner):
     runs_here = False  # no in-process mount(2): what a shell script does
 
 
-@agent.task("crash-naive")
-def naive(task: dict[str, Any], emit: Emit) -> None:
+@dataclass(frozen=True, slots=True)
+class NaiveRequest:
+    """Check the prefix states at ``points`` the naive way."""
+
+    target: Target
+    log_dev: str
+    replay_dev: str
+    points: tuple[int, ...]
+    timeouts: Timeouts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target.to_dict(), "log_dev": self.log_dev,
+                "replay_dev": self.replay_dev, "points": list(self.points),
+                "timeouts": asdict(self.timeouts)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> NaiveRequest:
+        return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
+                   tuple(int(p) for p in raw["points"]), Timeouts(**raw["timeouts"]))
+
+
+@dataclass(frozen=True, slots=True)
+class NaiveResult:
+    states: int
+    seconds: float
+    replay_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> NaiveResult:
+        return cls(int(raw["states"]), float(raw["seconds"]), int(raw["replay_bytes"]))
+
+
+def naive(req: NaiveRequest) -> NaiveResult:
     """generic/482's loop: replay 0..p onto the device, mount it, umount, fsck."""
     from devicemapper.replay import Replayer
     from recovery.fsck import run_fsck
     from recovery.mount import mount_timed, umount
-    from recovery.targets import get_target
 
     # The tools as generic/482 runs them: mount(8), umount(8), fsck, each a process.
     runner = ToolRunner()
-    target = get_target(task["target"])
-    timeouts = Timeouts(**task["timeouts"])
     mnt = Path("/tmp/powercut/naive")
     mnt.mkdir(parents=True, exist_ok=True)
     replayed = 0
     start = clock.monotonic()
-    for point in task["points"]:
+    for point in req.points:
         # Fresh device every time: the previous mount and fsck wrote to it.
-        runner.run(["blkdiscard", "-f", task["replay_dev"]], timeout_s=120, ok_status=None)
-        with Replayer(task["log_dev"], task["replay_dev"]) as rep:
+        runner.run(["blkdiscard", "-f", req.replay_dev], timeout_s=120, ok_status=None)
+        with Replayer(req.log_dev, req.replay_dev) as rep:
             rep.replay_to(point)
             replayed += rep.bytes_written
-        res = mount_timed(runner, target, task["replay_dev"], os.fspath(mnt), timeout_s=timeouts.mount_s)
+        res = mount_timed(runner, req.target, req.replay_dev, os.fspath(mnt),
+                          timeout_s=req.timeouts.mount_s)
         if res.ok:
             umount(runner, os.fspath(mnt))
-        run_fsck(runner, target, task["replay_dev"], repair=False, timeout_s=timeouts.fsck_s)
-    emit({"result": {"states": len(task["points"]), "seconds": clock.monotonic() - start,
-                     "replay_bytes": replayed}})
+        run_fsck(runner, req.target, req.replay_dev, repair=False, timeout_s=req.timeouts.fsck_s)
+    return NaiveResult(states=len(req.points), seconds=clock.monotonic() - start,
+                       replay_bytes=replayed)
+
+
+CRASH_NAIVE = agent.Task("crash-naive", NaiveRequest, NaiveResult, naive)
 
 
 def main() -> int:
@@ -84,14 +126,17 @@ def main() -> int:
                     help="gen:* cases: a seeded sample of N sequences (default: all)")
     ap.add_argument("--points", default="sample:150")
     ap.add_argument("--limit", type=int, default=0, help="check at most this many points (0: all)")
+    ap.add_argument("--agent", action="store_true", help=argparse.SUPPRESS)  # in the guest
     args = ap.parse_args()
+    if args.agent:
+        return agent.main(agent.table(CRASH_NAIVE))
 
     work = Path(tempfile.mkdtemp(prefix="powercut-bench-crash-"))
     plan = CrashPlan(target=args.target, case=args.case, max_sequences=args.max_sequences,
                      points=args.points)
 
     def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
-        return QemuMachine(disks=disks, fstypes=fstypes, rundir=rundir).start()
+        return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
 
     engine = CrashEngine(plan, work, factory)
     recorder, info = engine.record()
@@ -107,38 +152,32 @@ def main() -> int:
 
     disks = [DiskSpec("log", engine.log_path.stat().st_size, image=engine.log_path, readonly=True),
              DiskSpec("replay", engine.sizes["replay"]), DiskSpec("cow", engine.sizes["cow"])]
-    machine = QemuMachine(disks=disks, fstypes=(engine.target.fstype,), rundir=work / "bench")
+    machine = QemuMachine(disks=disks, modules=kernel_modules((engine.target.fstype,)),
+                          rundir=work / "bench")
     machine.start()
     try:
-        results_path = guest_files(machine, engine.oracle_path)
-        timeouts = timeouts_for(600)
+        guest_files(machine, engine.oracle_path)
+        request = check_request(machine, engine.target, states, budget_s=plan.check_timeout_s)
         t0 = clock.monotonic()
-        ours = agent.call(machine, {
-            "task": "crash-check", "target": args.target, "log_dev": machine.disk("log"),
-            "replay_dev": machine.disk("replay"), "cow_dev": machine.disk("cow"),
-            "oracle_path": os.fspath(machine.rundir / "oracle.json"),
-            "results_path": os.fspath(results_path), "states": [s.to_dict() for s in states],
-            "timeouts": asdict(timeouts),
-        }, timeout_s=36000)
+        ours = agent.perform(machine, CRASH_CHECK, request, timeout_s=36000)
         ours_s = clock.monotonic() - t0
-        ours_bytes = ours[-1]["replay_written_bytes"]
+        ours_bytes = ours.replay_written_bytes
         t0 = clock.monotonic()
-        naive_res = agent.call(machine, {
-            "task": "crash-naive", "module": "bench.crash", "target": args.target,
-            "log_dev": machine.disk("log"), "replay_dev": machine.disk("replay"),
-            "points": [s.point.index for s in states],
-            "timeouts": asdict(timeouts),
-        }, timeout_s=36000)[0]
+        naive_res = agent.perform(
+            machine, CRASH_NAIVE,
+            NaiveRequest(engine.target, machine.disk("log"), machine.disk("replay"),
+                         tuple(s.point.index for s in states), request.timeouts),
+            module="bench.crash", args=("--agent",), timeout_s=36000)
         naive_s = clock.monotonic() - t0
     finally:
         machine.close()
     n = len(states)
     print(f"{'':<10}{'states/s':>10}{'seconds':>10}{'replay MiB':>12}{'x log size':>12}")
     print(f"{'powercut':<10}{n / ours_s:>10.2f}{ours_s:>10.1f}{ours_bytes / MiB:>12.1f}{ours_bytes / log_bytes:>12.2f}")
-    print(f"{'naive':<10}{n / naive_s:>10.2f}{naive_s:>10.1f}{naive_res['replay_bytes'] / MiB:>12.1f}"
-          f"{naive_res['replay_bytes'] / log_bytes:>12.2f}")
+    print(f"{'naive':<10}{n / naive_s:>10.2f}{naive_s:>10.1f}{naive_res.replay_bytes / MiB:>12.1f}"
+          f"{naive_res.replay_bytes / log_bytes:>12.2f}")
     print(f"speed-up {naive_s / ours_s:.1f}x in states/s; replay bytes "
-          f"{ours_bytes / log_bytes:.2f}x the log for powercut vs {naive_res['replay_bytes'] / log_bytes:.1f}x naive")
+          f"{ours_bytes / log_bytes:.2f}x the log for powercut vs {naive_res.replay_bytes / log_bytes:.1f}x naive")
     print(f"(run directory kept for inspection: {work})")
     return 0
 

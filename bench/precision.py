@@ -27,6 +27,7 @@ from framework.bench.workloads import Scale
 from framework.core import clock
 from framework.core.machine.qemu import QemuMachine
 from framework.core.stats import StatsError, repetitions_needed, summarize
+from recovery.filesystems import kernel_modules
 
 
 def main() -> int:
@@ -41,10 +42,10 @@ def main() -> int:
 
     config = BenchConfig(targets=(args.target,), workload=args.workload, scale=Scale(args.scale),
                          reps=args.reps, seed=0)
-    targets = bench.resolve_targets(config.targets)
+    targets = bench.resolve_targets(config)
     start = clock.monotonic()
     with QemuMachine(disks=bench.disks_for(targets, config.scale),
-                     fstypes=tuple({t.fstype for t in targets})) as machine:
+                     modules=kernel_modules(t.fstype for t in targets)) as machine:
         machine.start()
         boot_s = clock.monotonic() - start
         run = bench.run_bench(config, bench.GuestExecutor(machine, config),

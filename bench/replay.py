@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
 
-from devicemapper.logformat import LogFlag, LogReader, LogWriter, summarize
+from devicemapper.logformat import LogFlag, LogReader, LogSummary, LogWriter, summarize
 from devicemapper.replay import Replayer
 
 MIB = 1 << 20
@@ -163,7 +163,7 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--size-mib", type=int, default=256, help="payload in the log (default 256)"
@@ -181,8 +181,109 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def describe_log(log: Path, t_build: float) -> tuple[LogSummary, int]:
+    """Print what the log holds and how fast its headers scan; its summary and last index."""
+    with LogReader(log) as reader:
+        summary = summarize(reader)
+        last = reader.nr_entries - 1
+        t_scan = timed(lambda: sum(1 for _ in reader))
+    print(
+        f"log: {log.stat().st_size / MIB:.1f} MiB, {summary.entries} entries, "
+        f"{summary.writes} writes, {summary.flushes} flushes, {summary.fuas} FUAs, "
+        f"{summary.discards} discards, {len(summary.marks)} marks; built in {t_build:.1f} s"
+    )
+    print(
+        f"header scan (headers only): {t_scan * 1000:.0f} ms "
+        f"({summary.entries / t_scan / 1000:.0f}k entries/s)"
+    )
+    return summary, last
+
+
+def race(jobs: dict[str, Callable[[], float]], reps: int, scratch: Path) -> dict[str, list[float]]:
+    """Seconds of each job per repetition, the order rotated every repetition."""
+    runs: dict[str, list[float]] = {name: [] for name in jobs}
+    order = list(jobs)
+    for rep in range(reps):
+        # Rotate the order so no method always runs first (or last).
+        shift = rep % len(order)
+        for name in order[shift:] + order[:shift]:
+            runs[name].append(jobs[name]())
+            settle(scratch)
+    return runs
+
+
+def print_rates(runs: dict[str, list[float]], payload: int) -> None:
+    # Best of N shows what each method costs when nothing else competes
+    # for the disk and CPUs; the median shows a typical run.
+    best = {name: payload / MIB / min(ts) for name, ts in runs.items()}
+    typical = {name: payload / MIB / statistics.median(ts) for name, ts in runs.items()}
+    labels = {
+        "copy": f"plain sequential copy of {payload / MIB:.0f} MiB",
+        "replay": "replay (Replayer)",
+        "per-entry": "replay, one pread+pwrite per entry",
+    }
+    for name, ts in runs.items():
+        print(
+            f"{labels[name]:<38} best {best[name]:5.0f} MiB/s, median {typical[name]:5.0f} "
+            f"MiB/s  (runs, s: {', '.join(f'{t:.3f}' for t in ts)})"
+        )
+    print(
+        f"replay / copy ratio: best {best['replay'] / best['copy']:.2f}, "
+        f"median {typical['replay'] / typical['copy']:.2f}  "
+        f"(per-entry / copy: best {best['per-entry'] / best['copy']:.2f}, "
+        f"median {typical['per-entry'] / typical['copy']:.2f})"
+    )
+
+
+def choose_marks(summary: LogSummary, count: int) -> list[str]:
+    """Up to ``count`` of the log's marks, spread evenly over it."""
+    marks = [name for _, name in summary.marks if name.startswith("point-")]
+    step = max(1, len(marks) // count)
+    return marks[step - 1 :: step][:count]
+
+
+def visit_incrementally(
+    log: Path, target: Path, device_bytes: int, marks: list[str]
+) -> tuple[float, int]:
+    """One Replayer moves forward from mark to mark; seconds and bytes written."""
+    evict(log)
+    fresh_sparse(target, device_bytes)
+    t0 = time.perf_counter()
+    with Replayer(log, target) as rp:
+        for name in marks:
+            rp.replay_to_mark(name)
+        written = rp.bytes_written
+    seconds = time.perf_counter() - t0
+    settle(target)
+    return seconds, written
+
+
+def visit_from_scratch(
+    log: Path, work: Path, device_bytes: int, marks: list[str]
+) -> tuple[float, int]:
+    """Every mark replayed from entry 0 onto its own fresh file; seconds and bytes written."""
+    # One fresh file per point, made beforehand and removed afterwards:
+    # freeing blocks (with online discard) must not land in the timing.
+    targets = [work / f"scratch-{i}.img" for i in range(len(marks))]
+    for path in targets:
+        fresh_sparse(path, device_bytes)
+    evict(log)
+    written = 0
+    t0 = time.perf_counter()
+    for name, path in zip(marks, targets, strict=True):
+        with Replayer(log, path) as rp:
+            rp.replay_to_mark(name)
+            written += rp.bytes_written
+    seconds = time.perf_counter() - t0
+    settle(*targets)
+    return seconds, written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     size_bytes = args.size_mib * MIB
     # A device much larger than the payload keeps overwrites (which the page
     # cache would absorb and so flatter the replay) rare.
@@ -200,82 +301,24 @@ def main(argv: list[str] | None = None) -> int:
                 max_write_bytes=args.max_write_kib * 1024,
             )
         )
-        with LogReader(log) as reader:
-            summary = summarize(reader)
-            last = reader.nr_entries - 1
-            t_scan = timed(lambda: sum(1 for _ in reader))
+        summary, last = describe_log(log, t_build)
         payload = summary.payload_bytes
-        print(
-            f"log: {log.stat().st_size / MIB:.1f} MiB, {summary.entries} entries, "
-            f"{summary.writes} writes, {summary.flushes} flushes, {summary.fuas} FUAs, "
-            f"{summary.discards} discards, {len(summary.marks)} marks; built in {t_build:.1f} s"
-        )
-        print(
-            f"header scan (headers only): {t_scan * 1000:.0f} ms "
-            f"({summary.entries / t_scan / 1000:.0f}k entries/s)"
-        )
 
-        runs: dict[str, list[float]] = {"copy": [], "replay": [], "per-entry": []}
-        jobs: dict[str, Callable[[], float]] = {
-            "copy": lambda: plain_copy(log, work / "out.img", payload),
-            "replay": lambda: full_replay(log, work / "out.img", device_bytes, last),
-            "per-entry": lambda: per_entry_replay(log, work / "out.img", device_bytes),
-        }
-        order = list(jobs)
-        for rep in range(args.reps):
-            # Rotate the order so no method always runs first (or last).
-            for name in order[rep % 3 :] + order[: rep % 3]:
-                runs[name].append(jobs[name]())
-                settle(work / "out.img")
-        # Best of N shows what each method costs when nothing else competes
-        # for the disk and CPUs; the median shows a typical run.
-        best = {name: payload / MIB / min(ts) for name, ts in runs.items()}
-        typical = {name: payload / MIB / statistics.median(ts) for name, ts in runs.items()}
-        labels = {
-            "copy": f"plain sequential copy of {payload / MIB:.0f} MiB",
-            "replay": "replay (Replayer)",
-            "per-entry": "replay, one pread+pwrite per entry",
-        }
-        for name, ts in runs.items():
-            print(
-                f"{labels[name]:<38} best {best[name]:5.0f} MiB/s, median {typical[name]:5.0f} "
-                f"MiB/s  (runs, s: {', '.join(f'{t:.3f}' for t in ts)})"
-            )
-        print(
-            f"replay / copy ratio: best {best['replay'] / best['copy']:.2f}, "
-            f"median {typical['replay'] / typical['copy']:.2f}  "
-            f"(per-entry / copy: best {best['per-entry'] / best['copy']:.2f}, "
-            f"median {typical['per-entry'] / typical['copy']:.2f})"
+        out = work / "out.img"
+        runs = race(
+            {
+                "copy": lambda: plain_copy(log, out, payload),
+                "replay": lambda: full_replay(log, out, device_bytes, last),
+                "per-entry": lambda: per_entry_replay(log, out, device_bytes),
+            },
+            args.reps,
+            out,
         )
+        print_rates(runs, payload)
 
-        marks = [name for _, name in summary.marks if name.startswith("point-")]
-        step = max(1, len(marks) // args.marks)
-        chosen = marks[step - 1 :: step][: args.marks]
-        target = work / "inc.img"
-        evict(log)
-        fresh_sparse(target, device_bytes)
-        t0 = time.perf_counter()
-        with Replayer(log, target) as rp:
-            for name in chosen:
-                rp.replay_to_mark(name)
-            inc_bytes = rp.bytes_written
-        inc_s = time.perf_counter() - t0
-        settle(target)
-
-        # One fresh file per point, made beforehand and removed afterwards:
-        # freeing blocks (with online discard) must not land in the timing.
-        targets = [work / f"scratch-{i}.img" for i in range(len(chosen))]
-        for path in targets:
-            fresh_sparse(path, device_bytes)
-        evict(log)
-        scratch_bytes = 0
-        t0 = time.perf_counter()
-        for name, path in zip(chosen, targets, strict=True):
-            with Replayer(log, path) as rp:
-                rp.replay_to_mark(name)
-                scratch_bytes += rp.bytes_written
-        scratch_s = time.perf_counter() - t0
-        settle(*targets)
+        chosen = choose_marks(summary, args.marks)
+        inc_s, inc_bytes = visit_incrementally(log, work / "inc.img", device_bytes, chosen)
+        scratch_s, scratch_bytes = visit_from_scratch(log, work, device_bytes, chosen)
         print(
             f"{len(chosen)} marks incrementally: {inc_s:.2f} s, {inc_bytes / MIB:.0f} MiB written"
         )

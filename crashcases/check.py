@@ -18,13 +18,13 @@ from typing import Any
 
 from crashcases.oracle import Finding, FindingKind, OracleLog, verify, walk_tree
 from crashcases.outcomes import Outcome, worst
-from crashcases.persistence import PersistenceRules
 from framework.core import clock
 from framework.core.command import CommandRunner
 from framework.core.errors import CommandError, CommandTimeout
 from recovery.filesystems import FsckVerdict, adapter_for
 from recovery.fsck import run_fsck
 from recovery.mount import mount_timed, umount
+from recovery.persistence import PersistenceRules
 from recovery.targets import JournalPlacement, Target
 
 log = logging.getLogger(__name__)

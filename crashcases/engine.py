@@ -42,7 +42,14 @@ from crashcases.points import (
     parse_variants,
     plan_states,
 )
-from crashcases.tasks import parse_results
+from crashcases.tasks import (
+    CRASH_CHECK,
+    CRASH_RECORD,
+    CheckRequest,
+    RecordRequest,
+    StateRecipe,
+    parse_results,
+)
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework.core import agent, clock
@@ -51,11 +58,14 @@ from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import disk_bytes
-from recovery.targets import JournalPlacement, Target, get_target
+from recovery.targets import JournalPlacement, Target, resolve
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
+#: In a guest's run directory: the oracle it checks against, the results it appends to.
+GUEST_ORACLE = "oracle.json"
+GUEST_RESULTS = "results.jsonl"
 CHUNK = 100  # states per agent call: each call starts python and loads the oracle and log index;
 # a hang costs nothing extra, since the watchdog spots it per state and results are per state
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
@@ -75,6 +85,13 @@ class CrashPlan:
     max_images: int = 5
     data_mib: int | None = None
     max_sequences: int | None = None
+    #: Definitions of user targets (from --targets-file) the plan may name; kept in
+    #: plan.json so a reproducer rebuilds the state with the same configuration.
+    user_targets: tuple[Target, ...] = ()
+
+    @property
+    def spec(self) -> Target:
+        return resolve(self.target, self.user_targets)
 
 
 @dataclass
@@ -113,7 +130,7 @@ def check_target(target: Target) -> None:
 
 def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
     """Fail on bad options before anything is created or a guest boots."""
-    target = get_target(plan.target)
+    target = plan.spec
     check_target(target)
     parse_strategy(plan.points)
     parse_variants(plan.variants)
@@ -155,21 +172,18 @@ class CrashEngine:
         workload = self.workload
         disks = [DiskSpec(n, self.sizes[n]) for n in ("data", "log", "replay", "cow")]
         machine = self.factory(disks, self.run_dir / "vm-0", self.fstypes)
+        # The guest writes only into its run directory (the rest of the host
+        # is read-only or hidden there).
+        request = RecordRequest(self.target, workload, data_dev=machine.disk("data"),
+                                log_dev=machine.disk("log"),
+                                oracle_path=os.fspath(machine.rundir / GUEST_ORACLE))
         try:
-            info = agent.call(machine, {
-                "task": "crash-record", "target": self.plan.target, "workload": workload.to_json(),
-                "data_dev": machine.disk("data"), "log_dev": machine.disk("log"),
-                # The guest writes only into its run directory (the rest of
-                # the host is read-only or hidden there).
-                "oracle_path": os.fspath(machine.rundir / "oracle.json"),
-            }, timeout_s=3600)[0]
-            shutil.copyfile(machine.rundir / "oracle.json", self.oracle_path)
+            recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600)
+            shutil.copyfile(machine.rundir / GUEST_ORACLE, self.oracle_path)
         except BaseException:
             machine.close()
             raise
-        info["workload"] = workload.name
-        info["ops"] = len(workload.ops)
-        return machine, info
+        return machine, {**recorded.to_dict(), "workload": workload.name, "ops": len(workload.ops)}
 
     @property
     def log_path(self) -> Path:
@@ -241,16 +255,11 @@ class CrashEngine:
     def _check_chunk(self, machine: Machine, chunk: list[CrashState], results_path: Path) -> str:
         """Check a chunk; return '' or why the guest had to be abandoned."""
         budget = self.plan.check_timeout_s
-        task = {
-            "task": "crash-check", "target": self.plan.target,
-            "log_dev": machine.disk("log"), "replay_dev": machine.disk("replay"),
-            "cow_dev": machine.disk("cow"), "oracle_path": os.fspath(machine.rundir / "oracle.json"),
-            "results_path": os.fspath(results_path), "states": [s.to_dict() for s in chunk],
-            "timeouts": asdict(timeouts_for(budget)), "inject_hang": self.inject_key,
-        }
+        request = check_request(machine, self.target, chunk, budget_s=budget,
+                                inject_hang=self.inject_key)
         try:
-            agent.call(machine, task, timeout_s=budget * len(chunk) + 120,
-                       watch=progress_watch(results_path, budget))
+            agent.perform(machine, CRASH_CHECK, request, timeout_s=budget * len(chunk) + 120,
+                          watch=progress_watch(results_path, budget))
         except (MachineError, CommandTimeout) as exc:  # stuck (watchdog, deadline) or died
             return str(exc)
         return ""
@@ -341,10 +350,23 @@ def progress_watch(results_path: Path, budget_s: float) -> Callable[[], str | No
 
 def guest_files(machine: Machine, oracle: Path) -> Path:
     """Put the oracle where the guest can read it; return its results file."""
-    copy = machine.rundir / "oracle.json"
+    copy = machine.rundir / GUEST_ORACLE
     if not copy.exists():
         shutil.copyfile(oracle, copy)
-    return machine.rundir / "results.jsonl"
+    return machine.rundir / GUEST_RESULTS
+
+
+def check_request(machine: Machine, target: Target, states: Sequence[CrashState], *,
+                  budget_s: float, inject_hang: str | None = None) -> CheckRequest:
+    """The crash-check request for ``states`` on ``machine``: its log, replay and cow disks, the
+    files guest_files() puts in its run directory, and step deadlines from the per-state
+    ``budget_s``. Crash runs, recheck and bench/crash.py all ask through here."""
+    return CheckRequest(
+        target=target, log_dev=machine.disk("log"), replay_dev=machine.disk("replay"),
+        cow_dev=machine.disk("cow"), oracle_path=os.fspath(machine.rundir / GUEST_ORACLE),
+        results_path=os.fspath(machine.rundir / GUEST_RESULTS),
+        states=tuple(StateRecipe.of(s) for s in states), timeouts=timeouts_for(budget_s),
+        inject_hang=inject_hang)
 
 
 def image_name(key: str) -> str:
@@ -405,7 +427,7 @@ class StoreSink:
 
 def run_spec(plan: CrashPlan) -> RunSpec:
     """How a crash run of ``plan`` is recorded (see framework.core.lifecycle)."""
-    target = get_target(plan.target)
+    target = plan.spec
     return RunSpec("crash", f"crash {plan.target} {plan.case}", plan=asdict(plan),
                    seeds={"workload": plan.seed}, targets={target.name: target.to_dict()})
 
@@ -472,6 +494,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
     except FileNotFoundError:
         raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
     raw["variants"] = tuple(raw["variants"])
+    raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
     plan = CrashPlan(**raw)
     point_text, sep, variant_text = key.partition("/")
     if not sep or not point_text.isdigit():
@@ -496,7 +519,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
 def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, CheckResult]:
     """Rebuild and check one state of a finished run; returns its target and the result."""
     plan, state = load_state(run_dir, key)
-    target = get_target(plan.target)
+    target = plan.spec
     sizes = disk_sizes(target, plan.data_mib)
     log_path = run_dir / "log.img"
     scratch = run_dir / f"recheck-{uuid.uuid4().hex[:6]}"
@@ -505,13 +528,9 @@ def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, C
     machine = factory(disks, scratch, (target.fstype,))
     try:
         results_path = guest_files(machine, run_dir / "oracle.json")
-        agent.call(machine, {
-            "task": "crash-check", "target": plan.target, "log_dev": machine.disk("log"),
-            "replay_dev": machine.disk("replay"), "cow_dev": machine.disk("cow"),
-            "oracle_path": os.fspath(machine.rundir / "oracle.json"),
-            "results_path": os.fspath(results_path),
-            "states": [state.to_dict()], "timeouts": asdict(timeouts_for(plan.check_timeout_s)),
-        }, timeout_s=plan.check_timeout_s + 120)
+        agent.perform(machine, CRASH_CHECK,
+                      check_request(machine, target, [state], budget_s=plan.check_timeout_s),
+                      timeout_s=plan.check_timeout_s + 120)
         results = parse_results(results_path)
     except MachineError as exc:
         results = [CheckResult(key=key, outcome=Outcome.HANG, notes=[str(exc)])]

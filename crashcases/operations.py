@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -571,9 +571,3 @@ def _cause(op: Op, path: str, was: int | None, now: int | None) -> str:
     if op.kind is OpKind.RENAME and path == op.dst and was is not None:
         return "rename-replace"
     return str(op.kind)
-
-
-def iter_durability(workload: Workload) -> Iterator[tuple[int, Op]]:
-    for index, op in enumerate(workload.ops):
-        if op.kind in DURABILITY_OPS:
-            yield index, op

@@ -53,8 +53,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from crashcases.persistence import PersistenceRules
 from framework.core.errors import PowercutError
+from recovery.persistence import PersistenceRules
 
 BLOCK_BYTES = 4096
 _FORMAT = 1

@@ -34,8 +34,8 @@ class FlakeyDevice:
     def path(self) -> str:
         return f"/dev/mapper/{self.name}"
 
-    def table_for(self, mode: FlakeyMode, up_s: int | None = None, down_s: int | None = None) -> table.Table:
-        return table.flakey(self.dev, self.size, mode, up_s=up_s, down_s=down_s)
+    def table_for(self, mode: FlakeyMode) -> table.Table:
+        return table.flakey(self.dev, self.size, mode)
 
     def cut(self, mode: FlakeyMode = FlakeyMode.DROP_WRITES) -> None:
         """Cut the power: from now on writes vanish (or fail, with error_writes)."""
@@ -46,11 +46,6 @@ class FlakeyDevice:
         """Back to pass-through (needed before unmount, or it hangs)."""
         self.dm.swap(self.name, self.table_for(FlakeyMode.PASS), lockfs=False)
         self.mode = FlakeyMode.PASS
-
-    def set_intervals(self, up_s: int, down_s: int, mode: FlakeyMode) -> None:
-        """Alternate: up for up_s seconds, then misbehave as ``mode`` for down_s."""
-        self.dm.swap(self.name, self.table_for(mode, up_s, down_s), lockfs=False)
-        self.mode = mode
 
 
 @contextlib.contextmanager

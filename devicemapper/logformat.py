@@ -296,19 +296,11 @@ class LogReader:
 
     def read_entry(self, index: int, header_offset: int) -> LogEntry:
         """Parse the entry whose header block is at ``header_offset``."""
+        # The hot path of every scan and replay: related checks share one test,
+        # and a helper works out which one failed, and where, only then.
         size = self.super.sectorsize
-        if index >= self.super.nr_entries:
-            raise self._error(
-                f"past the last entry (nr_entries {self.super.nr_entries})",
-                index=index,
-                offset=header_offset,
-            )
-        if header_offset >= self.size_bytes:
-            raise self._error(
-                f"entry starts past the end of the log ({self.size_bytes} bytes)",
-                index=index,
-                offset=header_offset,
-            )
+        if index >= self.super.nr_entries or header_offset >= self.size_bytes:
+            raise self._misplaced_entry(index, header_offset)
         self._reading_index = index
         block = self._header_block(header_offset)
         if len(block) < size:
@@ -318,43 +310,18 @@ class LogReader:
                 offset=header_offset,
             )
         sector, nr_sectors, flags, data_len = ENTRY.unpack_from(block)
-        if flags & ~KNOWN_FLAGS:
-            raise self._error(
-                f"unknown flag bits {flags & ~KNOWN_FLAGS:#x} in flags {flags:#x}",
-                index=index,
-                offset=header_offset + 16,
-            )
-        if flags == 0 and nr_sectors == 0:
-            # replay-log rejects this too: a zeroed header means the log ends
-            # before nr_entries says it does.
-            raise self._error(
-                "all-zero entry header (log shorter than nr_entries?)",
-                index=index,
-                offset=header_offset,
-            )
-        room = size - ENTRY.size
-        if data_len > room:
-            raise self._error(
-                f"data_len {data_len} larger than the header block ({room} bytes of room)",
-                index=index,
-                offset=header_offset + 24,
-            )
+        if flags & ~KNOWN_FLAGS or (flags == 0 and nr_sectors == 0) or data_len > size - ENTRY.size:
+            raise self._bad_header(index, header_offset, nr_sectors, flags, data_len)
+        # Only a mark's data_len counts text; the rest of the block is padding.
         mark: str | None = None
-        text_len = 0
+        text_end = ENTRY.size
         if flags & _MARK:
-            text_len = data_len
-            text = block[ENTRY.size : ENTRY.size + data_len]
+            text_end += data_len
             # surrogateescape: any bytes round-trip, nothing raises.
-            mark = text.decode("utf-8", "surrogateescape")
-        tail = block[ENTRY.size + text_len :]
-        if tail.count(0) != len(tail):
-            bad = next(i for i, b in enumerate(tail) if b)
-            raise self._error(
-                "non-zero bytes after the entry header (the kernel zero-fills them)",
-                index=index,
-                offset=header_offset + ENTRY.size + text_len + bad,
-            )
-        payload_offset = header_offset + size
+            mark = block[ENTRY.size : text_end].decode("utf-8", "surrogateescape")
+        padding = block[text_end:]
+        if padding.count(0) != len(padding):
+            raise self._dirty_padding(index, header_offset + text_end, padding)
         entry = LogEntry(
             index=index,
             sector=sector,
@@ -363,18 +330,64 @@ class LogReader:
             data_len=data_len,
             mark=mark,
             header_offset=header_offset,
-            payload_offset=payload_offset,
+            payload_offset=header_offset + size,
             sectorsize=size,
         )
         self._large_gap = entry.payload_length >= HEADER_WINDOW_BYTES // 8
         if entry.payload_end > self.size_bytes:
-            present = max(0, self.size_bytes - payload_offset)
-            raise self._error(
-                f"truncated payload ({present} of {entry.payload_length} bytes in the log)",
-                index=index,
-                offset=payload_offset + present,
-            )
+            raise self._truncated_payload(entry)
         return entry
+
+    def _misplaced_entry(self, index: int, header_offset: int) -> LogFormatError:
+        """Why entry ``index`` cannot be at ``header_offset``."""
+        if index >= self.super.nr_entries:
+            what = f"past the last entry (nr_entries {self.super.nr_entries})"
+        else:
+            what = f"entry starts past the end of the log ({self.size_bytes} bytes)"
+        return self._error(what, index=index, offset=header_offset)
+
+    def _bad_header(
+        self, index: int, header_offset: int, nr_sectors: int, flags: int, data_len: int
+    ) -> LogFormatError:
+        """The first field of a header that no kernel writes, with its offset."""
+        if flags & ~KNOWN_FLAGS:
+            return self._error(
+                f"unknown flag bits {flags & ~KNOWN_FLAGS:#x} in flags {flags:#x}",
+                index=index,
+                offset=header_offset + 16,
+            )
+        if flags == 0 and nr_sectors == 0:
+            # replay-log rejects this too: a zeroed header means the log ends
+            # before nr_entries says it does.
+            return self._error(
+                "all-zero entry header (log shorter than nr_entries?)",
+                index=index,
+                offset=header_offset,
+            )
+        room = self.super.sectorsize - ENTRY.size
+        return self._error(
+            f"data_len {data_len} larger than the header block ({room} bytes of room)",
+            index=index,
+            offset=header_offset + 24,
+        )
+
+    def _dirty_padding(self, index: int, padding_offset: int, padding: bytes) -> LogFormatError:
+        """The first non-zero byte after the header fields and mark text."""
+        bad = next(i for i, b in enumerate(padding) if b)
+        return self._error(
+            "non-zero bytes after the entry header (the kernel zero-fills them)",
+            index=index,
+            offset=padding_offset + bad,
+        )
+
+    def _truncated_payload(self, entry: LogEntry) -> LogFormatError:
+        """The log ends inside the entry's payload."""
+        present = max(0, self.size_bytes - entry.payload_offset)
+        return self._error(
+            f"truncated payload ({present} of {entry.payload_length} bytes in the log)",
+            index=entry.index,
+            offset=entry.payload_offset + present,
+        )
 
     def iter_entries(
         self, start_index: int = 0, start_offset: int | None = None

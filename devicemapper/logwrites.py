@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from devicemapper import table
-from devicemapper.dmioctl import TargetMessenger
 from devicemapper.dmsetup import DmSetup, device_sectors
+from devicemapper.ioctl import TargetMessenger
 from framework.core.command import CommandRunner
 from framework.core.errors import DeviceMapperError
 

@@ -1,4 +1,4 @@
-"""Throwaway copies of a replayed state (dm-snapshot) and latency (dm-delay)."""
+"""Throwaway copies of a replayed state (dm-snapshot)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 from collections.abc import Iterator
 
 from devicemapper import table
-from devicemapper.dmioctl import Control
 from devicemapper.dmsetup import DmDevice, DmSetup, device_sectors
+from devicemapper.ioctl import Control
 from framework.core.command import CommandRunner
 from framework.core.errors import DeviceMapperError
 from framework.core.syscalls import runs_here
@@ -165,12 +165,3 @@ def _sectors(dev: str) -> int:
     finally:
         os.close(fd)
 
-
-@contextlib.contextmanager
-def delayed(runner: CommandRunner, dev: str, *, read_ms: int, write_ms: int | None = None,
-            name: str = "pc-delay") -> Iterator[DmDevice]:
-    """``dev`` behind dm-delay: every read waits read_ms, every write write_ms."""
-    dm = DmSetup(runner)
-    size = device_sectors(runner, dev)
-    with dm.device(name, table.delay(dev, size, read_ms, write_ms)) as d:
-        yield d

@@ -77,7 +77,7 @@ def snapshot(origin: str, cow_dev: str, size_sectors: int, *, persistent: bool =
 
 def delay(dev: str, size_sectors: int, read_ms: int, write_ms: int | None = None,
           offset: int = 0) -> Table:
-    """dm-delay: every read delayed read_ms, every write write_ms (default: same)."""
+    """dm-delay: reads wait read_ms, writes and flushes write_ms (default: read_ms)."""
     args: list[object] = [dev, offset, read_ms]
     if write_ms is not None:
         args += [dev, offset, write_ms]

@@ -1,1 +1,2 @@
-"""Filesystem adapters (mkfs, mount, fsck, journal placement) and recovery-time measurement."""
+"""Filesystem adapters (mkfs, mount, fsck, journal placement, persistence rules, kernel modules
+and tools) and recovery-time measurement."""

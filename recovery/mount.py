@@ -262,14 +262,19 @@ def missing_prerequisites(runner: CommandRunner, target: Target) -> list[str]:
     adapter = adapter_for(target.fstype)
     missing: list[str] = []
     for tool in adapter.tools:
-        if runner.run(["which", tool], timeout_s=DMESG_TIMEOUT_S, ok_status=None).status != 0:
-            missing.append(f"program {tool} (install Debian package {adapter.package})")
+        if runner.run(["which", tool.binary], timeout_s=DMESG_TIMEOUT_S, ok_status=None).status != 0:
+            missing.append(f"program {tool.binary} (install Debian package {tool.package})")
     if not _fs_registered(runner, target.fstype):
-        probe = runner.run(["modprobe", adapter.kernel_module], timeout_s=DMESG_TIMEOUT_S,
-                           ok_status=None, env=C_LOCALE)
+        probes = [(module, runner.run(["modprobe", module], timeout_s=DMESG_TIMEOUT_S,
+                                      ok_status=None, env=C_LOCALE))
+                  for module in adapter.kernel_modules]
         if not _fs_registered(runner, target.fstype):
-            why = output_tail(probe.stdout, probe.stderr, 1) or f"modprobe status {probe.status}"
-            missing.append(f"kernel filesystem {target.fstype} (modprobe {adapter.kernel_module}: {why})")
+            failed = [(m, r) for m, r in probes if r.status != 0] or probes
+            why = "; ".join(
+                f"modprobe {module}: "
+                + (output_tail(r.stdout, r.stderr, 1) or f"modprobe status {r.status}")
+                for module, r in failed) or "no kernel module known"
+            missing.append(f"kernel filesystem {target.fstype} ({why})")
     return missing
 
 

@@ -31,7 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from framework.bench.report import format_anova
-from framework.bench.task import TIMING_METRICS, RepetitionRequest, RepetitionResult
+from framework.bench.task import (
+    BENCH_REPETITION,
+    TIMING_METRICS,
+    RepetitionRequest,
+    RepetitionResult,
+)
 from framework.bench.workloads import Metric, Scale, get_workload
 from framework.core import agent, clock
 from framework.core.errors import ConfigError
@@ -48,7 +53,7 @@ from framework.core.stats import (
 )
 from framework.core.store import Store
 from recovery.disks import disk_bytes
-from recovery.targets import Target, get_target
+from recovery.targets import Target, resolve
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,7 @@ class BenchConfig:
     baseline: str | None = None  # default: the first target
     metric: str | None = None  # primary metric; default: "total" if reported, else the first
     level: float = 0.95
+    user_targets: tuple[Target, ...] = ()  # definitions from --targets-file the targets may name
 
     @property
     def baseline_target(self) -> str:
@@ -97,9 +103,9 @@ class BenchConfig:
             raise ConfigError(f"bench: confidence level {self.level} is not between 0 and 1")
 
 
-def resolve_targets(names: Iterable[str]) -> list[Target]:
-    """The targets by name (ConfigError names an unknown one)."""
-    return [get_target(n) for n in names]
+def resolve_targets(config: BenchConfig) -> list[Target]:
+    """The configuration's targets, built in or user-defined (ConfigError names an unknown one)."""
+    return [resolve(n, config.user_targets) for n in config.targets]
 
 
 def disks_for(targets: Sequence[Target], scale: Scale) -> list[DiskSpec]:
@@ -327,9 +333,10 @@ class StoreRecorder:
     def add(self, sample: Sample) -> None:
         r = sample.result
         if r.target not in self._described:
-            # What the kernel really applied, next to what the target asked for.
+            # What the kernel really applied, next to what the target asked for
+            # (the target as the guest ran it: built-in or the user's own).
             self._described.add(r.target)
-            target = get_target(r.target)
+            target = r.spec
             self.store.add_target(self.run_id, r.target, {
                 "fstype": target.fstype, "mkfs_options": list(target.mkfs_options),
                 "mount_options": list(target.mount_options), "journal": str(target.journal),
@@ -341,13 +348,13 @@ class StoreRecorder:
                                      trial_order=sample.trial.seq, warmup=sample.trial.warmup)
 
 
-def environment(config: BenchConfig, machine_facts: Mapping[str, str]) -> dict[str, Any]:
-    """What the results store keeps about a bench run besides its samples."""
-    return {**machine_facts, "bench": {
-        "targets": list(config.targets), "workload": config.workload, "scale": str(config.scale),
-        "reps": config.reps, "warmup": config.warmup, "until_ci_pct": config.until_ci_pct,
-        "max_reps": config.max_reps, "seed": config.seed, "baseline": config.baseline_target,
-        "metric": config.metric, "level": config.level}}
+def plan_document(config: BenchConfig) -> dict[str, Any]:
+    """The bench plan as the run directory and the store keep it."""
+    return {"targets": list(config.targets), "workload": config.workload, "scale": str(config.scale),
+            "reps": config.reps, "warmup": config.warmup, "until_ci_pct": config.until_ci_pct,
+            "max_reps": config.max_reps, "seed": config.seed, "baseline": config.baseline_target,
+            "metric": config.metric, "level": config.level,
+            "user_targets": [t.to_dict() for t in config.user_targets]}
 
 
 class GuestExecutor:
@@ -357,20 +364,18 @@ class GuestExecutor:
         self.machine = machine
         self.config = config
         self.timeout_s = get_workload(config.workload).timeout_s(config.scale) + REPETITION_OVERHEAD_S
-        self._targets = {t.name: t for t in resolve_targets(config.targets)}
+        self._targets = {t.name: t for t in resolve_targets(config)}
 
     def request(self, trial: Trial) -> RepetitionRequest:
         target = self._targets[trial.target]
         journal = self.machine.disk("journal") if target.needs_journal_disk else None
-        return RepetitionRequest(target=target.name, workload=self.config.workload,
+        return RepetitionRequest(target=target, workload=self.config.workload,
                                  scale=self.config.scale, data_dev=self.machine.disk("data"),
                                  journal_dev=journal)
 
     def __call__(self, trial: Trial) -> RepetitionResult:
-        results = agent.call(self.machine, self.request(trial).to_task(), timeout_s=self.timeout_s)
-        if len(results) != 1:
-            raise agent.AgentError(f"bench-rep returned {len(results)} results, expected 1")
-        return RepetitionResult.from_json(results[0])
+        return agent.perform(self.machine, BENCH_REPETITION, self.request(trial),
+                             timeout_s=self.timeout_s)
 
 
 def print_progress(sample: Sample, state: BenchState, stream: Any = None) -> None:

@@ -12,14 +12,16 @@ it is part of what the workload cost to make durable. It is reported
 apart, as ``umount_s``, and in ``durable_s`` = tool wall time + unmount.
 
 This module is imported in the guest: it avoids pandas and scipy, whose
-import alone takes seconds under an emulated CPU.
+import alone takes seconds under an emulated CPU. The request carries the
+whole target, not its name: a target from the user's own TOML file exists
+only on the host.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import platform
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +31,12 @@ from framework.core import agent, clock
 from framework.core.command import CommandRunner
 from framework.core.errors import CommandError, ConfigError
 from framework.core.machine.local import LocalMachine
+from framework.core.syscalls import drop_caches
 from recovery import mount as fsmount
-from recovery.targets import get_target
+from recovery.targets import Target
 
 log = logging.getLogger(__name__)
 
-TASK = "bench-rep"
 DEFAULT_MOUNTPOINT = "/mnt/powercut-bench"
 
 #: Metrics every repetition adds to the workload's own, all lower-is-better seconds.
@@ -45,37 +47,35 @@ TIMING_METRICS = ("run_s", "umount_s", "durable_s")
 class RepetitionRequest:
     """What one repetition runs: a target and a workload, on which disks."""
 
-    target: str
+    target: Target
     workload: str
     scale: Scale
     data_dev: str
     journal_dev: str | None = None
     mountpoint: str = DEFAULT_MOUNTPOINT
 
-    def to_task(self) -> dict[str, Any]:
-        return {"task": TASK, **{k: str(v) if isinstance(v, Scale) else v
-                                 for k, v in asdict(self).items()}}
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target.to_dict(), "workload": self.workload,
+                "scale": str(self.scale), "data_dev": self.data_dev,
+                "journal_dev": self.journal_dev, "mountpoint": self.mountpoint}
 
     @classmethod
-    def from_task(cls, t: dict[str, Any]) -> RepetitionRequest:
-        try:
-            return cls(
-                target=str(t["target"]),
-                workload=str(t["workload"]),
-                scale=Scale(t["scale"]),
-                data_dev=str(t["data_dev"]),
-                journal_dev=None if t.get("journal_dev") is None else str(t["journal_dev"]),
-                mountpoint=str(t.get("mountpoint") or DEFAULT_MOUNTPOINT),
-            )
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{TASK}: malformed task ({exc!r})") from None
+    def from_dict(cls, t: Mapping[str, Any]) -> RepetitionRequest:
+        return cls(
+            target=Target.from_dict(t["target"]),
+            workload=str(t["workload"]),
+            scale=Scale(t["scale"]),
+            data_dev=str(t["data_dev"]),
+            journal_dev=None if t.get("journal_dev") is None else str(t["journal_dev"]),
+            mountpoint=str(t.get("mountpoint") or DEFAULT_MOUNTPOINT),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class RepetitionResult:
     """The metrics of one repetition and the facts needed to trust them."""
 
-    target: str
+    spec: Target  # the target as the guest ran it (built-in or the user's own)
     workload: str
     scale: Scale
     metrics: tuple[Metric, ...]
@@ -87,6 +87,10 @@ class RepetitionResult:
     mount_options: str  # as /proc/mounts shows them: what the kernel really applied
     kernel_messages: tuple[str, ...] = field(default=())
 
+    @property
+    def target(self) -> str:
+        return self.spec.name
+
     def metric(self, name: str) -> Metric:
         for m in self.metrics:
             if m.name == name:
@@ -94,30 +98,27 @@ class RepetitionResult:
         known = ", ".join(m.name for m in self.metrics)
         raise ConfigError(f"metric {name!r} not reported by {self.workload} (reported: {known})")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["scale"] = str(self.scale)
-        d["metrics"] = [asdict(m) for m in self.metrics]
+        d.update(spec=self.spec.to_dict(), scale=str(self.scale),
+                 metrics=[asdict(m) for m in self.metrics])
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RepetitionResult:
-        try:
-            return cls(
-                target=d["target"],
-                workload=d["workload"],
-                scale=Scale(d["scale"]),
-                metrics=tuple(Metric(**m) for m in d["metrics"]),
-                mkfs_s=float(d["mkfs_s"]),
-                mount_s=float(d["mount_s"]),
-                run_s=float(d["run_s"]),
-                umount_s=float(d["umount_s"]),
-                kernel=str(d["kernel"]),
-                mount_options=str(d["mount_options"]),
-                kernel_messages=tuple(d.get("kernel_messages", ())),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{TASK}: malformed result ({exc!r})") from None
+    def from_dict(cls, d: Mapping[str, Any]) -> RepetitionResult:
+        return cls(
+            spec=Target.from_dict(d["spec"]),
+            workload=str(d["workload"]),
+            scale=Scale(d["scale"]),
+            metrics=tuple(Metric(**m) for m in d["metrics"]),
+            mkfs_s=float(d["mkfs_s"]),
+            mount_s=float(d["mount_s"]),
+            run_s=float(d["run_s"]),
+            umount_s=float(d["umount_s"]),
+            kernel=str(d["kernel"]),
+            mount_options=str(d["mount_options"]),
+            kernel_messages=tuple(d.get("kernel_messages", ())),
+        )
 
 
 def _mount_options(mountpoint: str) -> str:
@@ -129,16 +130,9 @@ def _mount_options(mountpoint: str) -> str:
     return ""
 
 
-def drop_caches() -> None:
-    """Write back dirty pages, then drop clean page cache, dentries and inodes."""
-    os.sync()
-    # drop_caches only drops clean objects: the sync before it matters.
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
 def run_repetition(runner: CommandRunner, req: RepetitionRequest) -> RepetitionResult:
     """mkfs, mount, drop caches, run the workload, unmount; on this machine."""
-    target = get_target(req.target)
+    target = req.target
     workload = get_workload(req.workload)
     if target.needs_journal_disk and req.journal_dev is None:
         raise ConfigError(f"target {target.name!r} needs a journal disk, none was given")
@@ -173,7 +167,7 @@ def run_repetition(runner: CommandRunner, req: RepetitionRequest) -> RepetitionR
         Metric("durable_s", run_s + umount_s, "s", False),
     ]
     return RepetitionResult(
-        target=target.name,
+        spec=target,
         workload=workload.name,
         scale=req.scale,
         metrics=(*metrics, *timings),
@@ -187,15 +181,16 @@ def run_repetition(runner: CommandRunner, req: RepetitionRequest) -> RepetitionR
     )
 
 
-@agent.task(TASK)
-def _bench_rep(t: dict[str, Any], emit: agent.Emit) -> None:
-    req = RepetitionRequest.from_task(t)
+def _bench_rep(req: RepetitionRequest) -> RepetitionResult:
     # The scratch disks are the only devices this machine may write to.
     devices = {"data": req.data_dev}
     if req.journal_dev is not None:
         devices["journal"] = req.journal_dev
     runner = LocalMachine(devices=devices, rundir=Path(req.mountpoint).parent)
     try:
-        emit({"result": run_repetition(runner, req).to_json()})
+        return run_repetition(runner, req)
     finally:
         runner.close()
+
+
+BENCH_REPETITION = agent.Task("bench-rep", RepetitionRequest, RepetitionResult, _bench_rep)

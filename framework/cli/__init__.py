@@ -10,21 +10,32 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from framework import __version__
 from framework.core.errors import MissingPrerequisite, PowercutError
 
+if TYPE_CHECKING:
+    from recovery.targets import Target
+
 log = logging.getLogger("powercut")
 
-# Modules that add sub-commands: each has add_parser(subparsers).
-COMMAND_MODULES = (
-    "framework.cli.run",
-    "framework.cli.vm",
-    "framework.cli.log",
-    "framework.cli.crash",
-    "framework.cli.cut",
-    "framework.cli.bench",
-)
+# Every sub-command: the module whose add_parser(subparsers) defines it, and
+# its one line for `powercut --help`. Only the module of the command being
+# run is imported, so `powercut --help` and light commands start fast; a
+# unit test imports every module and checks it defines the commands named.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("framework.cli.vm", "check tools, kernel features and KVM; say how to fix what is missing"),
+    "run": ("framework.cli.run", "run a study: crash, power-cut and benchmark steps (default: quick)"),
+    "targets": ("framework.cli.targets", "list targets and show one's options and persistence rules"),
+    "crash": ("framework.cli.crash", "record a workload and check every crash state"),
+    "recheck": ("framework.cli.crash", "rebuild one crash state of an earlier run and check it again"),
+    "cut": ("framework.cli.cut", "power cuts on a live workload (dm-flakey) and the recovery after them"),
+    "bench": ("framework.cli.bench", "throughput overhead of journalling per target, with intervals"),
+    "log": ("framework.cli.log", "inspect and replay dm-log-writes logs"),
+    "vm": ("framework.cli.vm", "run commands in a fresh guest"),
+}
+COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
 DESCRIPTION = """\
 powercut: crash-consistency and recovery-time tests for Linux filesystems.
@@ -59,7 +70,58 @@ def add_machine_options(p: argparse.ArgumentParser) -> None:
                    help="guest memory; dm-log-writes pins every unflushed write (default: 2048)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _TargetNames(argparse.Action):
+    """--target NAME, repeatable, each also a comma list: one spelling on every command."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        names = list(getattr(namespace, self.dest, None) or [])
+        names += [n.strip() for n in str(values).split(",") if n.strip()]
+        if not names:
+            parser.error(f"{option_string}: expected a target name, e.g. ext4/ordered")
+        setattr(namespace, self.dest, list(dict.fromkeys(names)))
+
+
+def add_target_options(p: argparse.ArgumentParser, *, what: str) -> None:
+    """--target (alias --targets) and --targets-file, the same on every command."""
+    p.add_argument("--target", "--targets", dest="target", action=_TargetNames, required=True,
+                   metavar="NAME[,NAME...]",
+                   help=f"{what}; repeat the option or give a comma list "
+                        "(names: 'powercut targets')")
+    p.add_argument("--targets-file", metavar="FILE",
+                   help="your own targets in TOML, in the format of the built-in "
+                        "recovery/builtin_targets.toml; --target may name them")
+
+
+def user_targets(args: argparse.Namespace) -> dict[str, Target]:
+    """The targets of --targets-file (none without it); bad TOML is a one-line error."""
+    from recovery.targets import load_targets
+
+    path = getattr(args, "targets_file", None)
+    return load_targets(path) if path else {}
+
+
+def resolve_targets(args: argparse.Namespace) -> list[Target]:
+    """The targets --target names, built-in or from --targets-file (an unknown name is an error)."""
+    from recovery.targets import get_target
+
+    extra = user_targets(args)
+    return [get_target(name, extra) for name in args.target]
+
+
+def named_user_targets(args: argparse.Namespace) -> tuple[Target, ...]:
+    """The --targets-file definitions that --target names: what a plan must carry."""
+    extra = user_targets(args)
+    return tuple(extra[name] for name in args.target if name in extra)
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv``, only the module of the command it names is imported."""
     parser = argparse.ArgumentParser(
         prog="powercut", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -68,8 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more logging (-vv: every command and its output)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).add_parser(sub)
+    wanted = _command_of(argv) if argv is not None else None
+    if wanted in COMMANDS:
+        importlib.import_module(COMMANDS[wanted][0]).add_parser(sub)
+    elif argv is None:
+        for module in COMMAND_MODULES:
+            importlib.import_module(module).add_parser(sub)
+    else:
+        # Top-level help, or a word that is no command: list them all, import none.
+        for name, (_, helptext) in COMMANDS.items():
+            sub.add_parser(name, help=helptext)
     return parser
 
 
@@ -90,7 +160,8 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     if not getattr(args, "func", None):

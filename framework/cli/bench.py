@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.bench.workloads import Scale, get_workload, list_workloads
-from framework.cli import add_machine_options, print_json
+from framework.cli import (
+    add_machine_options,
+    add_target_options,
+    named_user_targets,
+    print_json,
+)
 from framework.core import junit
 from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.store import Store
@@ -63,19 +68,12 @@ examples:
 """
 
 
-def _targets(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of target names")
-    return names
-
-
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     # scipy, statsmodels and pandas load in about half a second: only when benchmarking.
     from framework.bench.engine import BenchConfig
 
     config = BenchConfig(
-        targets=args.targets,
+        targets=tuple(args.target),
         workload=args.workload,
         scale=Scale(args.scale),
         reps=args.reps,
@@ -85,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         baseline=args.baseline,
         metric=args.metric,
+        user_targets=named_user_targets(args),
     )
     config.validate()
     return config
@@ -95,12 +94,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from framework.cli.vm import machine_from_args  # boots qemu: imported only when used
 
     config = config_from_args(args)
-    targets = bench.resolve_targets(config.targets)
+    targets = bench.resolve_targets(config)
     get_workload(config.workload)  # an unknown name fails before the guest boots
     disks = bench.disks_for(targets, config.scale)
     fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
     spec = RunSpec("bench", f"bench {','.join(config.targets)} {config.workload}",
-                   plan=bench.environment(config, {})["bench"], seeds={"order": config.seed},
+                   plan=bench.plan_document(config), seeds={"order": config.seed},
                    targets={t.name: t.to_dict() for t in targets})
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(Store(args.db))
@@ -163,8 +162,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "bench", help="throughput overhead of journalling per target, with intervals",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--targets", type=_targets, required=True, metavar="T1,T2,...",
-                   help="targets to compare, e.g. ext2,ext4/ordered,ext4/journal")
+    add_target_options(p, what="targets to compare, e.g. ext2,ext4/ordered,ext4/journal")
     p.add_argument("--workload", required=True, metavar="NAME",
                    help=f"benchmark workload: {', '.join(list_workloads())}")
     p.add_argument("--scale", choices=[s.value for s in Scale], default=Scale.TINY.value,

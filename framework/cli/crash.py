@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,16 +21,22 @@ from crashcases.engine import (
     reproducer_command,
     run_crash,
     run_spec,
+    validate_plan,
 )
 from crashcases.outcomes import Outcome, fails
-from framework.cli import add_machine_options
+from framework.cli import (
+    add_machine_options,
+    add_target_options,
+    named_user_targets,
+    resolve_targets,
+)
 from framework.cli.vm import machine_from_args
 from framework.core import junit
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.kernel import kernel_spec
 from framework.core.store import Store
-from recovery.targets import Target, get_target
+from recovery.targets import Target
 
 EPILOG = """\
 outcomes:
@@ -80,7 +85,8 @@ def _spread(values: list[float | None]) -> str:
     return f"{statistics.median(xs):.3f} / {max(xs):.3f}" if xs else "-"
 
 
-def write_junit(result: CrashRunResult, path: Path, target: Target) -> None:
+def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
+    """One test case per checked state; it fails as ``fails`` says for the target."""
     cases = []
     for s in result.states:
         r = result.results.get(s.key)
@@ -96,11 +102,11 @@ def write_junit(result: CrashRunResult, path: Path, target: Target) -> None:
         cases.append(junit.Case(f"{s.key} (last mark {s.point.last_mark})",
                                 f"powercut.crash.{result.plan.target}.{result.plan.case}",
                                 r.duration_s, failure, details))
-    junit.write(path, f"powercut crash {result.plan.target} {result.plan.case}", cases)
+    return cases
 
 
-def plan_from_args(args: argparse.Namespace) -> CrashPlan:
-    return CrashPlan(target=args.target, case=args.case, seed=args.seed, points=args.points,
+def plan_from_args(args: argparse.Namespace, target: str) -> CrashPlan:
+    return CrashPlan(target=target, user_targets=named_user_targets(args), case=args.case, seed=args.seed, points=args.points,
                      variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
                      inject_hang=args.inject_hang, max_sequences=args.max_sequences,
@@ -108,8 +114,27 @@ def plan_from_args(args: argparse.Namespace) -> CrashPlan:
 
 
 def cmd_crash(args: argparse.Namespace) -> int:
-    target = get_target(args.target)
-    plan = plan_from_args(args)
+    targets = resolve_targets(args)
+    plans = [plan_from_args(args, t.name) for t in targets]
+    if len(plans) > 1:  # a later target's bad options must not wait for the first run to end
+        for plan in plans:
+            validate_plan(plan)
+    suites: list[tuple[str, list[junit.Case]]] = []
+    failed = False
+    with Store(Path(args.db)) as store:
+        for target, plan in zip(targets, plans):
+            result = crash_one(args, store, target, plan)
+            cases = junit_cases(result, target)
+            suites.append((f"powercut crash {plan.target} {plan.case}", cases))
+            junit.write(result.run_dir / "junit.xml", *suites[-1])
+            failed |= any(c.failure for c in cases)
+    if args.junit:
+        junit.write_suites(Path(args.junit), suites)
+    return 1 if failed else 0
+
+
+def crash_one(args: argparse.Namespace, store: Store, target: Target, plan: CrashPlan) -> CrashRunResult:
+    """One target's crash run, with its progress bar and summary."""
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
@@ -125,20 +150,17 @@ def cmd_crash(args: argparse.Namespace) -> int:
                 bad["n"] += 1
             progress.update(task, completed=done, status=f"{bad['n']} failing")
 
-        with Store(Path(args.db)) as store, \
-                run_lifecycle(run_spec(plan), Path(args.results), store) as run:
+        with run_lifecycle(run_spec(plan), Path(args.results), store) as run:
             result = run_crash(plan, run, machine_factory(args), progress=step,
                                on_planned=planned)
     out = Console()
     out.print(summary_table(result))
-    junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"
-    write_junit(result, junit_path, target)
     failing = [s for s in result.states
                if s.key in result.results and fails(result.results[s.key].outcome, target)]
     out.print(f"log: {result.record['entries']} entries, {len(result.states)} states checked in "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
-    out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}  db: {args.db} "
-              f"(run {result.run_id})")
+    out.print(f"results: {result.run_dir}/results.json  junit: {result.run_dir}/junit.xml  "
+              f"db: {args.db} (run {result.run_id})")
     for s in failing[:10]:
         r = result.results[s.key]
         why = "; ".join(([f"mount: {r.mount_error}"] if r.mount_error else []) + r.notes)[:200]
@@ -147,7 +169,7 @@ def cmd_crash(args: argparse.Namespace) -> int:
         out.print(f"              reproduce: {reproducer_command(result.run_dir, s.key)}")
     if len(failing) > 10:
         out.print(f"  ... and {len(failing) - 10} more (see results.json)")
-    return 1 if failing else 0
+    return result
 
 
 def cmd_recheck(args: argparse.Namespace) -> int:
@@ -172,7 +194,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "keeps what fsync promised and fscks clean. Mount time (journal replay) and "
                     "fsck time are measured for every state. Exits 1 if any state fails.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", required=True, help="filesystem configuration, e.g. ext4/ordered (see 'powercut targets')")
+    add_target_options(p, what="filesystem configurations to check, e.g. ext4/ordered; "
+                               "one crash run each")
     p.add_argument("--case", default="hand:write-fsync-rename",
                    help=f"workload: {', '.join(list_cases())}, random:N (default: hand:write-fsync-rename)")
     p.add_argument("--max-sequences", type=int, metavar="N",
@@ -191,7 +214,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds one state may take before it counts as a hang (default: 600)")
     p.add_argument("--data-mib", type=int, metavar="MIB", help="size of the data disk (default: 128, more if the filesystem needs it)")
     p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
-    p.add_argument("--junit", metavar="PATH", help="JUnit XML path (default: RUN_DIR/junit.xml)")
+    p.add_argument("--junit", metavar="PATH",
+                   help="also write one JUnit XML for all targets here (each run directory "
+                        "always gets its own junit.xml)")
     p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
                    help="sqlite results store; every state is written as soon as it is checked "
                         "(default: results/powercut.sqlite)")
@@ -207,9 +232,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("state", help="the state key POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
     add_machine_options(r)
     r.set_defaults(func=cmd_recheck)
-
-
-def main() -> int:  # pragma: no cover - convenience for python -m
-    from framework.cli import main as cli_main
-
-    return cli_main(sys.argv[1:])

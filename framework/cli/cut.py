@@ -24,12 +24,11 @@ from crashcases.cut import (
 )
 from crashcases.outcomes import fails
 from devicemapper.flakey import FlakeyMode
-from framework.cli import add_machine_options
+from framework.cli import add_machine_options, add_target_options, named_user_targets
 from framework.cli.crash import machine_factory
 from framework.core import junit
 from framework.core.lifecycle import run_lifecycle
 from framework.core.store import Store
-from recovery.targets import get_target
 
 EPILOG = """\
 how a trial goes:
@@ -95,7 +94,7 @@ def trial_table(target: str, trials: Sequence[TrialResult]) -> Table:
 
 
 def failing_trials(result: CutRunResult) -> list[TrialResult]:
-    return [t for t in result.trials if fails(t.outcome, get_target(t.target))]
+    return [t for t in result.trials if fails(t.outcome, result.plan.spec(t.target))]
 
 
 def junit_cases(result: CutRunResult) -> list[junit.Case]:
@@ -105,7 +104,7 @@ def junit_cases(result: CutRunResult) -> list[junit.Case]:
         notes = t.notes + (t.check.notes if t.check else [])
         findings = t.check.findings if t.check else []
         failure = None
-        if fails(t.outcome, get_target(t.target)):
+        if fails(t.outcome, result.plan.spec(t.target)):
             first = (f"{findings[0]['kind']} {findings[0]['path']}: {findings[0]['detail']}"
                      if findings else "; ".join(notes))
             failure = f"{t.outcome.value}: {first}"[:500]
@@ -124,7 +123,7 @@ def plan_from_args(args: argparse.Namespace) -> CutPlan:
                    mode=FlakeyMode(args.mode), continue_syncs=args.continue_syncs,
                    max_sequences=args.max_sequences, data_mib=args.data_mib,
                    count_post_cut_promises=args.count_post_cut_fsync,
-                   trial_timeout_s=args.trial_timeout)
+                   trial_timeout_s=args.trial_timeout, user_targets=named_user_targets(args))
 
 
 def cmd_cut(args: argparse.Namespace) -> int:
@@ -140,7 +139,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
         bad = {"n": 0}
 
         def step(tr: TrialResult) -> None:
-            if fails(tr.outcome, get_target(tr.target)):
+            if fails(tr.outcome, plan.spec(tr.target)):
                 bad["n"] += 1
             progress.update(task, advance=1, status=f"{tr.target} #{tr.trial}: {tr.outcome.value}; "
                                                     f"{bad['n']} failing")
@@ -160,7 +159,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
         out = Console(width=200)
     for target in targets:
         out.print(trial_table(target, result.for_target(target)))
-    out.print(summary_table([summarize(t, result.for_target(t)) for t in targets],
+    out.print(summary_table([summarize(plan.spec(t), result.for_target(t)) for t in targets],
                             title=f"recovery after power cuts ({plan.mode.value}, {plan.case})"))
     out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}  "
               f"db: {args.db} (run {result.run_id}); "
@@ -183,8 +182,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "before the cut survived. Several trials per target give a recovery-time "
                     "distribution. Exits 1 if any trial broke a promise.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", action="append", required=True,
-                   help="filesystem configuration, e.g. ext4/ordered; repeat for several")
+    add_target_options(p, what="filesystem configurations, e.g. ext4/ordered")
     p.add_argument("--case", default="random:200",
                    help=f"workload: {', '.join(list_cases())}, random:N (default: random:200)")
     p.add_argument("--max-sequences", type=int, metavar="N", help="gen:* cases: a seeded sample of N sequences")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import shutil
@@ -10,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from devicemapper import features as dm_features
 from framework.core import command
 from framework.core.errors import PowercutError
 from framework.core.machine.kernel import KernelSpec
+from recovery import filesystems
 
 FIX_SETUP = "run 'make setup' (installs Debian package {pkg})"
 
@@ -27,35 +28,43 @@ class Check:
     required: bool = True
 
 
-# (binary, Debian package, version argv or None, required)
-TOOLS: tuple[tuple[str, str, tuple[str, ...] | None, bool], ...] = (
-    ("qemu-system-x86_64", "qemu-system-x86", ("--version",), True),
-    ("busybox", "busybox-static", None, True),
-    ("dmsetup", "dmsetup", ("--version",), True),
-    ("modprobe", "kmod", ("--version",), True),
-    ("mkfs.ext4", "e2fsprogs", ("-V",), True),
-    ("e2fsck", "e2fsprogs", ("-V",), True),
-    ("mkfs.xfs", "xfsprogs", ("-V",), False),
-    ("xfs_repair", "xfsprogs", ("-V",), False),
-    ("mkfs.btrfs", "btrfs-progs", ("--version",), False),
-    ("btrfs", "btrfs-progs", ("--version",), False),
-    ("mkfs.f2fs", "f2fs-tools", None, False),
-    ("jfs_mkfs", "jfsutils", ("-V",), False),
-    ("mkreiserfs", "reiserfsprogs", ("-V",), False),
-    ("fio", "fio", ("--version",), False),
-    ("bonnie++", "bonnie++", None, False),
-    ("postmark", "postmark", None, False),
-    ("dbench", "dbench", None, False),
-    ("fs_mark", "fsmark", None, False),
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A program powercut runs, its Debian package, and whether doctor fails without it."""
+
+    binary: str
+    package: str
+    version_argv: tuple[str, ...] | None = None
+    required: bool = True
+
+
+# The programs that are neither a filesystem's (each adapter in recovery/
+# lists its own) nor device-mapper's (devicemapper/features.py): the guest's
+# and the benchmarks'.
+GUEST_TOOLS: tuple[Tool, ...] = (
+    Tool("qemu-system-x86_64", "qemu-system-x86", ("--version",)),
+    Tool("busybox", "busybox-static"),
+    Tool("modprobe", "kmod", ("--version",)),
+)
+BENCH_TOOLS: tuple[Tool, ...] = (
+    Tool("fio", "fio", ("--version",), required=False),
+    Tool("bonnie++", "bonnie++", required=False),
+    Tool("postmark", "postmark", required=False),
+    Tool("dbench", "dbench", required=False),
+    Tool("fs_mark", "fsmark", required=False),
 )
 
-# Kernel features: config symbol -> module providing it.
+
+def all_tools() -> list[Tool]:
+    """Every program doctor checks: the guest's, device-mapper's, the filesystems', the benchmarks'."""
+    dm = [Tool(t.binary, t.package, t.version_argv, t.required) for t in dm_features.TOOLS]
+    fs = [Tool(t.binary, t.package, t.version_argv, t.required) for t in filesystems.tools()]
+    return [*GUEST_TOOLS, *dm, *fs, *BENCH_TOOLS]
+
+
+# Kernel features the guest needs besides device-mapper's
+# (devicemapper/features.py): (config symbol, module providing it, required).
 KERNEL_FEATURES: tuple[tuple[str, str, bool], ...] = (
-    ("BLK_DEV_DM", "dm-mod", True),
-    ("DM_LOG_WRITES", "dm-log-writes", True),
-    ("DM_FLAKEY", "dm-flakey", True),
-    ("DM_SNAPSHOT", "dm-snapshot", True),
-    ("DM_DELAY", "dm-delay", True),
     ("VIRTIO_BLK", "virtio_blk", True),
     ("VIRTIO_PCI", "virtio_pci", True),
     ("NET_9P_VIRTIO", "9pnet_virtio", True),
@@ -72,18 +81,29 @@ def _version(binary: str, args: tuple[str, ...] | None) -> str:
         res = command.run([binary, *args], timeout_s=10, ok_status=None)
     except PowercutError:
         return "present"
-    text = (res.stdout + res.stderr).strip().splitlines()
-    return text[0].strip()[:70] if text else "present"
+    lines = [ln.strip() for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    # The first line with a number in it: dmsetup, for one, first complains
+    # about a host kernel without device-mapper, then prints its versions.
+    numbered = [ln for ln in lines if any(ch.isdigit() for ch in ln)]
+    text = (numbered or lines)[:1]
+    return text[0][:70] if text else "present"
+
+
+def find_tool(binary: str) -> str | None:
+    """Where ``binary`` is: on PATH, or in the sbin directories a non-root PATH lacks."""
+    return shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/sbin")
 
 
 def check_tools() -> list[Check]:
     checks = []
-    for binary, pkg, args, required in TOOLS:
-        path = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/sbin")
+    for tool in all_tools():
+        path = find_tool(tool.binary)
         if path is None:
-            checks.append(Check("tools", binary, False, "not found", FIX_SETUP.format(pkg=pkg), required))
+            checks.append(Check("tools", tool.binary, False, "not found",
+                                FIX_SETUP.format(pkg=tool.package), tool.required))
         else:
-            checks.append(Check("tools", binary, True, _version(path, args), required=required))
+            checks.append(Check("tools", tool.binary, True, _version(path, tool.version_argv),
+                                required=tool.required))
     return checks
 
 
@@ -110,7 +130,8 @@ def check_kernel(spec: KernelSpec) -> list[Check]:
         checks.append(Check("kernel", "modules", False, f"no modules.dep in {spec.modules_dir}",
                             f"install the modules for {spec.release} and run depmod"))
         return checks
-    for symbol, mod, required in KERNEL_FEATURES:
+    features = [(f.config, f.module, f.required) for f in dm_features.KERNEL_FEATURES]
+    for symbol, mod, required in [*features, *KERNEL_FEATURES]:
         key = mod.replace("-", "_")
         if key in builtin:
             checks.append(Check("kernel", f"CONFIG_{symbol}", True, "built in", required=required))
@@ -124,6 +145,10 @@ def check_kernel(spec: KernelSpec) -> list[Check]:
 
 
 def check_python() -> list[Check]:
+    # Imported here: it costs ~20 ms, which `powercut targets` (which reads
+    # this module's tool and kernel look-ups) should not pay.
+    import importlib.metadata
+
     checks = []
     for dep in PYTHON_DEPS:
         try:
@@ -162,7 +187,7 @@ def check_guest(spec: KernelSpec) -> list[Check]:
     from framework.core import agent
     from framework.core.machine.qemu import QemuMachine
 
-    machine = QemuMachine(kernel=spec, fstypes=(), missing_modules_ok=True, boot_timeout_s=120)
+    machine = QemuMachine(kernel=spec, missing_modules_ok=True, boot_timeout_s=120)
     try:
         machine.start()
         facts = agent.call(machine, {"task": "env"}, timeout_s=120)[0]
@@ -171,7 +196,7 @@ def check_guest(spec: KernelSpec) -> list[Check]:
     finally:
         machine.close()
     checks = [Check("guest", "boot", True, f"ready in {machine.boot_s:.1f} s ({machine.accel})")]
-    for target in ("log-writes", "flakey", "snapshot", "delay"):
+    for target in dm_features.dm_targets():
         ok = target in facts["dm_targets"]
         checks.append(Check("guest", f"dm target {target}", ok,
                             "loaded" if ok else "missing from 'dmsetup targets' in the guest",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from framework.cli import add_machine_options, doctor
 from framework.cli.study import builtin_studies, load_study, run_study
-from framework.core.errors import MissingPrerequisite
+from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.machine.kernel import kernel_spec
 
 
@@ -27,6 +27,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{name:<20} {study.description} ({len(study.steps)} steps)")
         return 0
     study = load_study(args.study)
+    if args.targets_file and study.targets_file:
+        raise ConfigError(f"{study.source} names a targets_file already ({study.targets_file}); "
+                          "drop --targets-file or the study's targets_file")
     # Fail early, with the fixes, rather than in the middle of a long study.
     checks = doctor.diagnose(kernel_spec(args.kernel, args.modules))
     bad = doctor.failed(checks)
@@ -37,11 +40,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from framework.cli import main as powercut
 
     def run_step(argv: Sequence[str]) -> int:
-        cmd = argv[0]
-        extra = list(machine_argv(args))
-        if cmd in ("crash", "cut"):
-            extra += ["--results", args.results]
-        extra += ["--db", args.db]
+        extra = [*machine_argv(args), "--results", args.results, "--db", args.db]
+        if args.targets_file:
+            extra += ["--targets-file", args.targets_file]
         try:
             return powercut([*argv, *extra])
         except SystemExit as exc:  # argparse rejected a step's options
@@ -70,6 +71,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("study", nargs="?", default="quick", help="built-in study name or TOML file (default: quick)")
     p.add_argument("--list", action="store_true", help="list the built-in studies")
+    p.add_argument("--targets-file", metavar="FILE",
+                   help="your own targets in TOML (format of recovery/builtin_targets.toml), "
+                        "passed to every step; steps may name them")
     p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
     p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
                    help="sqlite results store shared by all steps (default: results/powercut.sqlite)")

@@ -9,6 +9,7 @@ that does not fire on a known-bad configuration is broken.
     [study]
     name = "quick"
     description = "..."
+    targets_file = "my-targets.toml"   # optional: user targets, relative to this file
 
     [[step]]
     command = "crash"
@@ -32,7 +33,7 @@ from framework.core.errors import ConfigError
 
 COMMANDS = ("crash", "cut", "bench")
 STEP_KEYS = {"command", "targets", "options", "expect", "title"}
-STUDY_KEYS = {"name", "description"}
+STUDY_KEYS = {"name", "description", "targets_file"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Study:
     description: str
     steps: tuple[Step, ...] = field(default_factory=tuple)
     source: str = ""
+    targets_file: str | None = None  # absolute, passed to every step as --targets-file
 
 
 def builtin_studies() -> dict[str, str]:
@@ -68,7 +70,7 @@ def load_study(name_or_path: str) -> Study:
     if not path.is_file():
         raise ConfigError(f"study {name_or_path!r}: no such file and no built-in study of that name "
                           f"(built-in: {', '.join(sorted(builtins))})")
-    return parse_study(path.read_text(), source=str(path))
+    return parse_study(path.read_text(), source=str(path), base=path.parent)
 
 
 def _option_argv(key: str, value: Any, where: str) -> list[str]:
@@ -84,7 +86,8 @@ def _option_argv(key: str, value: Any, where: str) -> list[str]:
     raise ConfigError(f"{where}: option {key!r} has a value of type {type(value).__name__}")
 
 
-def parse_study(text: str, *, source: str) -> Study:
+def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
+    """A study from TOML ``text``; ``base`` is where a relative targets_file is looked up."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -95,6 +98,18 @@ def parse_study(text: str, *, source: str) -> Study:
     head = raw.get("study", {})
     if set(head) - STUDY_KEYS:
         raise ConfigError(f"{source}: unknown key {sorted(set(head) - STUDY_KEYS)[0]!r} in [study]")
+    targets_file = head.get("targets_file")
+    file_argv: tuple[str, ...] = ()
+    if targets_file is not None:
+        if not isinstance(targets_file, str):
+            raise ConfigError(f"{source}: [study] targets_file must be a path string")
+        path = Path(targets_file)
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        if not path.is_file():
+            raise ConfigError(f"{source}: [study] targets_file {targets_file!r}: no such file ({path})")
+        targets_file = str(path.resolve())
+        file_argv = ("--targets-file", targets_file)
     steps: list[Step] = []
     for i, st in enumerate(raw.get("step", []), 1):
         where = f"{source}: step {i}"
@@ -117,13 +132,15 @@ def parse_study(text: str, *, source: str) -> Study:
             raise ConfigError(f"{where}: targets must be a non-empty list of target names")
         title = st.get("title", "")
         if command == "bench":
-            steps.append(Step(command, ("bench", "--targets", ",".join(targets), *opt_argv), expect, title))
+            steps.append(Step(command, ("bench", "--target", ",".join(targets), *file_argv, *opt_argv),
+                              expect, title))
         else:
             for t in targets:
-                steps.append(Step(command, (command, "--target", t, *opt_argv), expect, title))
+                steps.append(Step(command, (command, "--target", t, *file_argv, *opt_argv), expect, title))
     if not steps:
         raise ConfigError(f"{source}: the study has no [[step]]")
-    return Study(head.get("name", source), head.get("description", ""), tuple(steps), source)
+    return Study(head.get("name", source), head.get("description", ""), tuple(steps), source,
+                 targets_file)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from framework.core.errors import ConfigError, PowercutError
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
+from recovery.filesystems import kernel_modules
 
 SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -37,13 +38,14 @@ def parse_disk(text: str) -> DiskSpec:
 
 
 def machine_from_args(args: argparse.Namespace, *, disks: Sequence[DiskSpec] = (),
-                      fstypes: tuple[str, ...] = ("ext4",), rundir: Path | None = None,
+                      fstypes: Sequence[str] = (), rundir: Path | None = None,
                       kernel: KernelSpec | None = None) -> QemuMachine:
-    """A guest as the machine options (--kernel, --modules, --accel, --memory-mib) ask."""
+    """A guest as the machine options (--kernel, --modules, --accel, --memory-mib) ask,
+    with the kernel modules the filesystem types ``fstypes`` need."""
     return QemuMachine(
         kernel=kernel or kernel_spec(args.kernel, args.modules),
         disks=disks,
-        fstypes=fstypes,
+        modules=kernel_modules(fstypes),
         accel=None if args.accel == "auto" else args.accel,
         memory_mib=args.memory_mib,
         rundir=rundir,

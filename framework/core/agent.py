@@ -1,60 +1,78 @@
-"""The in-machine agent: ``python -m framework.core.agent`` performs one task.
+"""The agent protocol: the host has a machine perform one task and reads back its result.
 
-The host sends a task as JSON on stdin (``{"task": NAME, ...}``); the agent
-runs it with local subprocesses and writes results to stdout as framed
-JSON lines, one per result, so the host can stream and parse them:
+The host starts a *guest program* in the machine (``python -m MODULE``)
+and sends it the request as JSON on stdin (``{"task": NAME, ...}``); the
+program performs the task with local subprocesses and writes what it has
+to say to stdout as framed JSON lines, so that console noise around them
+cannot be mistaken for a result:
 
-    @@powercut {"result": ...}
-    @@powercut {"error": "one-line message", "type": "DeviceMapperError"}
+    @@powercut {"result": {...}}
+    @@powercut {"error": "one-line message", "type": "devicemapper.logwrites.LogFullError"}
 
 Bulky artifacts (logs, images) go to the shared run directory instead.
-Task handlers register themselves with ``@task(NAME)``; the modules that
-define them are imported lazily by name (``TASK_MODULES``).
+
+A task is a ``Task``: its name, the frozen dataclasses of its request and
+result, and the function that performs it. The guest program is the
+application's (powercut's is ``framework.cli.guest``): it imports the
+tasks it offers and hands them to ``main``. This module names no task of
+the domain; it only starts the program, as a shell starts a binary.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, Self, TextIO, TypeVar
 
 from framework.core import errors
 from framework.core.command import CommandResult
 
 FRAME = "@@powercut "
+#: The guest program ``call`` starts unless told another: the application's
+#: entry point, which holds the task table. Started by name, never imported here.
+GUEST_MODULE = "framework.cli.guest"
+
 log = logging.getLogger(__name__)
 
-Emit = Callable[[dict[str, Any]], None]
-Handler = Callable[[dict[str, Any], Emit], None]
 
-_HANDLERS: dict[str, Handler] = {}
+class Message(Protocol):
+    """A request or a result: a frozen dataclass that converts to and from JSON-ready data."""
 
-# Modules that define agent tasks, imported on demand by task name prefix.
-TASK_MODULES: dict[str, str] = {
-    "env": "framework.core.agent",
-    "echo": "framework.core.agent",
-    "bench-rep": "framework.bench.task",
-    "crash-record": "crashcases.tasks",
-    "crash-check": "crashcases.tasks",
-    "cut-oracle": "crashcases.cut",
-    "cut-trial": "crashcases.cut",
-}
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self: ...
 
 
-def task(name: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        _HANDLERS[name] = fn
-        return fn
-
-    return register
+Req = TypeVar("Req", bound=Message)
+Res = TypeVar("Res", bound=Message)
 
 
-def register_module(task_name: str, module: str) -> None:
-    TASK_MODULES[task_name] = module
+@dataclass(frozen=True, slots=True)
+class Task(Generic[Req, Res]):
+    """One kind of work a guest performs: its name, payload types and the function doing it."""
+
+    name: str
+    request: type[Req]
+    result: type[Res]
+    perform: Callable[[Req], Res]
+
+    def encode(self, request: Req) -> dict[str, Any]:
+        return {"task": self.name, **request.to_dict()}
+
+
+def table(*tasks: Task[Any, Any]) -> dict[str, Task[Any, Any]]:
+    """The tasks by name; a name given twice is an error when the guest program is imported."""
+    out: dict[str, Task[Any, Any]] = {}
+    for t in tasks:
+        if t.name in out:
+            raise errors.ConfigError(f"agent: task {t.name!r} is defined twice")
+        out[t.name] = t
+    return out
 
 
 def frame(obj: dict[str, Any]) -> str:
@@ -68,16 +86,19 @@ def parse_frames(text: str) -> Iterator[dict[str, Any]]:
             yield json.loads(line[len(FRAME):])
 
 
-def _handler(name: str, module: str | None = None) -> Handler:
-    if name not in _HANDLERS and (module or name in TASK_MODULES):
-        importlib.import_module(module or TASK_MODULES[name])
+# --- guest side --------------------------------------------------------------
+
+
+def _decode(task: Task[Req, Any], raw: Mapping[str, Any]) -> Req:
+    fields = {k: v for k, v in raw.items() if k != "task"}
     try:
-        return _HANDLERS[name]
-    except KeyError:
-        raise errors.ConfigError(f"agent: unknown task {name!r}") from None
+        return task.request.from_dict(fields)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise errors.ConfigError(f"agent: malformed {task.name!r} request ({exc!r})") from exc
 
 
-def serve(task_obj: dict[str, Any], out: Any = None) -> int:
+def serve(tasks: Mapping[str, Task[Any, Any]], raw: Mapping[str, Any], out: TextIO | None = None) -> int:
+    """Perform the task ``raw`` asks for; write its result or error as a frame; return the exit status."""
     stream = out or sys.stdout
 
     def emit(obj: dict[str, Any]) -> None:
@@ -85,13 +106,15 @@ def serve(task_obj: dict[str, Any], out: Any = None) -> int:
         stream.flush()
 
     try:
-        name = task_obj.get("task")
+        name = raw.get("task")
         if not isinstance(name, str):
-            raise errors.ConfigError("agent: the task has no 'task' name")
-        module = task_obj.get("module")
-        _handler(name, module if isinstance(module, str) else None)(task_obj, emit)
+            raise errors.ConfigError("agent: the request has no 'task' name")
+        task = tasks.get(name)
+        if task is None:
+            raise errors.ConfigError(f"agent: unknown task {name!r} (known: {', '.join(sorted(tasks))})")
+        emit({"result": task.perform(_decode(task, raw)).to_dict()})
     except errors.PowercutError as exc:
-        emit({"error": str(exc), "type": type(exc).__name__})
+        emit({"error": str(exc), "type": errors.kind_name(type(exc))})
         return 1
     except Exception as exc:  # the harness broke: keep the traceback for the log
         emit({"error": f"{type(exc).__name__}: {exc}", "type": "InternalError",
@@ -100,16 +123,19 @@ def serve(task_obj: dict[str, Any], out: Any = None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(tasks: Mapping[str, Task[Any, Any]]) -> int:
+    """The guest program's body: read one request from stdin and serve it."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="agent %(levelname)s %(name)s: %(message)s")
-    raw = sys.stdin.read()
     try:
-        task_obj = json.loads(raw)
+        raw = json.loads(sys.stdin.read())
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected an object, got {type(raw).__name__}")
     except ValueError as exc:
-        print(frame({"error": f"agent: task is not valid JSON: {exc}", "type": "ConfigError"}))
+        print(frame({"error": f"agent: the request is not a JSON object: {exc}",
+                     "type": errors.kind_name(errors.ConfigError)}))
         return 1
-    return serve(task_obj)
+    return serve(tasks, raw)
 
 
 # --- host side ---------------------------------------------------------------
@@ -119,16 +145,31 @@ class AgentError(errors.PowercutError):
     """The agent reported an error while performing a task."""
 
 
-def call(machine: Any, task_obj: dict[str, Any], *, timeout_s: float = 600.0,
-         watch: Callable[[], str | None] | None = None) -> list[dict[str, Any]]:
-    """Run one task in ``machine`` and return its results; raise on an agent error.
+def _raise_error(f: Mapping[str, Any]) -> None:
+    if f.get("traceback"):
+        log.error("agent traceback:\n%s", f["traceback"])
+    message = str(f["error"])
+    kind = errors.error_kind(str(f.get("type"))) or AgentError
+    try:
+        exc = kind(message)
+    except TypeError:  # an error class whose constructor wants more than a message
+        exc = AgentError(message)
+    raise exc
 
-    ``watch`` (machines that support it) is asked about once a second whether
-    the task is stuck, so a hang is noticed before the whole deadline."""
+
+def call(machine: Any, request: Mapping[str, Any], *, module: str = GUEST_MODULE,
+         args: Sequence[str] = (), timeout_s: float = 600.0,
+         watch: Callable[[], str | None] | None = None) -> list[dict[str, Any]]:
+    """Send ``request`` (JSON-ready) to ``python -m module [args]`` in ``machine``; return its results.
+
+    An error the guest reports is raised here with the guest's error type
+    when that type is known here, else as AgentError. ``watch`` (machines
+    that support it) is asked about once a second whether the task is stuck,
+    so a hang is noticed before the whole deadline."""
     extra = {"watch": watch} if watch is not None else {}
     result: CommandResult = machine.run(
-        [*machine.python_argv(), "-m", "framework.core.agent"],
-        input=json.dumps(task_obj),
+        [*machine.python_argv(), "-m", module, *args],
+        input=json.dumps(request),
         timeout_s=timeout_s,
         ok_status=None,
         **extra,
@@ -136,54 +177,47 @@ def call(machine: Any, task_obj: dict[str, Any], *, timeout_s: float = 600.0,
     frames = list(parse_frames(result.stdout))
     for f in frames:
         if "error" in f:
-            kind = getattr(errors, str(f.get("type")), None)
-            exc_type = kind if isinstance(kind, type) and issubclass(kind, errors.PowercutError) else AgentError
-            if f.get("traceback"):
-                log.error("agent traceback:\n%s", f["traceback"])
-            raise exc_type(str(f["error"]))
+            _raise_error(f)
     if result.status != 0:
         tail = " | ".join(result.stderr.strip().splitlines()[-5:])
-        raise AgentError(f"agent exited with status {result.status} for task {task_obj.get('task')!r}: {tail}")
+        raise AgentError(f"agent exited with status {result.status} for task "
+                         f"{request.get('task')!r}: {tail}")
     return [f["result"] for f in frames if "result" in f]
 
 
-# --- built-in tasks ----------------------------------------------------------
-
-
-@task("echo")
-def _echo(t: dict[str, Any], emit: Emit) -> None:
-    """Send the payload back (round-trip check)."""
-    emit({"result": t.get("payload")})
-
-
-@task("env")
-def _env(t: dict[str, Any], emit: Emit) -> None:
-    """Facts about the machine the agent runs in."""
-    import os
-    import platform
-
-    targets = ""
+def perform(machine: Any, task: Task[Req, Res], request: Req, *, module: str = GUEST_MODULE,
+            args: Sequence[str] = (), timeout_s: float = 600.0,
+            watch: Callable[[], str | None] | None = None) -> Res:
+    """Have ``machine`` perform ``task`` on ``request``; its one result, typed."""
+    results = call(machine, task.encode(request), module=module, args=args, timeout_s=timeout_s,
+                   watch=watch)
+    if len(results) != 1:
+        raise AgentError(f"task {task.name!r} returned {len(results)} results, expected 1")
     try:
-        from framework.core.command import run
-
-        targets = run(["dmsetup", "targets"], timeout_s=30, env={"DM_DISABLE_UDEV": "1"}).stdout
-    except errors.PowercutError as exc:
-        targets = f"error: {exc}"
-    with open("/proc/filesystems") as f:
-        filesystems = sorted({ln.split()[-1] for ln in f if ln.strip()})
-    emit({"result": {
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "dm_targets": sorted(ln.split()[0] for ln in targets.splitlines() if ln.strip()
-                             and not ln.startswith("error")),
-        "filesystems": filesystems,
-    }})
+        return task.result.from_dict(results[0])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AgentError(f"task {task.name!r} returned a malformed result ({exc!r})") from exc
 
 
-if __name__ == "__main__":
-    # Run through the imported module so that task modules, which import
-    # framework.core.agent, register into the same table main() reads.
-    from framework.core import agent as _agent
+# --- a task every guest program offers ------------------------------------------
 
-    sys.exit(_agent.main())
+
+@dataclass(frozen=True, slots=True)
+class Echo:
+    """A round trip through the protocol: the payload (any JSON value) comes back unchanged."""
+
+    payload: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"payload": self.payload}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Echo:
+        return cls(raw.get("payload"))
+
+
+def _echo(request: Echo) -> Echo:
+    return request
+
+
+ECHO: Task[Echo, Echo] = Task("echo", Echo, Echo, _echo)

@@ -8,9 +8,31 @@ misbehaving (a *result*, never an exception) and the harness breaking
 
 from __future__ import annotations
 
+#: Every error class by its dotted name (module and qualified name), filled as
+#: each is defined, so an error raised in a guest can be raised again on the
+#: host with its own type (see framework.core.agent).
+_KINDS: dict[str, type[PowercutError]] = {}
+
 
 class PowercutError(Exception):
     """Base of every error powercut raises on purpose; str() is one line."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        _KINDS[kind_name(cls)] = cls
+
+
+def kind_name(cls: type[PowercutError]) -> str:
+    """The name an error type travels under: short names clash (two WorkloadErrors)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def error_kind(name: str) -> type[PowercutError] | None:
+    """The error class named ``name`` by kind_name(), if its module is imported here."""
+    return _KINDS.get(name)
+
+
+_KINDS[kind_name(PowercutError)] = PowercutError
 
 
 class ConfigError(PowercutError):

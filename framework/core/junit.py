@@ -1,4 +1,4 @@
-"""JUnit XML for CI systems: one testcase per checked crash state."""
+"""JUnit XML for CI systems: crash states, power-cut trials and benchmark comparisons as test cases."""
 
 from __future__ import annotations
 
@@ -18,14 +18,21 @@ class Case:
 
 
 def write(path: Path, suite: str, cases: Iterable[Case]) -> None:
-    items = list(cases)
+    write_suites(path, [(suite, cases)])
+
+
+def write_suites(path: Path, suites: Iterable[tuple[str, Iterable[Case]]]) -> None:
+    """One file, one <testsuite> per (name, cases): e.g. one per target of a run."""
     root = ET.Element("testsuites")
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(items)),
-                       failures=str(sum(1 for c in items if c.failure)), errors="0",
-                       time=f"{sum(c.time_s for c in items):.3f}")
-    for c in items:
-        tc = ET.SubElement(ts, "testcase", name=c.name, classname=c.classname, time=f"{c.time_s:.3f}")
-        if c.failure:
-            f = ET.SubElement(tc, "failure", message=c.failure)
-            f.text = c.details
+    for suite, cases in suites:
+        items = list(cases)
+        ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(items)),
+                           failures=str(sum(1 for c in items if c.failure)), errors="0",
+                           time=f"{sum(c.time_s for c in items):.3f}")
+        for c in items:
+            tc = ET.SubElement(ts, "testcase", name=c.name, classname=c.classname,
+                               time=f"{c.time_s:.3f}")
+            if c.failure:
+                f = ET.SubElement(tc, "failure", message=c.failure)
+                f.text = c.details
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

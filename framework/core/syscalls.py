@@ -103,3 +103,14 @@ class KernelLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def drop_caches() -> None:
+    """Write back dirty pages, then drop the clean page cache, dentries and inodes.
+
+    vm.drop_caches frees only clean objects (Documentation/admin-guide/sysctl/vm.rst),
+    so the sync before it is what makes the next read come from the disk.
+    """
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")

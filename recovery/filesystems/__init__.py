@@ -1,19 +1,27 @@
-"""One adapter per filesystem family: mkfs, mount options, fsck and its exit codes.
+"""One adapter per filesystem family: mkfs, mount options, fsck and its exit codes,
+persistence rules, kernel modules and tools.
 
 No other package knows these details; everything else asks
-``adapter_for(target.fstype)``.
+``adapter_for(target.fstype)`` or one of the functions below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from framework.core.errors import ConfigError
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool
 from recovery.filesystems.btrfs import BtrfsAdapter
 from recovery.filesystems.ext import ExtAdapter
 from recovery.filesystems.f2fs import F2fsAdapter
 from recovery.filesystems.jfs import JfsAdapter
 from recovery.filesystems.reiserfs import ReiserfsAdapter
 from recovery.filesystems.xfs import XfsAdapter
+
+if TYPE_CHECKING:
+    from recovery.persistence import PersistenceRules
+    from recovery.targets import Target
 
 ADAPTERS: tuple[FilesystemAdapter, ...] = (
     ExtAdapter(),
@@ -41,6 +49,33 @@ def fstypes() -> list[str]:
     return sorted(_BY_FSTYPE)
 
 
+def persistence_rules(target: Target) -> PersistenceRules:
+    """What fsync, fdatasync and sync promise on ``target`` (its adapter decides)."""
+    return adapter_for(target.fstype).persistence_rules(target)
+
+
+def kernel_modules(fstypes: Iterable[str]) -> tuple[str, ...]:
+    """The kernel modules these filesystem types need, each once, in order.
+
+    An unknown type is a ConfigError naming the known ones.
+    """
+    out: list[str] = []
+    for fstype in fstypes:
+        for module in adapter_for(fstype).kernel_modules:
+            if module not in out:
+                out.append(module)
+    return tuple(out)
+
+
+def tools() -> tuple[Tool, ...]:
+    """Every program the adapters run, each binary once, in adapter order."""
+    seen: dict[str, Tool] = {}
+    for adapter in ADAPTERS:
+        for tool in adapter.tools:
+            seen.setdefault(tool.binary, tool)
+    return tuple(seen.values())
+
+
 __all__ = [
     "ADAPTERS",
     "BtrfsAdapter",
@@ -50,7 +85,11 @@ __all__ = [
     "FsckVerdict",
     "JfsAdapter",
     "ReiserfsAdapter",
+    "Tool",
     "XfsAdapter",
     "adapter_for",
     "fstypes",
+    "kernel_modules",
+    "persistence_rules",
+    "tools",
 ]

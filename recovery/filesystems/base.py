@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from framework.core.errors import ConfigError
+from recovery.persistence import PersistenceRules
 
 if TYPE_CHECKING:
     from recovery.targets import Target
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A program an adapter runs, where it comes from and how it tells its version."""
+
+    binary: str
+    package: str  # the Debian package that provides it
+    #: Arguments that print the version (None: the program has no such option).
+    version_argv: tuple[str, ...] | None = None
+    #: Whether ``powercut doctor`` fails without it (else it only warns).
+    required: bool = False
 
 
 class FsckVerdict(StrEnum):
@@ -21,6 +35,11 @@ class FsckVerdict(StrEnum):
     REPAIRED = "repaired"  # inconsistencies found and all corrected
     CORRUPT = "corrupt"  # inconsistencies found and left (read-only check, or repair gave up)
     FAILED = "failed"  # the tool itself broke (usage, I/O, cannot run): no verdict on the fs
+
+
+def split_options(options: Sequence[str]) -> list[str]:
+    """Mount options one per item: ``["rw,data=journal"]`` -> ``["rw", "data=journal"]``."""
+    return [o.strip() for opt in options for o in opt.split(",") if o.strip()]
 
 
 # Exit-status bits shared by e2fsck and jfs_fsck, and used by fsck.f2fs since
@@ -71,23 +90,48 @@ class FilesystemAdapter(abc.ABC):
     family: str = ""
     #: Mount types this adapter serves (``Target.fstype``).
     fstypes: tuple[str, ...] = ()
-    #: Kernel module that provides the filesystem (for availability probes).
-    kernel_module: str = ""
-    #: Programs the adapter runs (for availability probes).
-    tools: tuple[str, ...] = ()
-    #: Debian package that provides the tools.
-    package: str = ""
+    #: Kernel modules the filesystem needs, in load order (the guest's
+    #: initramfs loads them; availability probes modprobe them).
+    kernel_modules: tuple[str, ...] = ()
+    #: Programs the adapter runs, each with its Debian package.
+    tools: tuple[Tool, ...] = ()
     #: Smallest data device mkfs accepts (0: no limit worth stating).
     min_size_bytes: int = 0
     #: Smallest external journal device mkfs accepts.
     min_journal_size_bytes: int = 0
     #: Whether a journal (or log) may live on its own device.
     supports_external_journal: bool = False
+    #: Whether the filesystem can be made without a journal (journal = "none").
+    journal_optional: bool = False
     #: Whether the kernel replays the journal at mount. JFS does not: it
     #: refuses a dirty rw mount and leaves log replay to jfs_fsck.
     mount_replays_journal: bool = True
     #: Kernel-log lines that say a journal (or log tree) was replayed.
     replay_patterns: tuple[re.Pattern[str], ...] = ()
+
+    def check_target(self, target: Target, *, where: str) -> None:
+        """Reject a target this filesystem cannot be, with a one-line ConfigError.
+
+        Called when a target is loaded; ``where`` names the file and the
+        target (``file: targets.'name'``). Subclasses that read options
+        (persistence_rules) check them here too, so a bad option fails at
+        load time rather than in the middle of a run.
+        """
+        if target.needs_journal_disk and not self.supports_external_journal:
+            raise ConfigError(
+                f"{where}.journal: {target.fstype} cannot put its journal on its own disk")
+        if not target.journalled and not self.journal_optional:
+            raise ConfigError(
+                f"{where}.journal: {target.fstype} always has a journal; 'none' is not possible")
+
+    @abc.abstractmethod
+    def persistence_rules(self, target: Target) -> PersistenceRules:
+        """What fsync, fdatasync and sync promise on ``target``, beyond POSIX.
+
+        Derived from the filesystem type, the journal and the mount (and
+        mkfs) options, never from the target's name. Raises ConfigError for
+        options check_target() would reject.
+        """
 
     @abc.abstractmethod
     def mkfs_argv(

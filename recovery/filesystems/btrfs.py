@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool, split_options
+from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
     from recovery.targets import Target
@@ -34,9 +36,9 @@ _DAMAGE_REPORTED = re.compile(
 class BtrfsAdapter(FilesystemAdapter):
     family = "btrfs"
     fstypes = ("btrfs",)
-    kernel_module = "btrfs"
-    tools = ("mkfs.btrfs", "btrfs")
-    package = "btrfs-progs"
+    kernel_modules = ("btrfs",)
+    tools = (Tool("mkfs.btrfs", "btrfs-progs", ("--version",)),
+             Tool("btrfs", "btrfs-progs", ("--version",)))
     # btrfs has no journal device; its log tree lives among the data.
     supports_external_journal = False
     min_size_bytes = 128 * 1024 * 1024
@@ -45,6 +47,24 @@ class BtrfsAdapter(FilesystemAdapter):
         re.compile(r"BTRFS info \(device .*\): start tree-log replay"),
         re.compile(r"BTRFS .*: (log replay|replaying log)", re.IGNORECASE),
     )
+
+    def persistence_rules(self, target: Target) -> PersistenceRules:
+        # fsync logs the inode, its new names and new ancestors in the log
+        # tree (btrfs_sync_file(), fs/btrfs/file.c; btrfs_log_inode_parent(),
+        # fs/btrfs/tree-log.c, Linux 6.1), and data is copy-on-write: an
+        # overwrite goes to a new extent (cow_file_range(), fs/btrfs/inode.c).
+        # nodatacow makes new files overwrite in place (btrfs_new_inode()
+        # sets BTRFS_INODE_NODATACOW, and should_nocow() then skips COW), so
+        # a torn block is legitimate again. btrfs_parse_options()
+        # (fs/btrfs/super.c) applies the options in order: the last of
+        # datacow/nodatacow wins.
+        cow = True
+        for opt in split_options(target.mount_options):
+            if opt in ("datacow", "nodatacow"):
+                cow = opt == "datacow"
+        if not cow:
+            return journalled("btrfs/nodatacow")
+        return replace(journalled("btrfs"), data_block_atomic=True)
 
     def mkfs_argv(
         self,

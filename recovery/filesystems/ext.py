@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
+from framework.core.errors import ConfigError
+from recovery.filesystems.base import (
+    FilesystemAdapter,
+    FsckVerdict,
+    Tool,
+    classify_fsck8_status,
+    split_options,
+)
+from recovery.persistence import PersistenceRules, journalled, posix_strict
 
 if TYPE_CHECKING:
     from recovery.targets import Target
@@ -16,13 +27,94 @@ if TYPE_CHECKING:
 EXTERNAL_JOURNAL_BLOCK_SIZE = 4096
 
 
+class DataMode(StrEnum):
+    """The data= journalling modes (ext4_param_data in fs/ext4/super.c, Linux 6.1)."""
+
+    ORDERED = "ordered"  # the default: data written before the metadata that points at it commits
+    WRITEBACK = "writeback"  # metadata journalled, data order not kept
+    JOURNAL = "journal"  # data goes through the journal too
+
+
+@dataclass(frozen=True, slots=True)
+class ExtMode:
+    """What the ext4 driver does with a target, read from its options."""
+
+    journal: bool
+    data: DataMode
+    auto_da_alloc: bool
+
+
+def _features(mkfs_options: Sequence[str]) -> list[str]:
+    """The -O feature edits of a mke2fs command line, in order."""
+    out: list[str] = []
+    opts = list(mkfs_options)
+    for i, opt in enumerate(opts):
+        if opt == "-O" and i + 1 < len(opts):
+            out += opts[i + 1].split(",")
+        elif opt.startswith("-O") and len(opt) > 2:
+            out += opt[2:].split(",")
+    return [f.strip().lower() for f in out if f.strip()]
+
+
+def mkfs_makes_journal(fstype: str, mkfs_options: Sequence[str]) -> bool:
+    """Whether ``mke2fs -t fstype`` with these options writes a journal.
+
+    ext3 and ext4 have one unless ``-O ^has_journal`` (or ``none``) removes
+    it; ext2 has none unless ``-j``, ``-J`` or ``-O has_journal`` adds it
+    (mke2fs(8); feature edits as e2p_edit_feature2() in lib/e2p/feature.c
+    reads them: ``^`` or ``-`` clears, ``+`` or nothing sets).
+    """
+    journal = fstype != "ext2"
+    for feature in _features(mkfs_options):
+        if feature in ("none", "clear"):
+            journal = False
+        elif feature.lstrip("+") == "has_journal":
+            journal = True
+        elif feature[:1] in ("^", "-") and feature[1:] == "has_journal":
+            journal = False
+    # -j and -J set a journal size, and PRS() in misc/mke2fs.c (e2fsprogs)
+    # turns has_journal on for it after the feature edits.
+    return journal or any(opt == "-j" or opt.startswith("-J") for opt in mkfs_options)
+
+
+def ext_mode(target: Target, *, where: str) -> ExtMode:
+    """Read ``target``'s journal, data mode and auto_da_alloc; ConfigError for an unknown data mode."""
+    data = DataMode.ORDERED
+    auto_da_alloc = True
+    # ext4_parse_param() (fs/ext4/super.c, Linux 6.1) applies the options in
+    # order, so the last data= and the last auto_da_alloc setting win.
+    for opt in split_options(target.mount_options):
+        key, eq, value = opt.partition("=")
+        if key == "data" and eq:
+            try:
+                data = DataMode(value)
+            except ValueError:
+                known = ", ".join(m.value for m in DataMode)
+                raise ConfigError(
+                    f"{where}.mount_options: unknown {target.fstype} data mode {value!r} "
+                    f"(known: {known})") from None
+        elif opt == "noauto_da_alloc":
+            auto_da_alloc = False
+        elif key == "auto_da_alloc":
+            # "auto_da_alloc=0" is noauto_da_alloc; a bare flag or any other number enables it.
+            auto_da_alloc = not (eq and value.strip() == "0")
+    return ExtMode(journal=mkfs_makes_journal(target.fstype, target.mkfs_options) and
+                   target.journalled, data=data, auto_da_alloc=auto_da_alloc)
+
+
 class ExtAdapter(FilesystemAdapter):
     family = "ext"
     fstypes = ("ext2", "ext3", "ext4")
-    kernel_module = "ext4"
-    tools = ("mke2fs", "e2fsck")
-    package = "e2fsprogs"
+    # One driver serves all three: Debian's kernel has CONFIG_EXT4_USE_FOR_EXT2=y
+    # and neither CONFIG_EXT2_FS nor CONFIG_EXT3_FS.
+    kernel_modules = ("ext4",)
+    # Required: the default study (quick) and the crash and cut defaults are ext targets.
+    tools = (
+        Tool("mke2fs", "e2fsprogs", ("-V",), required=True),
+        Tool("e2fsck", "e2fsprogs", ("-V",), required=True),
+    )
     supports_external_journal = True
+    journal_optional = True
     replay_patterns = (
         # fs/ext4/super.c after jbd2_journal_load() replayed the log.
         re.compile(r"EXT[234]-fs \(.*\): recovery complete"),
@@ -32,6 +124,49 @@ class ExtAdapter(FilesystemAdapter):
         re.compile(r"EXT[234]-fs \(.*\): \d+ (orphan inodes? deleted|truncates? cleaned up)"),
         re.compile(r"JBD2: .*recover", re.IGNORECASE),
     )
+
+    def check_target(self, target: Target, *, where: str) -> None:
+        super().check_target(target, where=where)
+        mode = ext_mode(target, where=where)
+        makes = mkfs_makes_journal(target.fstype, target.mkfs_options)
+        if makes and not target.journalled:
+            raise ConfigError(
+                f"{where}.journal: 'none', but mke2fs makes {target.fstype} with a journal "
+                f"(add \"-O\", \"^has_journal\" to mkfs_options)")
+        if not makes and target.journalled:
+            raise ConfigError(
+                f"{where}.journal: {target.journal.value!r}, but mke2fs makes {target.fstype} "
+                f"without a journal (set journal = \"none\")")
+        if not mode.journal and mode.data is not DataMode.ORDERED:
+            # __ext4_fill_super() refuses the mount: "can't mount with
+            # data=, fs mounted w/o journal" (fs/ext4/super.c, Linux 6.1).
+            raise ConfigError(
+                f"{where}.mount_options: data={mode.data.value} needs a journal, "
+                f"and this {target.fstype} has none")
+
+    def persistence_rules(self, target: Target) -> PersistenceRules:
+        mode = ext_mode(target, where=f"targets.{target.name!r}")
+        if target.fstype == "ext2":
+            # Whatever driver mounts it (ext2, or ext4 serving ext2), ext2 is
+            # described by its on-disk format: no journal, POSIX only.
+            return posix_strict("ext2")
+        if not mode.journal:
+            # No jbd2: ext4_fsync_nojournal() syncs the inode and, for a new
+            # inode, its parents (ext4_sync_parent()), one buffer at a time:
+            # nothing is atomic, nothing beyond POSIX is promised.
+            return posix_strict(f"{target.fstype}/nojournal")
+        name = f"{target.fstype}/{mode.data.value}"
+        if mode.data is DataMode.WRITEBACK:
+            # No data ordering: the replace-via-rename blocks may land after
+            # the rename, and allocated blocks may show old disk contents.
+            return replace(journalled(name), stale_data_after_extension=True)
+        if not mode.auto_da_alloc:
+            # Different checks, a different name.
+            name += ",noauto_da_alloc"
+        rules = replace(journalled(name), rename_replace_flushes_data=mode.auto_da_alloc)
+        if mode.data is DataMode.JOURNAL:
+            return replace(rules, data_block_atomic=True)
+        return rules
 
     @staticmethod
     def _block_size(target: Target) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool, classify_fsck8_status
+from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
     from recovery.targets import Target
@@ -15,9 +17,9 @@ BLOCK_BYTES = 1024  # jfs_mkfs's trailing block count is in 1 KiB units
 class JfsAdapter(FilesystemAdapter):
     family = "jfs"
     fstypes = ("jfs",)
-    kernel_module = "jfs"
-    tools = ("jfs_mkfs", "jfs_fsck", "jfs_tune")
-    package = "jfsutils"
+    kernel_modules = ("jfs",)
+    tools = (Tool("jfs_mkfs", "jfsutils", ("-V",)), Tool("jfs_fsck", "jfsutils", ("-V",)),
+             Tool("jfs_tune", "jfsutils", ("-V",)))
     supports_external_journal = True
     # fs/jfs/jfs_mount.c refuses a read-write mount of a dirty volume
     # ("File System Dirty"); the log is replayed by jfs_fsck (logredo).
@@ -26,6 +28,14 @@ class JfsAdapter(FilesystemAdapter):
     # The kernel never replays a JFS log, so no kernel line reports one
     # (a dirty volume shows up as a failed mount instead).
     replay_patterns = ()
+
+    def persistence_rules(self, target: Target) -> PersistenceRules:
+        # Metadata changes are transactions in the log (txCommit(),
+        # fs/jfs/jfs_txnmgr.c), which jfs_fsck replays; fsync commits the
+        # inode (jfs_fsync() -> jfs_commit_inode(), fs/jfs/file.c and
+        # inode.c, Linux 6.1). How far that reaches over names is not
+        # promised anywhere, so only atomic metadata is added to POSIX.
+        return replace(posix_strict("jfs"), metadata_atomic=True)
 
     def mkfs_argv(
         self,

@@ -7,9 +7,11 @@ ships it as a module (CONFIG_REISERFS_FS=m).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool
+from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
     from recovery.targets import Target
@@ -22,9 +24,9 @@ _NO_CORRUPTION = re.compile(r"^No corruptions found", re.MULTILINE)
 class ReiserfsAdapter(FilesystemAdapter):
     family = "reiserfs"
     fstypes = ("reiserfs",)
-    kernel_module = "reiserfs"
-    tools = ("mkreiserfs", "reiserfsck")
-    package = "reiserfsprogs"
+    kernel_modules = ("reiserfs",)
+    tools = (Tool("mkreiserfs", "reiserfsprogs", ("-V",)),
+             Tool("reiserfsck", "reiserfsprogs", ("-V",)))
     supports_external_journal = True
     replay_patterns = (
         # fs/reiserfs/journal.c, journal_read(); its "checking transaction
@@ -32,6 +34,14 @@ class ReiserfsAdapter(FilesystemAdapter):
         re.compile(r"REISERFS .*: replayed \d+ transactions"),
         re.compile(r"REISERFS .*: replaying"),
     )
+
+    def persistence_rules(self, target: Target) -> PersistenceRules:
+        # Metadata is journalled (journal_mark_dirty() and do_journal_end(),
+        # fs/reiserfs/journal.c), and fsync commits the inode's transaction
+        # (reiserfs_sync_file() -> reiserfs_commit_for_inode(), Linux 6.1).
+        # Its data= modes (ordered by default, journal, writeback) are not
+        # told apart: POSIX plus atomic metadata is sound for all three.
+        return replace(posix_strict("reiserfs"), metadata_atomic=True)
 
     def mkfs_argv(
         self,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool
+from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
     from recovery.targets import Target
@@ -17,9 +18,8 @@ MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
 class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
-    kernel_module = "xfs"
-    tools = ("mkfs.xfs", "xfs_repair")
-    package = "xfsprogs"
+    kernel_modules = ("xfs",)
+    tools = (Tool("mkfs.xfs", "xfsprogs", ("-V",)), Tool("xfs_repair", "xfsprogs", ("-V",)))
     supports_external_journal = True
     min_size_bytes = MIN_SIZE_BYTES
     min_journal_size_bytes = 64 * 1024 * 1024  # "Log size must be at least 64MB."
@@ -28,6 +28,14 @@ class XfsAdapter(FilesystemAdapter):
         re.compile(r"XFS \(.*\): Starting recovery"),
         re.compile(r"XFS \(.*\): Ending recovery"),
     )
+
+    def persistence_rules(self, target: Target) -> PersistenceRules:
+        # Every metadata change is logged, and fsync forces the log up to the
+        # inode's last change (xfs_file_fsync(), fs/xfs/xfs_file.c, Linux 6.1).
+        # Data overwrites are in place (no data journal, no copy-on-write
+        # without reflink sharing), so a torn in-flight block is legitimate.
+        # Wherever the log lives, the promises are the same.
+        return journalled("xfs")
 
     def mkfs_argv(
         self,

@@ -10,6 +10,7 @@ from framework.core.errors import MissingPrerequisite
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import default_kernel
 from framework.core.machine.qemu import QemuMachine
+from recovery.filesystems import kernel_modules
 
 
 def guest_prerequisites() -> str | None:
@@ -39,7 +40,7 @@ def guest():
     """One guest shared by the read-only checks of a session (boots take seconds)."""
     machine = QemuMachine(disks=[DiskSpec("data", 128 << 20), DiskSpec("log", 128 << 20),
                                  DiskSpec("scratch", 128 << 20)],
-                          fstypes=("ext4", "xfs"))
+                          modules=kernel_modules(("ext4", "xfs")))
     machine.start()
     yield machine
     machine.close()

@@ -11,13 +11,15 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from framework.bench.task import RepetitionRequest, RepetitionResult
+from framework.bench.task import BENCH_REPETITION, RepetitionRequest
 from framework.bench.workloads import Scale
 from framework.core import agent
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
 from framework.core.stats import summarize
 from framework.core.store import RunStatus, Store
+from recovery.filesystems import kernel_modules
+from recovery.targets import get_target
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 TARGETS = ("ext2", "ext4/ordered", "ext4/writeback", "ext4/journal")
@@ -100,7 +102,7 @@ PRIMARY = {"bonnie": "per_char_write", "postmark": "transactions", "dbench": "th
 
 @pytest.fixture(scope="module")
 def bench_guest():
-    machine = QemuMachine(disks=[DiskSpec("data", 256 << 20)], fstypes=("ext4",))
+    machine = QemuMachine(disks=[DiskSpec("data", 256 << 20)], modules=kernel_modules(("ext4",)))
     machine.start()
     yield machine
     machine.close()
@@ -108,9 +110,8 @@ def bench_guest():
 
 @pytest.mark.parametrize("workload", list(EXPECTED_UNITS))
 def test_each_workload_runs_on_ext4_ordered(bench_guest, workload):
-    req = RepetitionRequest("ext4/ordered", workload, Scale.TINY, bench_guest.disk("data"))
-    (raw,) = agent.call(bench_guest, req.to_task(), timeout_s=900)
-    res = RepetitionResult.from_json(raw)
+    req = RepetitionRequest(get_target("ext4/ordered"), workload, Scale.TINY, bench_guest.disk("data"))
+    res = agent.perform(bench_guest, BENCH_REPETITION, req, timeout_s=900)
     assert res.target == "ext4/ordered" and "data=ordered" in res.mount_options
     units = {m.unit for m in res.metrics}
     assert units <= EXPECTED_UNITS[workload], units - EXPECTED_UNITS[workload]

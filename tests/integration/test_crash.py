@@ -17,12 +17,13 @@ from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.qemu import QemuMachine
 from framework.core.store import Store
+from recovery.filesystems import kernel_modules
 
 LOSS = {Outcome.DATA_LOSS}
 
 
 def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
-    return QemuMachine(disks=disks, fstypes=fstypes, rundir=rundir).start()
+    return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
 
 
 def outcomes(result) -> dict[str, Outcome]:

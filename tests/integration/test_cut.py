@@ -8,6 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crashcases.cases import load_case
+from crashcases.cut import CutEngine, CutPlan
+from crashcases.outcomes import Outcome
+from framework.core.machine.qemu import QemuMachine
+from recovery.filesystems import kernel_modules
+from recovery.targets import Target
+
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 
 
@@ -61,3 +68,22 @@ def test_cut_positive_control_counting_lied_fsyncs_finds_data_loss(tmp_path: Pat
     (trial,) = results_of(tmp_path)["trials"]
     assert trial["outcome"] == "data-loss"
     assert trial["drive"]["post_cut_promises"] and trial["checked_mark"] == trial["drive"]["post_cut_promises"][-1]
+
+
+def test_a_target_only_the_host_knows_is_cut_and_checked_in_the_guest(tmp_path: Path) -> None:
+    """The requests carry the whole target: the guest never looks a name up."""
+    mine = Target.from_dict({"name": "ext4/commit1", "fstype": "ext4",
+                             "mount_options": ["data=ordered", "commit=1"]})
+    plan = CutPlan(targets=(mine.name,), case="random:60", trials=1, seed=5)
+
+    def factory(disks: Any, rundir: Path, fstypes: tuple[str, ...]) -> QemuMachine:
+        return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
+
+    engine = CutEngine(plan, tmp_path, factory, checked=([mine], load_case("random:60", seed=5)))
+    try:
+        trial = engine.run_trial(mine.name, 0)
+    finally:
+        engine.close()
+    assert trial.outcome is Outcome.OK, trial
+    assert trial.check is not None and trial.check.mount_ok and trial.drive is not None
+    assert trial.checked_mark == trial.drive.last_mark

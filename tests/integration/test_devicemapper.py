@@ -17,7 +17,7 @@ import pytest
 from crashcases.cases import load_case
 from crashcases.operations import DURABILITY_OPS, Workload, execute, mark_name
 from crashcases.oracle import OracleLog, verify
-from crashcases.persistence import for_filesystem
+from crashcases.tasks import CRASH_RECORD, RecordRequest
 from devicemapper.flakey import flakey_device
 from devicemapper.logformat import END_MARK, LogFlag, LogReader, LogWriter, summarize
 from devicemapper.replay import Replayer
@@ -26,6 +26,8 @@ from framework.core import agent
 from framework.core.command import CommandResult, run
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
+from recovery.filesystems import kernel_modules, persistence_rules
+from recovery.targets import get_target
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 TARGET = "ext4/ordered"
@@ -38,7 +40,7 @@ def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QemuMachine]:
     rundir = tmp_path_factory.mktemp("dm-vm")
     machine = QemuMachine(disks=[DiskSpec("data", DATA_BYTES), DiskSpec("log", 256 << 20),
                                  DiskSpec("scratch", 16 << 20), DiskSpec("cow", 16 << 20)],
-                          fstypes=("ext4",), rundir=rundir)
+                          modules=kernel_modules(("ext4",)), rundir=rundir)
     machine.start()
     yield machine
     machine.close()
@@ -49,9 +51,9 @@ def recorded(vm: QemuMachine) -> tuple[Workload, OracleLog, dict[str, int], Path
     """A workload of appends made durable by fdatasync, recorded by the kernel target."""
     workload = load_case("hand:append-fdatasync", seed=11)
     oracle_path = vm.rundir / "oracle.json"
-    info = agent.call(vm, {"task": "crash-record", "target": TARGET, "workload": workload.to_json(),
-                           "data_dev": vm.disk("data"), "log_dev": vm.disk("log"),
-                           "oracle_path": os.fspath(oracle_path)}, timeout_s=600)[-1]
+    request = RecordRequest(get_target(TARGET), workload, data_dev=vm.disk("data"),
+                            log_dev=vm.disk("log"), oracle_path=os.fspath(oracle_path))
+    info = agent.perform(vm, CRASH_RECORD, request, timeout_s=600).to_dict()
     return workload, OracleLog.from_json(oracle_path.read_text()), info, vm.disk_image("log")
 
 
@@ -75,7 +77,7 @@ def loop_mounted(image: Path, mountpoint: Path) -> Iterator[Path]:
 
 def test_replay_to_every_mark_holds_exactly_what_was_fsynced(recorded, tmp_path: Path) -> None:
     workload, oracle, _info, log_image = recorded
-    rules = for_filesystem(TARGET)
+    rules = persistence_rules(get_target(TARGET))
     replay = tmp_path / "replay.img"
     with open(replay, "wb") as f:
         f.truncate(DATA_BYTES)
@@ -115,7 +117,7 @@ def test_positive_control_replay_before_the_mark_misses_the_fsynced_append(recor
     with Replayer(log_image, replay) as rep:
         rep.replay_to_mark(mark_name(0))
     with loop_mounted(replay, tmp_path / "mnt") as mnt:
-        findings = verify(oracle, mnt, last_mark=mark_name(1), rules=for_filesystem(TARGET))
+        findings = verify(oracle, mnt, last_mark=mark_name(1), rules=persistence_rules(get_target(TARGET)))
     assert findings, f"state at pc-0 passed as pc-1 (pc-1 is entry {pc1})"
 
 
@@ -201,7 +203,7 @@ def test_flakey_error_writes_fails_writes_with_eio(vm: QemuMachine) -> None:
 
 SLOT_SCRIPT = """
 import json, os, sys
-from devicemapper.dmioctl import Control
+from devicemapper.ioctl import Control
 from devicemapper.snapshot import SnapshotSlot
 from framework.core.command import HostRunner
 

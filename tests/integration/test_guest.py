@@ -11,9 +11,14 @@ import time
 
 import pytest
 
+from crashcases.oracle import OracleError
+from crashcases.tasks import CRASH_CHECK, CheckRequest
+from framework.cli.guest import ENV, EnvRequest
+from framework.core import agent
 from framework.core.errors import ConsoleTimeout
 from framework.core.machine.kernel import default_kernel
 from framework.core.machine.qemu import QemuMachine
+from recovery.targets import get_target
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 
@@ -37,6 +42,20 @@ def test_guest_has_the_dm_targets_and_disks(guest):
     assert int(size) == 128 << 20
 
 
+def test_typed_tasks_and_their_errors_cross_the_console(guest):
+    facts = agent.perform(guest, ENV, EnvRequest(), timeout_s=120)
+    assert facts.kernel == guest.describe()["kernel"]
+    assert {"log-writes", "flakey", "snapshot"} <= set(facts.dm_targets)
+    assert agent.perform(guest, agent.ECHO, agent.Echo({"a": [1, "é"]})) == agent.Echo({"a": [1, "é"]})
+    # A domain error raised in the guest arrives with its own type, not as AgentError.
+    (guest.rundir / "bad-oracle.json").write_text('{"format": 99}')
+    request = CheckRequest(get_target("ext4/ordered"), guest.disk("log"), guest.disk("data"),
+                           guest.disk("scratch"), str(guest.rundir / "bad-oracle.json"),
+                           str(guest.rundir / "results.jsonl"), states=())
+    with pytest.raises(OracleError, match="format 99"):
+        agent.perform(guest, CRASH_CHECK, request, timeout_s=120)
+
+
 def test_cli_vm_run_exits_with_the_guest_status():
     out = subprocess.run([*POWERCUT, "vm", "run", "--", "sh", "-c", "dmsetup targets; exit 7"],
                          capture_output=True, text=True, timeout=300)
@@ -45,7 +64,7 @@ def test_cli_vm_run_exits_with_the_guest_status():
 
 
 def test_timeout_raises_and_tears_the_guest_down(tmp_path):
-    machine = QemuMachine(fstypes=(), rundir=tmp_path / "run")
+    machine = QemuMachine(rundir=tmp_path / "run")
     machine.start()
     try:
         child = machine.child
@@ -89,7 +108,7 @@ def test_doctor_reports_a_kernel_without_dm_log_writes(tmp_path):
 
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_no_qemu_or_run_directory_survives_an_error(error):
-    machine = QemuMachine(fstypes=())
+    machine = QemuMachine()
     with pytest.raises(error), machine:
         machine.start()
         pid = machine.child.pid

@@ -21,13 +21,13 @@ from framework.core import agent
 from framework.core.errors import CommandError, ConfigError
 from framework.core.machine import FakeMachine
 from framework.core.stats import full_factorial, overhead
-from recovery.targets import get_target
+from recovery.targets import Target, get_target
 
 
 def result(target: str, value: float | None, *, seconds: float = 1.0) -> RepetitionResult:
     """A repetition of a fake workload: one throughput and the bench's own timings."""
     return RepetitionResult(
-        target=target, workload="fsmark", scale=Scale.TINY,
+        spec=Target(target, "ext4"), workload="fsmark", scale=Scale.TINY,
         metrics=(Metric("files", value, "files/s", True),
                  Metric("run_s", seconds, "s", False),
                  Metric("umount_s", seconds / 10, "s", False),
@@ -285,18 +285,23 @@ def test_guest_executor_sends_one_task_per_trial_with_the_right_disks():
     fake = FakeMachine()
 
     def respond(_argv: tuple[str, ...], stdin: str | None) -> tuple[int, str, str]:
-        task = json.loads(stdin or "{}")
-        return 0, agent.frame({"result": result(task["target"], 42.0).to_json()}) + "\n", ""
+        # Decoded as the guest does: the target arrives whole, not as a name to look up.
+        req = RepetitionRequest.from_dict(json.loads(stdin or "{}"))
+        done = dataclasses.replace(result(req.target.name, 42.0), spec=req.target)
+        return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
 
-    fake.on("* -m framework.core.agent", respond=respond)
+    fake.on("* -m framework.cli.guest", respond=respond)
     config = BenchConfig(targets=("ext2", "ext4/logdev"), workload="fsmark", reps=2, seed=1)
     run = bench.run_bench(config, bench.GuestExecutor(fake, config))
     tasks = [json.loads(i or "{}") for i in fake.inputs]
     assert len(tasks) == 4 and {t["task"] for t in tasks} == {"bench-rep"}
     for t in tasks:
         assert t["data_dev"] == "/dev/fake-data" and t["scale"] == "tiny"
-        assert t["journal_dev"] == ("/dev/fake-journal" if t["target"] == "ext4/logdev" else None)
+        assert t["target"] == get_target(t["target"]["name"]).to_dict()
+        assert t["journal_dev"] == ("/dev/fake-journal" if t["target"]["name"] == "ext4/logdev"
+                                    else None)
     assert [s.result.metric("files").value for s in run.samples] == [42.0] * 4
+    assert {s.result.spec for s in run.samples} == {get_target("ext2"), get_target("ext4/logdev")}
 
 
 def test_disks_follow_the_targets_needs():
@@ -313,7 +318,7 @@ def test_repetition_runs_mkfs_mount_workload_umount_in_order(monkeypatch, tmp_pa
     monkeypatch.setattr(benchtask, "_mount_options", lambda _mnt: "rw,data=journal")
     fake = FakeMachine()
     fake.on("env -C * fs_mark *", stdout="     0         200         4096       1234.5          5678\n")
-    req = RepetitionRequest("ext4/journal", "fsmark", Scale.TINY, "/dev/vda",
+    req = RepetitionRequest(get_target("ext4/journal"), "fsmark", Scale.TINY, "/dev/vda",
                             mountpoint=str(tmp_path / "mnt"))
     res = benchtask.run_repetition(fake, req)
     tools = [c[0] if c[0] != "env" else c[3] for c in fake.calls if c[0] != "dmesg"]
@@ -323,7 +328,8 @@ def test_repetition_runs_mkfs_mount_workload_umount_in_order(monkeypatch, tmp_pa
     assert res.metric("files").value == pytest.approx(1234.5)
     assert res.metric("durable_s").value == pytest.approx(res.run_s + res.umount_s)
     assert res.mount_options == "rw,data=journal"
-    assert RepetitionResult.from_json(json.loads(json.dumps(res.to_json()))) == res
+    assert RepetitionResult.from_dict(json.loads(json.dumps(res.to_dict()))) == res
+    assert RepetitionRequest.from_dict(json.loads(json.dumps(req.to_dict()))) == req
 
 
 def test_repetition_unmounts_when_the_workload_fails(monkeypatch, tmp_path):
@@ -331,14 +337,15 @@ def test_repetition_unmounts_when_the_workload_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(benchtask, "_mount_options", lambda _mnt: "")
     fake = FakeMachine()
     fake.on("env -C * fs_mark *", status=1, stderr="fs_mark: no space left")
-    req = RepetitionRequest("ext2", "fsmark", Scale.TINY, "/dev/vda", mountpoint=str(tmp_path / "m"))
+    req = RepetitionRequest(get_target("ext2"), "fsmark", Scale.TINY, "/dev/vda",
+                            mountpoint=str(tmp_path / "m"))
     with pytest.raises(CommandError, match="fs_mark failed"):
         benchtask.run_repetition(fake, req)
     assert fake.calls[-1][0] == "umount"
 
 
 def test_a_logdev_target_without_a_journal_disk_is_refused(tmp_path):
-    req = RepetitionRequest("ext4/logdev", "fsmark", Scale.TINY, "/dev/vda",
+    req = RepetitionRequest(get_target("ext4/logdev"), "fsmark", Scale.TINY, "/dev/vda",
                             mountpoint=str(tmp_path / "m"))
     with pytest.raises(ConfigError, match="needs a journal disk"):
         benchtask.run_repetition(FakeMachine(), req)
@@ -383,14 +390,14 @@ def test_store_recorder_keeps_every_sample_of_an_interrupted_run(tmp_path):
 
     with Store(tmp_path / "results.db") as store:
         run_id = store.start_run(command_line="powercut bench", study="bench",
-                                 environment=bench.environment(config, {"machine": "fake"}))
+                                 environment={"plan": bench.plan_document(config)})
         recorder = bench.StoreRecorder(store, run_id, config)
         with pytest.raises(KeyboardInterrupt):
             bench.run_bench(config, execute, recorder=recorder)
         store.finish_run(run_id, RunStatus.INTERRUPTED)
     with Store(tmp_path / "results.db") as store:
         assert store.run(run_id).status is RunStatus.INTERRUPTED
-        assert store.run(run_id).environment["bench"]["seed"] == 2
+        assert store.run(run_id).environment["plan"]["seed"] == 2
         rows = store.bench_samples(run_id, metric="files", include_warmup=True)
         assert sorted(r.trial_order for r in rows) == [0, 1, 2, 3, 4]
         ran = {(t.target, t.rep, t.warmup) for t in fake.trials}

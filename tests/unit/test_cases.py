@@ -11,8 +11,9 @@ from crashcases import cases
 from crashcases.cases import durables, list_cases, load_case, pack, random_ops
 from crashcases.operations import DURABILITY_OPS, FsModel, Op, OpKind, Workload, WorkloadError
 from crashcases.oracle import verify
-from crashcases.persistence import for_filesystem
 from framework.core.errors import ConfigError
+from recovery.filesystems import persistence_rules
+from recovery.targets import get_target
 from tests.unit.test_oracle import assert_clean_everywhere, record
 
 K = OpKind
@@ -184,7 +185,7 @@ def test_retired_files_must_stay_gone(tmp_path: Path) -> None:
     packed = pack(seqs, name="p", retire_every=2)
     root = tmp_path / "run"
     oracle, marks = record(packed, root)
-    rules = for_filesystem("ext4")
+    rules = persistence_rules(get_target("ext4/ordered"))
     assert verify(oracle, root, last_mark=marks[-1], rules=rules) == []
     (root / "s0001").mkdir()
     (root / "s0001" / "f0").write_bytes(b"back from the dead")

@@ -8,9 +8,9 @@ from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts, check_state, outcome_of
 from crashcases.operations import execute
 from crashcases.outcomes import Outcome
-from crashcases.persistence import for_filesystem
 from framework.core.errors import CommandTimeout
 from framework.core.machine.fake import FakeMachine
+from recovery.filesystems import persistence_rules
 from recovery.targets import get_target
 
 
@@ -27,7 +27,7 @@ def run(tree, target="ext4/ordered", fake=None):
     root, oracle = tree
     fake = fake or FakeMachine(rundir=root.parent)
     return check_state(fake, get_target(target), "/dev/mapper/snap", root, oracle=oracle,
-                       last_mark=oracle.marks[-1], rules=for_filesystem(target), key="7/prefix",
+                       last_mark=oracle.marks[-1], rules=persistence_rules(get_target(target)), key="7/prefix",
                        timeouts=Timeouts(mount_s=5, fsck_s=5, umount_s=5)), fake
 
 

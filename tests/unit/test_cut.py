@@ -8,21 +8,35 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
-from crashcases import cut
+from crashcases import cut, cuttrial
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Outcome, Timeouts
-from crashcases.cut import CutPoint, DriveResult, TrialResult, drive, plan_cut, summarize
+from crashcases.cut import plan_cut
+from crashcases.cutsummary import TrialResult, percentile, summarize
+from crashcases.cuttrial import (
+    CutPoint,
+    DriveResult,
+    OracleRequest,
+    OracleResult,
+    TrialOutcome,
+    TrialRequest,
+    drive,
+)
 from crashcases.operations import Op, OpKind, Workload, execute, perform
 from devicemapper.table import FlakeyMode
 from framework.cli import build_parser
 from framework.cli.cut import summary_table, trial_table
+from framework.core import agent
 from framework.core.errors import ConfigError
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import Store
-from recovery.targets import get_target
+from recovery.targets import Target, get_target
 
 K = OpKind
 
@@ -125,7 +139,7 @@ def test_drive_raises_on_errors_before_the_cut_but_skips_unsupported(tmp_path: P
     def broken(op: Op, root: Path, data: bytes) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    with pytest.raises(cut.WorkloadError, match="op 0 .* before the cut"):
+    with pytest.raises(cuttrial.WorkloadError, match="op 0 .* before the cut"):
         drive(small_workload(), tmp_path / "x", CutPoint(before_op=3), lambda: None, perform_op=broken)
 
 
@@ -172,7 +186,7 @@ def test_trial_cuts_with_nolockfs_unmounts_under_the_cut_and_restores_before_rec
     oracle_root.mkdir()
     oracle = execute(w, oracle_root, lambda _n: None)
     live, check = tmp_path / "live", tmp_path / "check"
-    out = cut.run_trial(machine, target, "/dev/vdb", w, oracle, CutPoint(before_op=6),
+    out = cuttrial.run_trial(machine, target, "/dev/vdb", w, oracle, CutPoint(before_op=6),
                         FlakeyMode.DROP_WRITES, continue_syncs=1, count_post_cut=False, key="t",
                         timeouts=Timeouts(), live=live, check_mp=check, forget_caches=lambda: None)
     calls = [" ".join(c) for c in machine.calls]
@@ -199,8 +213,8 @@ def test_trial_cuts_with_nolockfs_unmounts_under_the_cut_and_restores_before_rec
     remove = at("dmsetup remove pc-flakey")
     assert remove > recovery_mount
     # The workload ran in the live mount point until one durability op after the cut.
-    assert out["drive"]["promised"] == 2 and out["drive"]["post_cut_promises"] == ["pc-2"]
-    assert out["checked_mark"] == "pc-1"
+    assert out.drive.promised == 2 and out.drive.post_cut_promises == ["pc-2"]
+    assert out.checked_mark == "pc-1"
 
 
 def test_trial_positive_control_checks_the_post_cut_promise(tmp_path: Path) -> None:
@@ -208,15 +222,15 @@ def test_trial_positive_control_checks_the_post_cut_promise(tmp_path: Path) -> N
     w = small_workload()
     (tmp_path / "ref").mkdir()
     oracle = execute(w, tmp_path / "ref", lambda _n: None)
-    out = cut.run_trial(machine, get_target("ext4/ordered"), "/dev/vdb", w, oracle,
+    out = cuttrial.run_trial(machine, get_target("ext4/ordered"), "/dev/vdb", w, oracle,
                         CutPoint(before_op=3), FlakeyMode.ERROR_WRITES, continue_syncs=1,
                         count_post_cut=True, key="t", timeouts=Timeouts(), live=tmp_path / "l",
                         check_mp=tmp_path / "c", forget_caches=lambda: None)
     load = next(i for i, c in enumerate(machine.calls) if c[:2] == ("dmsetup", "load"))
     assert "error_writes" in (machine.inputs[load] or "")
-    assert out["checked_mark"] == "pc-1"
+    assert out.checked_mark == "pc-1"
     # The "mounted" check dir is empty here, so the oracle finds pc-1's file missing.
-    assert out["check"]["outcome"] == Outcome.DATA_LOSS.value
+    assert out.check.outcome is Outcome.DATA_LOSS
 
 
 # --- results and tables ---------------------------------------------------------
@@ -237,7 +251,7 @@ def _trial(target: str, trial: int, outcome: Outcome, mount_s: float, fsck_s: fl
 def test_summary_has_median_p90_and_max() -> None:
     trials = [_trial("ext4/ordered", i, Outcome.OK, m, f) for i, (m, f) in
               enumerate([(0.1, 1.0), (0.2, 2.0), (0.3, 3.0), (0.4, 4.0), (1.0, 5.0)])]
-    s = summarize("ext4/ordered", trials)
+    s = summarize(get_target("ext4/ordered"), trials)
     assert s.mount_median_s == pytest.approx(0.3)
     assert s.mount_p90_s == pytest.approx(0.76)  # linear interpolation between 0.4 and 1.0
     assert s.mount_max_s == pytest.approx(1.0)
@@ -247,9 +261,9 @@ def test_summary_has_median_p90_and_max() -> None:
 
 
 def test_recovered_fails_a_journalled_target_but_not_ext2() -> None:
-    assert summarize("ext4/ordered", [_trial("ext4/ordered", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 1
-    assert summarize("ext2", [_trial("ext2", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 0
-    assert summarize("ext2", [_trial("ext2", 0, Outcome.DATA_LOSS, 0.1, 1)]).failing == 1
+    assert summarize(get_target("ext4/ordered"), [_trial("ext4/ordered", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 1
+    assert summarize(get_target("ext2"), [_trial("ext2", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 0
+    assert summarize(get_target("ext2"), [_trial("ext2", 0, Outcome.DATA_LOSS, 0.1, 1)]).failing == 1
 
 
 def _render(table: Any) -> str:
@@ -260,7 +274,7 @@ def _render(table: Any) -> str:
 
 def test_tables_render_the_figures() -> None:
     trials = [_trial("ext2", 0, Outcome.RECOVERED, 0.05, 0.5), _trial("ext2", 1, Outcome.OK, 0.07, 0.25)]
-    text = _render(summary_table([summarize("ext2", trials)]))
+    text = _render(summary_table([summarize(get_target("ext2"), trials)]))
     assert "ext2" in text and "ok 1, recovered 1" in text
     assert "0.060 / 0.068 / 0.070" in text  # mount median / p90 / max
     assert "0.375 / 0.500" in text  # fsck median / max
@@ -276,7 +290,7 @@ def test_trials_land_in_the_store(tmp_path: Path) -> None:
         engine = cut.CutEngine.__new__(cut.CutEngine)
         engine.store, engine.run_id = store, run_id
         engine.plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", seed=4)
-        engine.record(trials[0])
+        engine.store_trial(trials[0])
         rows = store.recoveries(run_id)
     assert len(rows) == 1
     r = rows[0]
@@ -322,3 +336,67 @@ def test_junit_has_one_case_per_trial_and_fails_by_target(tmp_path: Path) -> Non
     junit.write(tmp_path / "j.xml", "cut", cases)
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "1"
+
+
+# --- the 90th percentile, without numpy -------------------------------------------
+
+
+@given(st.lists(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False), min_size=1, max_size=40),
+       st.sampled_from([0, 10, 25, 50, 75, 90, 95, 99, 100]) | st.floats(0, 100))
+def test_percentile_is_numpys_default_to_the_last_bit(values: list[float], q: float) -> None:
+    assert percentile(values, q) == float(np.percentile(values, q))
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert percentile([0.4, 0.1, 1.0, 0.3, 0.2], 90) == pytest.approx(0.76)
+    assert percentile([5.0], 90) == 5.0
+    with pytest.raises(ValueError):
+        percentile([], 90)
+
+
+# --- the engine's requests: the whole target travels --------------------------------
+
+
+def test_engine_sends_the_whole_target_and_keeps_the_guests_outcome(tmp_path: Path) -> None:
+    mine = Target.from_dict({"name": "ext4/mine", "fstype": "ext4",
+                             "mount_options": ["data=journal"]})
+    workload = small_workload()
+    sent: list[dict[str, Any]] = []
+
+    def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+        raw = json.loads(text or "{}")
+        sent.append(dict(raw))
+        task = raw.pop("task")
+        if task == "cut-oracle":
+            assert OracleRequest.from_dict(raw).target == mine
+            return 0, agent.frame({"result": OracleResult(4, len(workload.ops), 0.1).to_dict()}), ""
+        trial = TrialRequest.from_dict(raw)
+        assert trial.target == mine  # decoded whole: the guest never looks a name up
+        drive = _trial("ext4/mine", 0, Outcome.OK, 0.2, 0.3).drive
+        assert drive is not None
+        outcome = TrialOutcome(drive, CheckResult(key=trial.key, mount_s=0.2), "pc-2")
+        return 0, agent.frame({"result": outcome.to_dict()}), ""
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        rundir.mkdir(parents=True, exist_ok=True)
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
+
+    plan = cut.CutPlan(targets=("ext4/mine",), case="random:10", cut_after_ops=2)
+    engine = cut.CutEngine(plan, tmp_path, factory, checked=([mine], workload))
+    result = engine.run_trial("ext4/mine", 0)
+    engine.close()
+    assert [r["task"] for r in sent] == ["cut-oracle", "cut-trial"]
+    assert all(r["target"] == mine.to_dict() for r in sent)
+    assert sent[1]["point"] == result.point.to_dict() and sent[1]["key"] == "ext4/mine#0"
+    assert (result.outcome, result.mount_s, result.checked_mark) == (Outcome.OK, 0.2, "pc-2")
+
+
+def test_trial_requests_and_outcomes_round_trip_through_json() -> None:
+    req = TrialRequest(get_target("xfs"), "xfs#3", "/run/w.json", "/run/o.json", "/dev/vda",
+                       CutPoint(after_s=1.5), FlakeyMode.ERROR_WRITES, continue_syncs=3,
+                       count_post_cut_promises=True, timeouts=Timeouts(mount_s=5.0))
+    assert TrialRequest.from_dict(json.loads(json.dumps(req.to_dict()))) == req
+    t = _trial("xfs", 3, Outcome.DATA_LOSS, 0.5, 1.0)
+    assert t.drive is not None and t.check is not None
+    seen = TrialOutcome(t.drive, t.check, "pc-1")
+    assert TrialOutcome.from_dict(json.loads(json.dumps(seen.to_dict()))) == seen

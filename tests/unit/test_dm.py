@@ -7,9 +7,10 @@ import struct
 import pytest
 
 from devicemapper import table
-from devicemapper.dmioctl import DM_TARGET_MSG, pack_target_msg
+from devicemapper.delay import delay_device
 from devicemapper.dmsetup import DmSetup
 from devicemapper.flakey import flakey_device
+from devicemapper.ioctl import DM_TARGET_MSG, pack_target_msg
 from devicemapper.logwrites import LogWritesStatus, check_mark, recording
 from devicemapper.table import FlakeyMode
 from framework.core.errors import DeviceMapperError, MissingPrerequisite
@@ -24,6 +25,7 @@ def test_tables_match_the_kernel_syntax():
     assert str(table.flakey("/dev/vda", 100, FlakeyMode.ERROR_WRITES, up_s=5, down_s=2)) == \
         "0 100 flakey /dev/vda 0 5 2 1 error_writes\n"
     assert str(table.snapshot("/dev/a", "/dev/b", 64)) == "0 64 snapshot /dev/a /dev/b N 8\n"
+    assert str(table.delay("/dev/a", 64, 5)) == "0 64 delay /dev/a 0 5\n"
     assert str(table.delay("/dev/a", 64, 5, 10)) == "0 64 delay /dev/a 0 5 /dev/a 0 10\n"
     with pytest.raises(ValueError, match="length must be positive"):
         table.linear("/dev/a", 0)
@@ -50,6 +52,18 @@ def test_flakey_cut_swaps_without_freezing_and_restores_before_remove():
     ]
     tables = [i for c, i in zip(fake.calls, fake.inputs) if c[:2] == ("dmsetup", "load")]
     assert tables[0].endswith("1 drop_writes\n") and tables[1].endswith(" 180 0\n")
+
+
+def test_delay_device_spans_the_whole_device_and_is_removed_on_error():
+    fake = dm_fake()
+    with pytest.raises(RuntimeError, match="workload failed"), \
+            delay_device(fake, "/dev/vda", read_ms=5, write_ms=20) as dev:
+        assert dev.path == "/dev/mapper/pc-delay"
+        raise RuntimeError("workload failed")
+    verbs = [c[1:] for c in fake.calls if c[0] == "dmsetup"]
+    assert verbs == [("create", "pc-delay"), ("remove", "pc-delay")]
+    created = next(i for c, i in zip(fake.calls, fake.inputs) if c[:2] == ("dmsetup", "create"))
+    assert created == "0 131072 delay /dev/vda 0 5 /dev/vda 0 20\n"
 
 
 def test_resume_happens_even_if_load_fails():

@@ -7,12 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.engine import CrashEngine, CrashPlan, disk_sizes, progress_watch
+from crashcases.cases import load_case
+from crashcases.engine import (
+    CrashEngine,
+    CrashPlan,
+    check_request,
+    disk_sizes,
+    progress_watch,
+    recheck,
+    timeouts_for,
+)
 from crashcases.outcomes import Outcome
 from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
+from crashcases.tasks import CheckRequest, CheckSummary, RecordRequest, RecordResult
+from framework.core import agent
 from framework.core.errors import ConfigError, ConsoleTimeout
 from framework.core.machine.fake import FakeMachine
-from recovery.targets import get_target
+from recovery.targets import Target, get_target
 
 
 def states(n: int) -> list[CrashState]:
@@ -21,7 +32,7 @@ def states(n: int) -> list[CrashState]:
 
 
 class Guests:
-    """A factory of fake guests whose agent writes one result line per state.
+    """A factory of fake guests whose crash-check task writes one result line per state.
 
     ``hang_at`` makes the check of that state report a hang (the guest then
     stops, as the real agent does); ``stall_at`` makes the guest stop answering.
@@ -30,16 +41,19 @@ class Guests:
     def __init__(self, tmp: Path, hang_at: str = "", stall_at: str = "") -> None:
         self.tmp, self.hang_at, self.stall_at = tmp, hang_at, stall_at
         self.booted = 0
+        self.machines: list[FakeMachine] = []
 
     def __call__(self, disks, rundir, fstypes):  # type: ignore[no-untyped-def]
         self.booted += 1
         rundir.mkdir(parents=True, exist_ok=True)
         machine = FakeMachine(rundir=rundir)
+        self.machines.append(machine)
         for spec in disks:
             machine.disks[spec.name] = f"/dev/fake-{spec.name}"
 
-        def agent(argv, text):  # type: ignore[no-untyped-def]
+        def guest(argv, text):  # type: ignore[no-untyped-def]
             task = json.loads(text)
+            checked, hung = 0, False
             with open(task["results_path"], "a") as out:
                 for s in task["states"]:
                     if s["key"] == self.stall_at:
@@ -47,12 +61,14 @@ class Guests:
                         raise ConsoleTimeout("no crash state finished for 99 s")
                     outcome = Outcome.HANG if s["key"] == self.hang_at else Outcome.OK
                     out.write(json.dumps({"key": s["key"], "outcome": outcome.value}) + "\n")
+                    checked += 1
                     if outcome is Outcome.HANG:
-                        self.hang_at = ""
+                        self.hang_at, hung = "", True
                         break
-            return 0, "", ""
+            summary = CheckSummary(checked, hung, 0, 0, 0)
+            return 0, agent.frame({"result": summary.to_dict()}) + "\n", ""
 
-        machine.on("* -m framework.core.agent", respond=agent)
+        machine.on("* -m framework.cli.guest", respond=guest)
         return machine
 
 
@@ -127,3 +143,78 @@ def test_run_and_guest_directories_are_absolute(tmp_path, monkeypatch):
     assert run_dir.name.startswith("cut-")
     machine = QemuMachine(kernel=KernelSpec(Path("/nonexistent"), "r", Path("/")), rundir=Path("vm"))
     assert machine.rundir == tmp_path / "vm"
+
+
+# ---- requests: built in one place, the whole target in them ----------------------
+
+
+def user_target() -> Target:
+    """A target only the host knows (from a --targets-file): the guest cannot look it up."""
+    return Target.from_dict({"name": "ext4/mine", "fstype": "ext4",
+                             "mkfs_options": ["-O", "^metadata_csum"],
+                             "mount_options": ["data=ordered", "commit=1"]})
+
+
+def test_check_requests_carry_the_whole_target_and_each_states_recipe(tmp_path):
+    guests = Guests(tmp_path)
+    plan = CrashPlan(target="ext4/mine", case="hand:write-fsync-rename", check_timeout_s=90)
+    eng = CrashEngine(plan, tmp_path, guests,
+                      checked=(user_target(), load_case("hand:write-fsync-rename", seed=0)))
+    (tmp_path / "vm-0" / "disks").mkdir(parents=True)
+    eng.log_path.write_bytes(b"")
+    eng.oracle_path.write_text("{}")
+    todo = states(3)
+    eng.check(todo, None)
+    (machine,) = {id(m): m for m in guests.machines}.values()
+    sent = [json.loads(i) for i in machine.inputs if i]
+    assert [t["task"] for t in sent] == ["crash-check"]
+    request = CheckRequest.from_dict({k: v for k, v in sent[0].items() if k != "task"})
+    assert request == check_request(machine, user_target(), todo, budget_s=90)
+    assert request.target == user_target() and request.timeouts == timeouts_for(90)
+    assert [(r.key, r.last_mark, r.base) for r in request.states] == [
+        (s.key, s.point.last_mark, s.base) for s in todo]
+
+
+def test_recheck_sends_the_same_request_as_a_run(tmp_path, monkeypatch):
+    plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
+    state = states(5)[4]
+    monkeypatch.setattr("crashcases.engine.load_state", lambda run_dir, key: (plan, state))
+    (tmp_path / "log.img").write_bytes(b"\0" * 4096)
+    (tmp_path / "oracle.json").write_text("{}")
+    guests = Guests(tmp_path)
+    target, result = recheck(tmp_path, state.key, guests)
+    assert target == get_target("ext4/ordered") and result.key == state.key
+    (machine,) = guests.machines
+    sent = json.loads(next(i for i in machine.inputs if i))
+    request = CheckRequest.from_dict({k: v for k, v in sent.items() if k != "task"})
+    assert request == check_request(machine, target, [state], budget_s=60)
+
+
+def test_the_recording_request_carries_the_whole_target(tmp_path):
+    seen: list[RecordRequest] = []
+
+    def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        rundir.mkdir(parents=True, exist_ok=True)
+        machine = FakeMachine(rundir=rundir)
+
+        def guest(argv, text):  # type: ignore[no-untyped-def]
+            raw = json.loads(text)
+            assert raw.pop("task") == "crash-record"
+            req = RecordRequest.from_dict(raw)
+            seen.append(req)
+            Path(req.oracle_path).write_text("{}")
+            done = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.5)
+            return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
+
+        machine.on("* -m framework.cli.guest", respond=guest)
+        return machine
+
+    workload = load_case("hand:write-fsync-rename", seed=0)
+    eng = CrashEngine(CrashPlan(target="ext4/mine", case="hand:write-fsync-rename"), tmp_path,
+                      factory, checked=(user_target(), workload))
+    machine, info = eng.record()
+    machine.close()
+    assert seen[0].target == user_target() and seen[0].workload == workload
+    assert info == {"entries": 40, "log_bytes": 1 << 20, "marks": 3, "record_s": 1.5,
+                    "workload": workload.name, "ops": len(workload.ops)}
+    assert eng.oracle_path.read_text() == "{}"

@@ -9,8 +9,8 @@ import pytest
 
 from framework.core.errors import CommandError, CommandTimeout, ConfigError
 from framework.core.machine import FakeMachine
-from recovery.filesystems import ADAPTERS, adapter_for, fstypes
-from recovery.filesystems.base import FsckVerdict
+from recovery.filesystems import ADAPTERS, adapter_for, fstypes, kernel_modules, tools
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.fsck import run_fsck
 from recovery.mount import (
     missing_prerequisites,
@@ -20,7 +20,7 @@ from recovery.mount import (
     mounted,
     new_kernel_lines,
 )
-from recovery.targets import get_target
+from recovery.targets import get_target, list_targets
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recovery"
 CLEAN, REPAIRED, CORRUPT, FAILED = (
@@ -49,6 +49,34 @@ def make_fake(tmp_path: Path) -> Iterator[Callable[..., FakeMachine]]:
 def test_every_fstype_has_exactly_one_adapter() -> None:
     assert fstypes() == ["btrfs", "ext2", "ext3", "ext4", "f2fs", "jfs", "reiserfs", "xfs"]
     assert len({a.family for a in ADAPTERS}) == len(ADAPTERS)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.family)
+def test_every_adapter_declares_its_modules_and_tools(adapter: FilesystemAdapter) -> None:
+    assert adapter.kernel_modules and all(m for m in adapter.kernel_modules)
+    assert adapter.tools
+    for tool in adapter.tools:
+        assert tool.binary and tool.package and tool.version_argv
+    # The tools the adapter's own commands run are among those it declares.
+    declared = {t.binary for t in adapter.tools}
+    target = next(t for t in list_targets() if t.fstype in adapter.fstypes)
+    assert adapter.mkfs_argv(target, "/dev/vdb")[0] in declared
+    assert adapter.fsck_argv("/dev/vdb", repair=False)[0] in declared
+
+
+def test_kernel_modules_of_fstypes_once_in_order() -> None:
+    assert kernel_modules(["ext2", "xfs", "ext4", "xfs"]) == ("ext4", "xfs")
+    assert kernel_modules([]) == ()
+    with pytest.raises(ConfigError, match=r"unknown filesystem type 'zfs' \(known: btrfs, ext2"):
+        kernel_modules(["zfs"])
+
+
+def test_tools_listing_names_each_binary_once_with_its_package() -> None:
+    listed = tools()
+    assert len({t.binary for t in listed}) == len(listed)
+    assert {t.binary for t in listed} == {t.binary for a in ADAPTERS for t in a.tools}
+    # The default study runs ext targets only: their tools are the required ones.
+    assert {t.package for t in listed if t.required} == {"e2fsprogs"}
 
 
 def test_mkfs_ext4_ordered() -> None:

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from devicemapper import features as dm_features
 from framework.core.errors import MissingPrerequisite
 from framework.core.machine import initramfs
 from framework.core.machine.fake import FakeMachine
 from framework.core.machine.initramfs import KernelModule, parse_show_depends, resolve_modules
+from recovery.filesystems import kernel_modules
 
 SHOW_DEPENDS_DM = """\
 insmod /lib/modules/r/kernel/drivers/md/dm-mod.ko
@@ -69,9 +71,20 @@ def test_builtin_module_needs_no_file():
     assert resolve_modules(["ext4"], "r", runner=fake) == ([], [])
 
 
-def test_filesystem_modules_are_added_once():
-    names = initramfs.modules_for(["ext2", "ext4", "xfs"])
+def test_extra_modules_follow_the_base_ones_once():
+    names = initramfs.modules_for(["xfs", "dm-mod", "xfs", "btrfs"])
+    assert names == (*initramfs.BASE_MODULES, "xfs", "btrfs")
+
+
+def test_the_guest_loads_what_the_filesystems_ask_for():
+    # The application asks the adapters; the core only loads module names.
+    names = initramfs.modules_for(kernel_modules(["ext2", "ext4", "xfs"]))
     assert names.count("ext4") == 1 and "xfs" in names and "dm-log-writes" in names
+
+
+def test_base_modules_cover_device_mapper_features():
+    # devicemapper/features.py is what doctor checks; the guest must load all of it.
+    assert set(dm_features.kernel_modules()) <= set(initramfs.BASE_MODULES)
 
 
 @pytest.fixture

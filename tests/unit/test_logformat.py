@@ -364,6 +364,19 @@ def test_entry_past_the_end_of_a_device_sized_log(tmp_path: Path) -> None:
         list(LogReader(path))
 
 
+def test_reading_beyond_nr_entries_is_refused(tmp_path: Path) -> None:
+    # The bytes after the counted entries may be stale: nr_entries is the truth.
+    path = tmp_path / "k.log"
+    path.write_bytes(VALID)
+    with LogReader(path) as reader:
+        last = reader.entry(reader.nr_entries - 1)
+        with pytest.raises(
+            LogFormatError,
+            match=rf"entry {reader.nr_entries} at byte {last.payload_end}: past the last entry",
+        ):
+            reader.read_entry(reader.nr_entries, last.payload_end)
+
+
 def test_missing_log_and_bad_kind(tmp_path: Path) -> None:
     with pytest.raises(LogFormatError, match="cannot open log"):
         LogReader(tmp_path / "absent.log")

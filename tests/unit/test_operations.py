@@ -21,7 +21,7 @@ from crashcases.operations import (
     op_data,
 )
 from crashcases.oracle import NodeKind, verify
-from crashcases.persistence import posix_strict
+from recovery.persistence import posix_strict
 
 K = OpKind
 B = 4096

@@ -34,21 +34,23 @@ from crashcases.oracle import (
     verify,
     walk_tree,
 )
-from crashcases.persistence import PersistenceRules, for_filesystem, posix_strict
+from recovery.filesystems import persistence_rules
+from recovery.persistence import PersistenceRules, posix_strict
+from recovery.targets import get_target
 
 K = OpKind
 B = 4096
 ALL_RULES = [
     posix_strict(),
-    for_filesystem("ext2"),
-    for_filesystem("ext4"),
-    for_filesystem("ext4/writeback"),
-    for_filesystem("ext4/journal"),
-    for_filesystem("ext4/nojournal"),
-    for_filesystem("xfs"),
-    for_filesystem("btrfs"),
-    for_filesystem("f2fs"),
-    for_filesystem("jfs"),
+    persistence_rules(get_target("ext2")),
+    persistence_rules(get_target("ext4/ordered")),
+    persistence_rules(get_target("ext4/writeback")),
+    persistence_rules(get_target("ext4/journal")),
+    persistence_rules(get_target("ext4/nojournal")),
+    persistence_rules(get_target("xfs")),
+    persistence_rules(get_target("btrfs")),
+    persistence_rules(get_target("f2fs")),
+    persistence_rules(get_target("jfs")),
 ]
 
 
@@ -117,7 +119,7 @@ def test_every_prefix_state_of_hand_cases_is_clean(spec: str, tmp_path: Path) ->
 def test_generated_sequences_are_clean_at_every_prefix(tmp_path: Path) -> None:
     w = load_case("gen:seq2", seed=5, max_sequences=6)
     assert_clean_everywhere(
-        w, tmp_path, [posix_strict(), for_filesystem("ext4"), for_filesystem("btrfs")]
+        w, tmp_path, [posix_strict(), persistence_rules(get_target("ext4/ordered")), persistence_rules(get_target("btrfs"))]
     )
 
 
@@ -196,7 +198,7 @@ def test_before_first_mark_nothing_is_promised(tmp_path: Path) -> None:
     ops = [Op(K.CREAT, "f"), Op(K.WRITE, "f", length=B), Op(K.FSYNC, "f")]
     _, oracle, _ = run(ops, tmp_path / "r")
     (tmp_path / "r/f").unlink()
-    assert verify(oracle, tmp_path / "r", last_mark=None, rules=for_filesystem("ext4")) == []
+    assert verify(oracle, tmp_path / "r", last_mark=None, rules=persistence_rules(get_target("ext4/ordered"))) == []
 
 
 # -- positive controls: each loss fires ---------------------------------------
@@ -245,7 +247,7 @@ def test_corrupt_promised_block_is_wrong_content(promised: tuple[OracleLog, Path
     with open(root / "d/f", "r+b") as f:
         f.seek(B + 17)
         f.write(b"\xff")
-    found = verify(oracle, root, last_mark=last, rules=for_filesystem("xfs"))
+    found = verify(oracle, root, last_mark=last, rules=persistence_rules(get_target("xfs")))
     assert kinds(found) == {(FindingKind.WRONG_CONTENT, "d/f"), (FindingKind.WRONG_CONTENT, "d/h")}
     assert all("block 1" in f.detail for f in found)
 
@@ -408,7 +410,7 @@ def test_skipping_below_missing_directories_changes_no_finding(
             victim.unlink(missing_ok=True)
         elif victim.is_dir():
             shutil.rmtree(victim, ignore_errors=True)
-    for rules in (posix_strict(), for_filesystem("ext4"), for_filesystem("ext2")):
+    for rules in (posix_strict(), persistence_rules(get_target("ext4/ordered")), persistence_rules(get_target("ext2"))):
         k = oracle.mark_index(last)
         full = oracle_mod._Checker(oracle, tmp / "state", k, rules, prune=False).run()
         pruned = oracle_mod._Checker(oracle, tmp / "state", k, rules).run()

@@ -33,7 +33,7 @@ def test_steps_expand_into_command_lines():
          "--per-point", "1", "--quiet"),
         ("crash", "--target", "ext2", "--case", "gen:seq1", "--max-sequences", "5",
          "--per-point", "1", "--quiet"),
-        ("bench", "--targets", "ext2,ext4/journal", "--workload", "fsmark", "--reps", "3"),
+        ("bench", "--target", "ext2,ext4/journal", "--workload", "fsmark", "--reps", "3"),
     ]
     assert study.steps[2].expect == "fail"
 
@@ -83,14 +83,31 @@ def test_every_builtin_study_step_is_valid_for_its_command():
         for step in load_study(name).steps:
             args = parser.parse_args(list(step.argv))  # argparse exits on a bad option
             if step.command == "crash":
-                validate_plan(cli_crash.plan_from_args(args))
+                for target in args.target:
+                    validate_plan(cli_crash.plan_from_args(args, target))
             elif step.command == "cut":
                 validate_cut_plan(cli_cut.plan_from_args(args))
             else:
                 config = cli_bench.config_from_args(args)
-                bench.resolve_targets(config.targets)
+                bench.resolve_targets(config)
 
 
 def test_unknown_study_lists_the_builtins():
     with pytest.raises(ConfigError, match="built-in: .*quick"):
         load_study("no-such-study")
+
+
+def test_a_study_targets_file_reaches_every_step(tmp_path):
+    (tmp_path / "mine.toml").write_text('[targets."mine"]\nfstype = "ext4"\n')
+    study_path = tmp_path / "s.toml"
+    study_path.write_text('[study]\nname = "s"\ntargets_file = "mine.toml"\n'
+                          '[[step]]\ncommand = "crash"\ntargets = ["mine"]\n'
+                          '[[step]]\ncommand = "bench"\ntargets = ["ext2", "mine"]\n')
+    study = load_study(str(study_path))
+    path = str((tmp_path / "mine.toml").resolve())
+    assert study.targets_file == path
+    assert [s.argv[:5] for s in study.steps] == [
+        ("crash", "--target", "mine", "--targets-file", path),
+        ("bench", "--target", "ext2,mine", "--targets-file", path)]
+    with pytest.raises(ConfigError, match=r"s.toml: \[study\] targets_file 'gone.toml': no such file"):
+        parse_study('[study]\ntargets_file = "gone.toml"\n', source="s.toml", base=tmp_path)

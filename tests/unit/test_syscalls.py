@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from devicemapper import dmioctl
-from devicemapper.dmioctl import decode_dev, pack_table_load, reply_dev
+from devicemapper import ioctl as dmioctl
+from devicemapper.ioctl import decode_dev, pack_table_load, reply_dev
 from framework.core import syscalls
 from framework.core.command import HostRunner
 from framework.core.machine.fake import FakeMachine

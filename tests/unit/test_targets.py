@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,13 +75,9 @@ def test_load_good_file() -> None:
         journal=JournalPlacement.INTERNAL,
         journal_size_mib=64,
         description="ext4 data=journal with a 64 MiB journal",
-        disk_profiles=(("data", "hdd"),),
     )
     slow = targets["xfs/slowlog"]
     assert slow.needs_journal_disk
-    assert slow.disk_profile("journal") == "hdd"
-    assert slow.disk_profile("data") == "ssd"
-    assert big.disk_profile("journal") is None
     # User targets are found next to the built-ins.
     assert get_target("xfs/slowlog", targets) is slow
     assert get_target("xfs", targets).name == "xfs"
@@ -129,6 +126,7 @@ def test_redefining_a_builtin_is_rejected(tmp_path: Path) -> None:
         ('fstype = "ext4"\nmount_options = "data=journal"', "must be a list of strings"),
         ('fstype = "ext4"\ndisk_profiles = { log = "ssd" }', "unknown disk role 'log'"),
         ('fstype = "ext4"\ndisk_profiles = { journal = "ssd" }', "journal: set, but journal is 'internal'"),
+        ('fstype = "ext4"\ndisk_profiles = { data = "ssd" }', "device profiles are not applied"),
         ('mount_options = []', "missing key 'fstype'"),
     ],
 )
@@ -141,3 +139,32 @@ def test_invalid_targets_are_rejected_with_the_key(body: str, expected: str) -> 
 def test_top_level_keys_other_than_targets_are_rejected() -> None:
     with pytest.raises(ConfigError, match="unknown key 'target'"):
         parse_targets('[target."x"]\nfstype = "ext4"\n', source="t.toml")
+
+
+@pytest.mark.parametrize("name", BUILTIN_NAMES)
+def test_builtin_targets_round_trip_through_dicts(name: str) -> None:
+    target = get_target(name)
+    data = target.to_dict()
+    assert json.loads(json.dumps(data)) == data  # JSON-ready, as guest tasks send it
+    assert Target.from_dict(data) == target
+
+
+def test_user_targets_round_trip_through_dicts() -> None:
+    for target in load_targets(FIXTURES / "targets_good.toml").values():
+        assert Target.from_dict(json.loads(json.dumps(target.to_dict()))) == target
+
+
+def test_from_dict_validates_like_a_toml_table() -> None:
+    data = get_target("ext4/journal").to_dict() | {"name": "mine", "mount_options": ["data=bogus"]}
+    with pytest.raises(ConfigError, match=r"targets.'mine'.mount_options: unknown ext4 data mode"):
+        Target.from_dict(data)
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        Target.from_dict({"name": "mine", "fstype": "xfs", "colour": "red"})
+
+
+def test_shadowing_a_builtin_names_the_file_and_the_target(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('[targets."ext4/ordered"]\nfstype = "ext4"\nmount_options = ["data=journal"]\n')
+    with pytest.raises(ConfigError) as err:
+        load_targets(path)
+    assert str(err.value) == f"{path}: targets.'ext4/ordered': redefines a built-in target"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from framework.bench.workloads import (
+    Benchmark,
+    BenchmarkError,
     Metric,
     Scale,
-    Workload,
-    WorkloadError,
     get_workload,
     list_workloads,
     phases,
@@ -67,7 +67,7 @@ def test_registry_lists_every_benchmark() -> None:
         assert expected in names
     for name in names:
         workload = get_workload(name)
-        assert isinstance(workload, Workload)
+        assert isinstance(workload, Benchmark)
         assert workload.name == name
 
 
@@ -215,14 +215,14 @@ def test_bonnie_measured_fields_and_latency_units() -> None:
 def test_bonnie_error_is_reported_with_the_tool() -> None:
     result = fixture("bonnie-error")
     assert result.stdout == ""
-    with pytest.raises(WorkloadError, match=r"bonnie: bonnie\+\+ failed.*disk full"):
+    with pytest.raises(BenchmarkError, match=r"bonnie: bonnie\+\+ failed.*disk full"):
         BonnieWorkload().parse(result)
 
 
 def test_bonnie_rejects_a_truncated_line() -> None:
     result = fixture("bonnie-tiny")
     cut = CommandResult(result.argv, 0, result.stdout[:60], "", 1.0)
-    with pytest.raises(WorkloadError, match="one CSV line"):
+    with pytest.raises(BenchmarkError, match="one CSV line"):
         BonnieWorkload().parse(cut)
 
 
@@ -245,7 +245,7 @@ def test_postmark_reports() -> None:
 def test_postmark_errors_on_stderr_fail_despite_status_zero() -> None:
     result = fixture("postmark-error")
     assert result.status == 0
-    with pytest.raises(WorkloadError, match=r"postmark: \d+ errors, first: Error: cannot open"):
+    with pytest.raises(BenchmarkError, match=r"postmark: \d+ errors, first: Error: cannot open"):
         get_workload("postmark").parse(result)
 
 
@@ -265,7 +265,7 @@ def test_dbench_report() -> None:
 
 
 def test_dbench_error() -> None:
-    with pytest.raises(WorkloadError, match=r"dbench: dbench failed.*Child failed"):
+    with pytest.raises(BenchmarkError, match=r"dbench: dbench failed.*Child failed"):
         get_workload("dbench").parse(fixture("dbench-error"))
 
 
@@ -299,13 +299,13 @@ def test_fio_mixed_profiles_honour_the_read_share() -> None:
 
 def test_fio_errors() -> None:
     fio = get_workload("fio-seq-read-8k")
-    with pytest.raises(WorkloadError, match=r"fio-seq-read-8k: fio failed.*not a directory"):
+    with pytest.raises(BenchmarkError, match=r"fio-seq-read-8k: fio failed.*not a directory"):
         fio.parse(fixture("fio-error"))
-    with pytest.raises(WorkloadError, match="not JSON"):
+    with pytest.raises(BenchmarkError, match="not JSON"):
         fio.parse(CommandResult(("fio",), 0, "{ truncated", "", 0.1))
     doc = json.loads(fixture("fio-seq-read-8k-tiny").stdout)
     doc["jobs"][0]["error"] = 5
-    with pytest.raises(WorkloadError, match="reports error 5"):
+    with pytest.raises(BenchmarkError, match="reports error 5"):
         fio.parse(CommandResult(("fio",), 0, json.dumps(doc), "", 0.1))
 
 
@@ -322,7 +322,7 @@ def test_fsmark_overall_rate_is_the_harmonic_mean_of_loops() -> None:
 
 
 def test_fsmark_error() -> None:
-    with pytest.raises(WorkloadError, match=r"fsmark: fs_mark failed.*mkdir"):
+    with pytest.raises(BenchmarkError, match=r"fsmark: fs_mark failed.*mkdir"):
         get_workload("fsmark").parse(fixture("fsmark-error"))
 
 
@@ -338,7 +338,7 @@ def test_mongo_report() -> None:
 @pytest.mark.parametrize("name", ["bonnie", "postmark", "dbench", "fsmark", "mongo",
                                   "fio-web-server"])
 def test_empty_output_is_an_error_naming_the_workload(name: str) -> None:
-    with pytest.raises(WorkloadError, match=f"^{re.escape(name)}: .* printed nothing"):
+    with pytest.raises(BenchmarkError, match=f"^{re.escape(name)}: .* printed nothing"):
         get_workload(name).parse(CommandResult(("x",), 0, "", "", 0.1))
 
 
@@ -394,7 +394,7 @@ def test_run_workload_failure_is_a_workload_error() -> None:
     machine = FakeMachine()
     entry = fixture("dbench-error")
     machine.on("dbench *", status=1, stdout=entry.stdout, stderr=entry.stderr)
-    with pytest.raises(WorkloadError, match="dbench"):
+    with pytest.raises(BenchmarkError, match="dbench"):
         run_workload(machine, get_workload("dbench"), "/mnt/t", scale=Scale.TINY)
     machine.close()
 

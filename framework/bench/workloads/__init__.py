@@ -9,20 +9,20 @@ framework.bench.workloads.phases`` imports nothing it does not need).
 """
 
 from framework.bench.workloads.base import (
+    Benchmark,
+    BenchmarkError,
     Metric,
     Scale,
-    Workload,
-    WorkloadError,
     get_workload,
     list_workloads,
     run_workload,
 )
 
 __all__ = [
+    "Benchmark",
+    "BenchmarkError",
     "Metric",
     "Scale",
-    "Workload",
-    "WorkloadError",
     "get_workload",
     "list_workloads",
     "run_workload",

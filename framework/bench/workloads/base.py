@@ -45,11 +45,11 @@ class Metric:
     higher_is_better: bool
 
 
-class WorkloadError(CommandError):
+class BenchmarkError(CommandError):
     """A benchmark tool failed or printed output that cannot be parsed."""
 
 
-class Workload(abc.ABC):
+class Benchmark(abc.ABC):
     """A benchmark run against a directory on the filesystem under test.
 
     Subclasses set ``name`` (unique, used in studies), ``tool`` (the binary)
@@ -70,7 +70,7 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def parse(self, result: CommandResult) -> list[Metric]:
-        """Metrics from a finished run; raises WorkloadError if it failed."""
+        """Metrics from a finished run; raises BenchmarkError if it failed."""
 
     def stdin(self, workdir: str, *, scale: Scale) -> str | None:
         """Text fed to the tool's standard input (None: nothing)."""
@@ -86,7 +86,7 @@ class Workload(abc.ABC):
 
     # Helpers for parsers.
 
-    def fail(self, result: CommandResult, what: str) -> WorkloadError:
+    def fail(self, result: CommandResult, what: str) -> BenchmarkError:
         """An error naming the tool, what is wrong and the command."""
         tail = " | ".join(
             ln.strip() for ln in (result.stderr or result.stdout).strip().splitlines()[-3:]
@@ -94,7 +94,7 @@ class Workload(abc.ABC):
         msg = f"{self.name}: {what} (status {result.status}): {result.command}"
         if tail:
             msg += f" -- {tail}"
-        return WorkloadError(msg, result)
+        return BenchmarkError(msg, result)
 
     def require_success(self, result: CommandResult) -> None:
         if result.status == 127:  # a shell's or env's "command not found"
@@ -108,7 +108,7 @@ class Workload(abc.ABC):
 
 
 def run_workload(
-    runner: CommandRunner, workload: Workload, workdir: str, *, scale: Scale
+    runner: CommandRunner, workload: Benchmark, workdir: str, *, scale: Scale
 ) -> list[Metric]:
     """Prepare, run and parse one benchmark run; the caller owns mkfs and mount."""
     workdir = os.fspath(workdir)
@@ -132,11 +132,11 @@ def run_workload(
 
 # The registry: names used in studies -> factories of default-configured workloads.
 
-_FACTORIES: dict[str, Callable[[], Workload]] = {}
+_FACTORIES: dict[str, Callable[[], Benchmark]] = {}
 _BUILTIN_MODULES = ("bonnie", "postmark", "dbench", "fio", "fsmark", "mongo")
 
 
-def register(name: str, factory: Callable[[], Workload]) -> None:
+def register(name: str, factory: Callable[[], Benchmark]) -> None:
     if name in _FACTORIES:
         raise ValueError(f"workload {name!r} is registered twice")
     _FACTORIES[name] = factory
@@ -152,7 +152,7 @@ def list_workloads() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def get_workload(name: str) -> Workload:
+def get_workload(name: str) -> Benchmark:
     """A fresh workload with its default settings, by study name."""
     _load_builtins()
     try:

@@ -6,7 +6,7 @@ import csv
 import re
 from dataclasses import dataclass
 
-from framework.bench.workloads.base import Metric, Scale, Workload, register
+from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.core.command import CommandResult
 
 # bonnie++ 2.00a CSV (format 1.98, see bon_csv2txt): index of each figure.
@@ -60,7 +60,7 @@ _SIZES = {
 
 
 @dataclass(frozen=True, slots=True)
-class BonnieWorkload(Workload):
+class BonnieWorkload(Benchmark):
     """bonnie++ in CSV mode (``-q``: CSV on stdout, the text table on stderr)."""
 
     seed: int = 1

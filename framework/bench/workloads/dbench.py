@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from framework.bench.workloads.base import Metric, Scale, Workload, register
+from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.core.command import CommandResult
 
 # Debian's dbench package ships the client load file here.
@@ -31,7 +31,7 @@ _SIZES = {
 
 
 @dataclass(frozen=True, slots=True)
-class DbenchWorkload(Workload):
+class DbenchWorkload(Benchmark):
     """``dbench -D DIR -t SECONDS -c client.txt N``; dbench warms up before it measures."""
 
     loadfile: str = CLIENT_LOADFILE

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from framework.bench.workloads.base import Metric, Scale, Workload, register
+from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.core.command import CommandResult
 
 
@@ -68,7 +68,7 @@ _SIZES = {
 
 
 @dataclass(frozen=True, slots=True)
-class FioWorkload(Workload):
+class FioWorkload(Benchmark):
     """One fio profile: a single job, buffered I/O through the page cache."""
 
     profile: FioProfile = PROFILES[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from framework.bench.workloads.base import Metric, Scale, Workload, register
+from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.core.command import CommandResult
 
 # FSUse%  Count  Size  Files/sec  App Overhead
@@ -26,7 +26,7 @@ _SIZES = {
 
 
 @dataclass(frozen=True, slots=True)
-class FsmarkWorkload(Workload):
+class FsmarkWorkload(Benchmark):
     """fs_mark with one thread; sync method 1 is fsync() before every close()."""
 
     file_bytes: int = 4096

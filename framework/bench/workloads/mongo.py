@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from framework.bench.workloads.base import Metric, Scale, Workload, register
+from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.bench.workloads.phases import PHASES
 from framework.core.command import CommandResult
 
@@ -16,7 +16,7 @@ _FILES = {Scale.TINY: 1000, Scale.SMALL: 11_616, Scale.FULL: 68_952}
 
 
 @dataclass(frozen=True, slots=True)
-class MongoWorkload(Workload):
+class MongoWorkload(Benchmark):
     """Seconds per phase (create, copy, symlink, read, stat, rename, delete).
 
     ``python`` is the interpreter inside the machine; the bench runner

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from framework.core import clock
+from framework.core.syscalls import drop_caches
 
 PHASES = ("create", "copy", "symlink", "read", "stat", "rename", "delete")
 
@@ -107,12 +108,6 @@ class Tree:
             for d in sorted({d for d, _, _, _ in self.files}):
                 (self.root / top / d).rmdir()
             (self.root / top).rmdir()
-
-
-def drop_caches() -> None:
-    """Write back and drop the page cache so reads and stats reach the disk."""
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def run_phases(tree: Tree, *, drop: bool) -> dict[str, float]:

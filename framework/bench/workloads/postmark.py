@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from framework.bench.workloads.base import Metric, Scale, Workload, register
+from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.core.command import CommandResult
 
 # PostMark scales its data figures by powers of 1024.
@@ -45,7 +45,7 @@ def tenths(percent: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class PostmarkWorkload(Workload):
+class PostmarkWorkload(Benchmark):
     """PostMark with the filemark settings of Bryant et al. (2002).
 
     They read rather than appended 75% of the time and created rather than

@@ -54,33 +54,24 @@ def hidden_paths(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
-# Filesystem modules by fstype, loaded only when a run needs them: btrfs and
-# its raid6/xor helpers benchmark their algorithms at load, which costs
-# seconds under TCG.
-FS_MODULES: dict[str, tuple[str, ...]] = {
-    "ext2": ("ext4",),
-    "ext3": ("ext4",),
-    "ext4": ("ext4",),
-    "xfs": ("xfs",),
-    "btrfs": ("btrfs",),
-    "f2fs": ("f2fs",),
-    "jfs": ("jfs",),
-    "reiserfs": ("reiserfs",),
-}
-
-
 @dataclass(frozen=True, slots=True)
 class KernelModule:
     name: str
     path: Path
 
 
-def modules_for(fstypes: Iterable[str]) -> tuple[str, ...]:
+def modules_for(modules: Iterable[str]) -> tuple[str, ...]:
+    """BASE_MODULES, then ``modules`` (what the run needs beyond them), each once.
+
+    The caller names the modules: which ones a filesystem needs is its
+    adapter's business (recovery.filesystems.kernel_modules()), and a run
+    loads only what it uses: btrfs and its raid6/xor helpers benchmark
+    their algorithms at load, which costs seconds under TCG.
+    """
     names = list(BASE_MODULES)
-    for fs in fstypes:
-        for mod in FS_MODULES.get(fs, (fs,)):
-            if mod not in names:
-                names.append(mod)
+    for mod in modules:
+        if mod not in names:
+            names.append(mod)
     return tuple(names)
 
 

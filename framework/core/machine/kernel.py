@@ -26,6 +26,23 @@ class KernelSpec:
     def modules_dir(self) -> Path:
         return self.modules_root / "lib" / "modules" / self.release
 
+    def config_path(self) -> Path | None:
+        """The kernel's .config: Debian's /boot/config-RELEASE, or one beside a built image."""
+        for path in (self.image.parent / f"config-{self.release}", self.image.parent / ".config",
+                     self.modules_root / "boot" / f"config-{self.release}",
+                     self.modules_dir / "build" / ".config",
+                     Path("/boot") / f"config-{self.release}"):
+            if path.is_file():
+                return path
+        return None
+
+    def facts(self) -> dict[str, str]:
+        """What a run records about its kernel: release, image and config hash."""
+        config = self.config_path()
+        digest = hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config else "unknown"
+        return {"kernel": self.release, "kernel_image": os.fspath(self.image),
+                "kernel_config_sha256": digest}
+
 
 def bzimage_release(image: Path) -> str:
     """The release string from a bzImage's setup header (boot protocol >= 2.00)."""

@@ -13,7 +13,7 @@ import signal
 import string
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pexpect
@@ -53,28 +53,28 @@ class QemuMachine(Machine):
         *,
         kernel: KernelSpec | None = None,
         disks: Iterable[DiskSpec] = (),
-        fstypes: Iterable[str] = ("ext4",),
+        modules: Iterable[str] = (),
         memory_mib: int = 2048,
         cpus: int = 2,
         accel: str | None = None,
         rundir: Path | None = None,
         boot_timeout_s: float = 120.0,
         disk_cache: str = "unsafe",
-        extra_modules: Sequence[str] = (),
         missing_modules_ok: bool = False,
     ) -> None:
         self.kernel = kernel or default_kernel()
         self.disk_specs = list(disks)
         if len(self.disk_specs) > 20:
             raise ScratchDeviceError("at most 20 scratch disks per guest")
-        self.fstypes = tuple(fstypes)
+        #: Kernel modules to load beyond the base ones (virtio, 9p, device-mapper):
+        #: the filesystems' modules, which the application asks the adapters for.
+        self.modules = tuple(modules)
         self.memory_mib = memory_mib
         self.cpus = cpus
         self.requested_accel = accel
         self.accel = ""
         self.boot_timeout_s = boot_timeout_s
         self.disk_cache = disk_cache
-        self.extra_modules = tuple(extra_modules)
         self.missing_modules_ok = missing_modules_ok
         self.missing_modules: list[str] = []
         self._own_rundir = rundir is None
@@ -171,7 +171,7 @@ class QemuMachine(Machine):
         """Boot the guest and wait until its shell answers."""
         accel = self.requested_accel or choose_accel(self.kernel)
         modules, self.missing_modules = initramfs.resolve_modules(
-            initramfs.modules_for(self.fstypes) + self.extra_modules,
+            initramfs.modules_for(self.modules),
             self.kernel.release,
             self.kernel.modules_root,
             missing_ok=self.missing_modules_ok,
@@ -293,8 +293,7 @@ class QemuMachine(Machine):
     def describe(self) -> dict[str, str]:
         return {
             "machine": "qemu",
-            "kernel": self.kernel.release,
-            "kernel_image": os.fspath(self.kernel.image),
+            **self.kernel.facts(),
             "accel": self.accel,
             "qemu": qemu_version(),
             "memory_mib": str(self.memory_mib),
@@ -381,7 +380,7 @@ def choose_accel(kernel: KernelSpec, *, probe_timeout_s: float = KVM_PROBE_TIMEO
 
 
 def probe_kvm(kernel: KernelSpec, timeout_s: float) -> tuple[str, str]:
-    probe = QemuMachine(kernel=kernel, accel="kvm", boot_timeout_s=timeout_s, fstypes=(), memory_mib=512)
+    probe = QemuMachine(kernel=kernel, accel="kvm", boot_timeout_s=timeout_s, memory_mib=512)
     start = clock.monotonic()
     try:
         probe.start()

@@ -1,8 +1,11 @@
-"""Sending a target message with the DM_TARGET_MSG ioctl, in-process.
+"""Device-mapper ioctls on /dev/mapper/control, from this process.
 
-A workload marks the log after every durability operation; a fork and
-exec of dmsetup for each mark costs tens of milliseconds in an emulated
-guest, the ioctl costs one syscall. Layout from include/uapi/linux/dm-ioctl.h.
+Target messages (:class:`TargetMessenger`) and one-line devices created,
+loaded, resumed and removed (:class:`Control`) without dmsetup. A
+workload marks the log after every durability operation, and a check
+swaps a snapshot table for every state; a fork and exec of dmsetup for
+each costs tens of milliseconds in an emulated guest, the ioctl one
+syscall. Layout from include/uapi/linux/dm-ioctl.h.
 """
 
 from __future__ import annotations

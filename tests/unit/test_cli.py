@@ -1,0 +1,45 @@
+"""The command registry: every sub-command comes from the module the table names."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from framework.cli import COMMANDS, build_parser, main
+
+
+def _names(module: str) -> set[str]:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    importlib.import_module(module).add_parser(sub)
+    return set(sub.choices)
+
+
+@pytest.mark.parametrize("module", sorted({m for m, _ in COMMANDS.values()}))
+def test_each_module_defines_exactly_the_commands_the_table_gives_it(module: str) -> None:
+    assert _names(module) == {name for name, (m, _) in COMMANDS.items() if m == module}
+
+
+def test_top_level_help_lists_every_command_without_importing_them(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    for name, (_, helptext) in COMMANDS.items():
+        assert name in out and helptext[:30] in " ".join(out.split())
+
+
+def test_a_named_command_gets_its_full_parser() -> None:
+    args = build_parser(["-v", "crash", "--target", "ext2"]).parse_args(
+        ["-v", "crash", "--target", "ext2"])
+    assert args.command == "crash" and args.verbose == 1
+
+
+def test_an_unknown_command_is_a_usage_error_naming_the_choices(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["crahs"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'crahs'" in err and "crash" in err

@@ -1,0 +1,77 @@
+"""The guest program: every task resolves at import, start-up stays lean, the env task."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from devicemapper.features import loaded_targets
+from framework.cli import guest
+from framework.core import agent
+from framework.core.errors import DeviceMapperError
+from framework.core.machine.fake import FakeMachine
+
+HEAVY = ("numpy", "scipy", "pandas", "statsmodels", "matplotlib", "rich")
+IMPORTED = "import sys, {module}; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+
+
+def test_every_task_resolves_and_is_named_as_its_key() -> None:
+    assert set(guest.TASKS) == {"echo", "env", "crash-record", "crash-check", "cut-oracle",
+                                "cut-trial", "bench-rep"}
+    for name, task in guest.TASKS.items():
+        assert task.name == name
+        for kind in (task.request, task.result):
+            assert callable(kind.to_dict) and callable(kind.from_dict)
+
+
+def test_the_program_started_as_the_host_starts_it_answers() -> None:
+    out = subprocess.run([sys.executable, "-m", agent.GUEST_MODULE],
+                         input='{"task": "echo", "payload": 5}', capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert list(agent.parse_frames(out.stdout)) == [{"result": {"payload": 5}}]
+
+
+def _top_level_imports(module: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", IMPORTED.format(module=module)],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("module", ["framework.cli.guest", "crashcases.cuttrial"])
+def test_the_guest_imports_no_heavy_library(module: str) -> None:
+    # Every guest start reads its imports over 9p, often under an emulated CPU.
+    assert _top_level_imports(module) & set(HEAVY) == set()
+
+
+def test_the_lean_import_check_can_fire() -> None:
+    assert "scipy" in _top_level_imports("framework.bench.engine")  # the host's statistics
+
+
+def test_env_reports_the_kernels_dm_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guest, "loaded_targets", lambda _runner: ["flakey", "log-writes"])
+    out = io.StringIO()
+    assert agent.serve(guest.TASKS, {"task": "env"}, out) == 0
+    (frame,) = agent.parse_frames(out.getvalue())
+    facts = guest.EnvFacts.from_dict(frame["result"])
+    assert facts.dm_targets == ("flakey", "log-writes")
+    assert facts.filesystems and list(facts.filesystems) == sorted(facts.filesystems)
+
+    def broken(_runner: object) -> list[str]:
+        raise DeviceMapperError("dmsetup: no device-mapper in this kernel")
+
+    monkeypatch.setattr(guest, "loaded_targets", broken)
+    assert guest.environment(guest.EnvRequest()).dm_targets == ()
+
+
+def test_loaded_targets_lists_dmsetups_answer_by_name() -> None:
+    fake = FakeMachine()
+    fake.on("dmsetup targets", stdout="striped          v1.6.0\nflakey           v1.5.0\n"
+                                      "log-writes       v1.1.0\n")
+    assert loaded_targets(fake) == ["flakey", "log-writes", "striped"]
+    facts = guest.EnvFacts("6.1.0", "3.11.2", 2, ("flakey",), ("ext4", "xfs"))
+    assert guest.EnvFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
