@@ -7,7 +7,10 @@ is the same Python starting and doing nothing (``python -c pass``) in the
 same run: what is left above it is powercut's own import and work. The
 goal is under 0.15 s for ``--help``, ``targets`` and ``log info``.
 
-Run: .venv/bin/python bench/startup.py [--runs 15]
+Run: .venv/bin/python bench/startup.py [--runs 15] [--checkout DIR]
+
+``--checkout DIR`` times another checkout of powercut (an older commit, say)
+with the same interpreter and virtualenv, for before/after figures.
 """
 
 from __future__ import annotations
@@ -41,13 +44,18 @@ def small_log(path: Path) -> Path:
     return path
 
 
-def time_command(argv: list[str], runs: int) -> list[float] | str:
+def time_command(argv: list[str], runs: int, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> list[float] | str:
     """Wall times of ``runs`` runs, or why the command failed."""
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm the page cache
+    def once() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              cwd=cwd, env=env)
+
+    once()  # warm the page cache and the bytecode cache
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        done = once()
         times.append(time.perf_counter() - start)
         if done.returncode != 0:
             tail = done.stderr.strip().splitlines()[-1:] or [""]
@@ -58,9 +66,17 @@ def time_command(argv: list[str], runs: int) -> list[float] | str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=15, help="runs per command (default: 15)")
+    ap.add_argument("--checkout", type=Path, metavar="DIR",
+                    help="time the powercut in this checkout instead of the installed one")
     args = ap.parse_args()
+    cwd, env = None, None
     script = Path(sys.executable).parent / "powercut"  # the entry point users run
     powercut = [os.fspath(script)] if script.exists() else [sys.executable, "-m", "framework.cli"]
+    if args.checkout:
+        cwd = args.checkout.resolve()
+        env = {**os.environ, "PYTHONPATH": os.fspath(cwd)}
+        powercut = [sys.executable, "-m", "framework.cli"]
+        print(f"checkout: {cwd}")
     with tempfile.TemporaryDirectory() as tmp:
         log = small_log(Path(tmp) / "small.log")
         commands = {
@@ -73,7 +89,7 @@ def main() -> int:
         print(f"{'command':<28} {'median s':>9} {'fastest s':>10} {'above anchor s':>15}  goal")
         anchor = None
         for name, argv in commands.items():
-            times = time_command(argv, args.runs)
+            times = time_command(argv, args.runs, cwd, env)
             if isinstance(times, str):
                 print(f"{name:<28} failed ({times})")
                 continue

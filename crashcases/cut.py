@@ -39,6 +39,7 @@ from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import MiB, disk_bytes
+from recovery.filesystems import tool_versions
 from recovery.targets import JournalPlacement, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,8 @@ def run_spec(plan: CutPlan) -> RunSpec:
     targets = {t: {**plan.spec(t).to_dict(), "case": plan.case, "mode": plan_doc["mode"]}
                for t in plan.targets}
     return RunSpec("cut", f"cut {' '.join(plan.targets)} {plan.case}", plan=plan_doc,
-                   seeds={"workload": plan.seed}, targets=targets)
+                   seeds={"workload": plan.seed}, targets=targets,
+                   tool_versions=tool_versions(plan.spec(t).fstype for t in plan.targets))
 
 
 def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,

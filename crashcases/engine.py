@@ -58,6 +58,7 @@ from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import disk_bytes
+from recovery.filesystems import tool_versions
 from recovery.targets import JournalPlacement, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -429,7 +430,8 @@ def run_spec(plan: CrashPlan) -> RunSpec:
     """How a crash run of ``plan`` is recorded (see framework.core.lifecycle)."""
     target = plan.spec
     return RunSpec("crash", f"crash {plan.target} {plan.case}", plan=asdict(plan),
-                   seeds={"workload": plan.seed}, targets={target.name: target.to_dict()})
+                   seeds={"workload": plan.seed}, targets={target.name: target.to_dict()},
+                   tool_versions=tool_versions([target.fstype]))
 
 
 def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,

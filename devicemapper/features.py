@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from devicemapper.dmsetup import DmSetup
-from framework.core.command import CommandRunner
+from framework.core.command import CommandRunner, Tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,16 +20,6 @@ class KernelFeature:
     module: str  # the module that provides it when it is not built in
     #: The target type `dmsetup targets` lists once it is loaded (None: not a target).
     dm_target: str | None
-    required: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A program devicemapper/ runs, and the Debian package it comes from."""
-
-    binary: str
-    package: str
-    version_argv: tuple[str, ...] | None = None
     required: bool = True
 
 

@@ -17,9 +17,10 @@ from framework.cli import (
     named_user_targets,
     print_json,
 )
-from framework.core import junit
+from framework.core import command, junit
 from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.store import Store
+from recovery.filesystems import tool_versions
 
 if TYPE_CHECKING:
     from framework.bench.engine import BenchAnalysis, BenchConfig
@@ -100,7 +101,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
     spec = RunSpec("bench", f"bench {','.join(config.targets)} {config.workload}",
                    plan=bench.plan_document(config), seeds={"order": config.seed},
-                   targets={t.name: t.to_dict() for t in targets})
+                   targets={t.name: t.to_dict() for t in targets},
+                   tool_versions={**tool_versions(t.fstype for t in targets),
+                                  **benchmark_versions(config.workload)})
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(Store(args.db))
         run = stack.enter_context(run_lifecycle(spec, Path(args.results), store))
@@ -127,6 +130,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for c in failing:
         print(f"  over the bound: {c.name}: {c.failure}", file=sys.stderr)
     return 1 if failing else 0
+
+
+def benchmark_versions(workload: str) -> dict[str, str]:
+    """The benchmark program's version, from its Debian package (most have no --version)."""
+    bench = get_workload(workload)
+    res = command.run(["dpkg-query", "-W", "-f", "${Version}", bench.package], timeout_s=10,
+                      ok_status=None)
+    return {bench.tool: f"{bench.package} {res.stdout.strip()}" if res.status == 0 else "unknown"}
 
 
 def junit_cases(analysis: BenchAnalysis, max_overhead_pct: float | None) -> list[junit.Case]:

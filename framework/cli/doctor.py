@@ -11,6 +11,7 @@ from pathlib import Path
 
 from devicemapper import features as dm_features
 from framework.core import command
+from framework.core.command import Tool
 from framework.core.errors import PowercutError
 from framework.core.machine.kernel import KernelSpec
 from recovery import filesystems
@@ -25,16 +26,6 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
-    required: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A program powercut runs, its Debian package, and whether doctor fails without it."""
-
-    binary: str
-    package: str
-    version_argv: tuple[str, ...] | None = None
     required: bool = True
 
 
@@ -57,8 +48,8 @@ BENCH_TOOLS: tuple[Tool, ...] = (
 
 def all_tools() -> list[Tool]:
     """Every program doctor checks: the guest's, device-mapper's, the filesystems', the benchmarks'."""
-    dm = [Tool(t.binary, t.package, t.version_argv, t.required) for t in dm_features.TOOLS]
-    fs = [Tool(t.binary, t.package, t.version_argv, t.required) for t in filesystems.tools()]
+    dm = list(dm_features.TOOLS)
+    fs = list(filesystems.tools())
     return [*GUEST_TOOLS, *dm, *fs, *BENCH_TOOLS]
 
 
@@ -74,19 +65,7 @@ KERNEL_FEATURES: tuple[tuple[str, str, bool], ...] = (
 PYTHON_DEPS = ("pexpect", "numpy", "scipy", "statsmodels", "matplotlib", "rich")
 
 
-def _version(binary: str, args: tuple[str, ...] | None) -> str:
-    if args is None:
-        return "present"
-    try:
-        res = command.run([binary, *args], timeout_s=10, ok_status=None)
-    except PowercutError:
-        return "present"
-    lines = [ln.strip() for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
-    # The first line with a number in it: dmsetup, for one, first complains
-    # about a host kernel without device-mapper, then prints its versions.
-    numbered = [ln for ln in lines if any(ch.isdigit() for ch in ln)]
-    text = (numbered or lines)[:1]
-    return text[0][:70] if text else "present"
+
 
 
 def find_tool(binary: str) -> str | None:
@@ -102,7 +81,7 @@ def check_tools() -> list[Check]:
             checks.append(Check("tools", tool.binary, False, "not found",
                                 FIX_SETUP.format(pkg=tool.package), tool.required))
         else:
-            checks.append(Check("tools", tool.binary, True, _version(path, tool.version_argv),
+            checks.append(Check("tools", tool.binary, True, command.tool_version(path, tool.version_argv),
                                 required=tool.required))
     return checks
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from framework.core import clock
-from framework.core.errors import CommandError, CommandTimeout, MissingPrerequisite
+from framework.core.errors import CommandError, CommandTimeout, MissingPrerequisite, PowercutError
 
 log = logging.getLogger(__name__)
 
@@ -174,3 +174,33 @@ class HostRunner:
         env: dict[str, str] | None = None,
     ) -> CommandResult:
         return run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input, env=env)
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A program powercut runs, the Debian package that ships it, how it tells its version."""
+
+    binary: str
+    package: str
+    #: Arguments that print the version (None: the program has no such option).
+    version_argv: tuple[str, ...] | None = None
+    #: Whether ``powercut doctor`` fails without it (else it only warns).
+    required: bool = True
+
+
+def tool_version(binary: str, version_argv: Sequence[str] | None) -> str:
+    """What a program says its version is, in one line ("present" if it will not say).
+
+    The first output line with a digit in it: dmsetup, for one, first complains
+    about a host kernel without device-mapper, then prints its versions.
+    """
+    if version_argv is None:
+        return "present"
+    try:
+        res = run([binary, *version_argv], timeout_s=10, ok_status=None)
+    except PowercutError:
+        return "present"
+    lines = [ln.strip() for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    numbered = [ln for ln in lines if any(ch.isdigit() for ch in ln)]
+    text = (numbered or lines)[:1]
+    return text[0][:70] if text else "present"

@@ -7,11 +7,13 @@ No other package knows these details; everything else asks
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from framework.core.command import Tool, tool_version
 from framework.core.errors import ConfigError
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.filesystems.btrfs import BtrfsAdapter
 from recovery.filesystems.ext import ExtAdapter
 from recovery.filesystems.f2fs import F2fsAdapter
@@ -67,6 +69,18 @@ def kernel_modules(fstypes: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def tool_versions(fstypes: Iterable[str]) -> dict[str, str]:
+    """The versions of the programs these filesystem types are made and checked with.
+
+    A run records them: a finding may depend on the mkfs defaults or fsck of one release."""
+    out: dict[str, str] = {}
+    for fstype in dict.fromkeys(fstypes):
+        for tool in adapter_for(fstype).tools:
+            if tool.binary not in out and shutil.which(tool.binary):
+                out[tool.binary] = tool_version(tool.binary, tool.version_argv)
+    return out
+
+
 def tools() -> tuple[Tool, ...]:
     """Every program the adapters run, each binary once, in adapter order."""
     seen: dict[str, Tool] = {}
@@ -91,5 +105,6 @@ __all__ = [
     "fstypes",
     "kernel_modules",
     "persistence_rules",
+    "tool_versions",
     "tools",
 ]

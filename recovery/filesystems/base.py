@@ -5,27 +5,15 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from framework.core.command import Tool
 from framework.core.errors import ConfigError
 from recovery.persistence import PersistenceRules
 
 if TYPE_CHECKING:
     from recovery.targets import Target
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A program an adapter runs, where it comes from and how it tells its version."""
-
-    binary: str
-    package: str  # the Debian package that provides it
-    #: Arguments that print the version (None: the program has no such option).
-    version_argv: tuple[str, ...] | None = None
-    #: Whether ``powercut doctor`` fails without it (else it only warns).
-    required: bool = False
 
 
 class FsckVerdict(StrEnum):

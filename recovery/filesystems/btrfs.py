@@ -6,7 +6,8 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool, split_options
+from framework.core.command import Tool
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, split_options
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ class BtrfsAdapter(FilesystemAdapter):
     family = "btrfs"
     fstypes = ("btrfs",)
     kernel_modules = ("btrfs",)
-    tools = (Tool("mkfs.btrfs", "btrfs-progs", ("--version",)),
-             Tool("btrfs", "btrfs-progs", ("--version",)))
+    tools = (Tool("mkfs.btrfs", "btrfs-progs", ("--version",), required=False),
+             Tool("btrfs", "btrfs-progs", ("--version",), required=False))
     # btrfs has no journal device; its log tree lives among the data.
     supports_external_journal = False
     min_size_bytes = 128 * 1024 * 1024

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from framework.core.command import Tool
 from framework.core.errors import ConfigError
 from recovery.filesystems.base import (
     FilesystemAdapter,
     FsckVerdict,
-    Tool,
     classify_fsck8_status,
     split_options,
 )
@@ -110,8 +110,8 @@ class ExtAdapter(FilesystemAdapter):
     kernel_modules = ("ext4",)
     # Required: the default study (quick) and the crash and cut defaults are ext targets.
     tools = (
-        Tool("mke2fs", "e2fsprogs", ("-V",), required=True),
-        Tool("e2fsck", "e2fsprogs", ("-V",), required=True),
+        Tool("mke2fs", "e2fsprogs", ("-V",)),
+        Tool("e2fsck", "e2fsprogs", ("-V",)),
     )
     supports_external_journal = True
     journal_optional = True

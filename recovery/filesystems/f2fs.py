@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool, classify_fsck8_status
+from framework.core.command import Tool
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
@@ -26,14 +27,9 @@ class F2fsAdapter(FilesystemAdapter):
     family = "f2fs"
     fstypes = ("f2fs",)
     kernel_modules = ("f2fs",)
-    tools = (Tool("mkfs.f2fs", "f2fs-tools", ("-V",)), Tool("fsck.f2fs", "f2fs-tools", ("-V",)))
-    # No journal device: f2fs recovers from its last checkpoint plus
-    # roll-forward of fsynced node blocks.
-    supports_external_journal = False
-    replay_patterns = (
-        # fs/f2fs/super.c and recovery.c around roll-forward recovery.
-        re.compile(r"F2FS-fs \(.*\): .*recover", re.IGNORECASE),
-        re.compile(r"F2FS-fs \(.*\): .*roll.?forward", re.IGNORECASE),
+    tools = (
+        Tool("mkfs.f2fs", "f2fs-tools", ("-V",), required=False),
+        Tool("fsck.f2fs", "f2fs-tools", ("-V",), required=False),
     )
 
     def persistence_rules(self, target: Target) -> PersistenceRules:

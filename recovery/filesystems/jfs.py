@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool, classify_fsck8_status
+from framework.core.command import Tool
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
 from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
@@ -18,8 +19,11 @@ class JfsAdapter(FilesystemAdapter):
     family = "jfs"
     fstypes = ("jfs",)
     kernel_modules = ("jfs",)
-    tools = (Tool("jfs_mkfs", "jfsutils", ("-V",)), Tool("jfs_fsck", "jfsutils", ("-V",)),
-             Tool("jfs_tune", "jfsutils", ("-V",)))
+    tools = (
+        Tool("jfs_mkfs", "jfsutils", ("-V",), required=False),
+        Tool("jfs_fsck", "jfsutils", ("-V",), required=False),
+        Tool("jfs_tune", "jfsutils", ("-V",), required=False),
+    )
     supports_external_journal = True
     # fs/jfs/jfs_mount.c refuses a read-write mount of a dirty volume
     # ("File System Dirty"); the log is replayed by jfs_fsck (logredo).

@@ -10,7 +10,8 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool
+from framework.core.command import Tool
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
@@ -25,8 +26,8 @@ class ReiserfsAdapter(FilesystemAdapter):
     family = "reiserfs"
     fstypes = ("reiserfs",)
     kernel_modules = ("reiserfs",)
-    tools = (Tool("mkreiserfs", "reiserfsprogs", ("-V",)),
-             Tool("reiserfsck", "reiserfsprogs", ("-V",)))
+    tools = (Tool("mkreiserfs", "reiserfsprogs", ("-V",), required=False),
+             Tool("reiserfsck", "reiserfsprogs", ("-V",), required=False))
     supports_external_journal = True
     replay_patterns = (
         # fs/reiserfs/journal.c, journal_read(); its "checking transaction

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, Tool
+from framework.core.command import Tool
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
@@ -19,7 +20,10 @@ class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
     kernel_modules = ("xfs",)
-    tools = (Tool("mkfs.xfs", "xfsprogs", ("-V",)), Tool("xfs_repair", "xfsprogs", ("-V",)))
+    tools = (
+        Tool("mkfs.xfs", "xfsprogs", ("-V",), required=False),
+        Tool("xfs_repair", "xfsprogs", ("-V",), required=False),
+    )
     supports_external_journal = True
     min_size_bytes = MIN_SIZE_BYTES
     min_journal_size_bytes = 64 * 1024 * 1024  # "Log size must be at least 64MB."

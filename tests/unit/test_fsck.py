@@ -456,3 +456,15 @@ def test_missing_prerequisites_names_packages_and_modules(make_fake: Callable[..
         "kernel filesystem jfs (modprobe jfs: modprobe: FATAL: Module jfs not found)",
     ]
     assert missing_prerequisites(fake, get_target("xfs")) == []
+
+
+def test_a_run_records_the_versions_of_its_filesystem_tools() -> None:
+    import shutil
+
+    from recovery.filesystems import tool_versions
+
+    if shutil.which("mke2fs") is None:
+        pytest.skip("e2fsprogs not installed ('make setup')")
+    versions = tool_versions(["ext4", "ext2"])
+    assert set(versions) >= {"mke2fs", "e2fsck"}
+    assert all(any(ch.isdigit() for ch in v) for v in versions.values()), versions
