@@ -489,15 +489,20 @@ def save_results(result: CrashRunResult, run: Run) -> None:
 # -- reproducers --------------------------------------------------------------
 
 
-def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
-    """Rebuild a state of an earlier run from its key (``POINT/VARIANT``)."""
+def load_plan(run_dir: Path) -> CrashPlan:
+    """The plan of an earlier crash run, user targets included (no targets file needed)."""
     try:
         raw: dict[str, Any] = json.loads((run_dir / "plan.json").read_text())
     except FileNotFoundError:
         raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
     raw["variants"] = tuple(raw["variants"])
     raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
-    plan = CrashPlan(**raw)
+    return CrashPlan(**raw)
+
+
+def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
+    """Rebuild a state of an earlier run from its key (``POINT/VARIANT``)."""
+    plan = load_plan(run_dir)
     point_text, sep, variant_text = key.partition("/")
     if not sep or not point_text.isdigit():
         raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")

@@ -71,6 +71,9 @@ class Target:
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
         """The inverse of to_dict, validated like a TOML table."""
         table = {k: v for k, v in d.items() if k != "name" and v is not None}
+        if isinstance(table.get("disk_profiles"), list | tuple):
+            # dataclasses.asdict() keeps the (role, profile) pairs as a sequence
+            table["disk_profiles"] = dict(table["disk_profiles"])
         return target_from_mapping(str(d["name"]), table, source="target data")
 
 

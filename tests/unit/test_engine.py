@@ -218,3 +218,17 @@ def test_the_recording_request_carries_the_whole_target(tmp_path):
     assert info == {"entries": 40, "log_bytes": 1 << 20, "marks": 3, "record_s": 1.5,
                     "workload": workload.name, "ops": len(workload.ops)}
     assert eng.oracle_path.read_text() == "{}"
+
+
+def test_a_plan_with_a_user_target_survives_plan_json(tmp_path):
+    """recheck rebuilds the plan from plan.json (written from asdict) without the targets file."""
+    from crashcases.engine import CrashPlan, load_plan, run_spec
+    from framework.core.lifecycle import run_lifecycle
+    from recovery.targets import Target
+
+    mine = Target.from_dict({"name": "mine", "fstype": "ext4", "mount_options": ["data=journal"]})
+    plan = CrashPlan(target="mine", case="hand:append-fdatasync", user_targets=(mine,))
+    with run_lifecycle(run_spec(plan), tmp_path, None) as run:  # writes plan.json
+        pass
+    again = load_plan(run.run_dir)
+    assert again == plan and again.spec == mine
