@@ -12,7 +12,7 @@ from framework.core.errors import ConfigError, PowercutError
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
-from recovery.filesystems import kernel_modules
+from recovery.filesystems import GUEST_FSTYPES, kernel_modules
 
 SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -122,8 +122,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         add_machine_options(q)
         q.add_argument("--disk", action="append", default=[], metavar="NAME:SIZE",
                        help="attach a sparse scratch disk (first is /dev/vda); repeatable")
-        q.add_argument("--fs", action="append", default=["ext4"], metavar="FSTYPE",
-                       help="filesystem modules to load (ext4 always); repeatable")
+        q.add_argument("--fs", action="append", default=list(GUEST_FSTYPES), metavar="FSTYPE",
+                       help="filesystem types whose kernel modules to load (always: "
+                            f"{', '.join(GUEST_FSTYPES)}); repeatable")
         if name == "run":
             q.add_argument("--timeout", type=float, default=600.0, metavar="S",
                            help="seconds the command may take (default: 600)")

@@ -56,6 +56,11 @@ def persistence_rules(target: Target) -> PersistenceRules:
     return adapter_for(target.fstype).persistence_rules(target)
 
 
+#: What a plain guest (`powercut vm run/shell`) can mount without asking: the
+#: ext family shares one module, so ext2, ext3 and ext4 all come with it.
+GUEST_FSTYPES: tuple[str, ...] = ("ext4",)
+
+
 def kernel_modules(fstypes: Iterable[str]) -> tuple[str, ...]:
     """The kernel modules these filesystem types need, each once, in order.
 
@@ -92,6 +97,7 @@ def tools() -> tuple[Tool, ...]:
 
 __all__ = [
     "ADAPTERS",
+    "GUEST_FSTYPES",
     "BtrfsAdapter",
     "ExtAdapter",
     "F2fsAdapter",
