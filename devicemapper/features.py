@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devicemapper.dmsetup import DmSetup
 from framework.core.command import CommandRunner, Tool
 
 
@@ -54,4 +53,6 @@ def loaded_targets(runner: CommandRunner) -> list[str]:
     """Names of the device-mapper targets the running kernel offers now (``dmsetup targets``).
 
     Built-in targets and those whose module is loaded; sorted."""
+    from devicemapper.dmsetup import DmSetup  # here: doctor reads this module's tables only
+
     return sorted(DmSetup(runner, timeout_s=30).targets())
