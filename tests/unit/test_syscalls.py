@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from devicemapper import ioctl as dmioctl
+from devicemapper import ioctl
 from devicemapper.ioctl import decode_dev, pack_table_load, reply_dev
 from framework.core import syscalls
 from framework.core.command import HostRunner
@@ -48,7 +48,7 @@ def test_reply_fields_are_read_at_their_dm_ioctl_h_offsets():
     struct.pack_into("<I", reply, 36, 0xDEAD)
     struct.pack_into("<Q", reply, 40, (253 << 8) | 7)
     assert reply_dev(reply) == (253 << 8) | 7
-    assert dmioctl._DM_IOCTL.unpack_from(reply)[dmioctl._OPEN_COUNT] == 3
+    assert ioctl._DM_IOCTL.unpack_from(reply)[ioctl._OPEN_COUNT] == 3
 
 
 @pytest.mark.host_root
