@@ -1,6 +1,6 @@
 # powercut: one-command set-up, main job and tests.
 #   make run    install what is missing, then run the default study (quick)
-#   make test   install what is missing, then run lint, types and the test suite
+#   make test   install what is missing, then run lint, types, import contracts and the tests
 # Set-up is idempotent: a second call only checks (about a second).
 
 PYTHON ?= python3
