@@ -46,7 +46,8 @@ options = { workload = "fsmark", reps = 2, seed = 1, quiet = true }
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 
 
-def test_a_study_runs_crash_cut_and_bench_on_a_user_target(tmp_path: Path) -> None:
+def test_a_study_runs_crash_cut_and_bench_on_a_user_target_and_recheck_needs_no_file(
+        tmp_path: Path) -> None:
     (tmp_path / "mine.toml").write_text(TARGETS)
     (tmp_path / "study.toml").write_text(STUDY)
     db = tmp_path / "db.sqlite"
@@ -65,22 +66,12 @@ def test_a_study_runs_crash_cut_and_bench_on_a_user_target(tmp_path: Path) -> No
         # The guest mounted the user's options, not a built-in target's.
         assert "data=journal" in store.targets(runs[2].id)["mine"]["applied_mount_options"]
     # The crash run keeps the definition, so its reproducer needs no targets file.
-    (plan_path,) = (tmp_path / "r").glob("crash-*/plan.json")
-    plan = json.loads(plan_path.read_text())
-    assert [t["name"] for t in plan["user_targets"]] == ["mine"]
-
-
-def test_recheck_rebuilds_a_user_target_state_without_the_targets_file(tmp_path: Path) -> None:
-    (tmp_path / "mine.toml").write_text(TARGETS)
-    out = subprocess.run([*POWERCUT, "crash", "-q", "--target", "mine", "--targets-file",
-                          str(tmp_path / "mine.toml"), "--case", "hand:append-fdatasync",
-                          "--results", str(tmp_path / "r"), "--db", str(tmp_path / "db.sqlite")],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run_dir,) = (tmp_path / "r").glob("crash-*")
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [t["name"] for t in plan["user_targets"]] == ["mine"]
     (tmp_path / "mine.toml").unlink()
-    first = json.loads((run_dir / "results.json").read_text())["states"][-1]["key"]
-    again = subprocess.run([*POWERCUT, "recheck", str(run_dir), first],
+    last = json.loads((run_dir / "results.json").read_text())["states"][-1]["key"]
+    again = subprocess.run([*POWERCUT, "recheck", str(run_dir), last],
                            capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert again.stdout.startswith(f"{first}: ok")
+    assert again.stdout.startswith(f"{last}: ok")
