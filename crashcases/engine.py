@@ -436,10 +436,14 @@ def run_spec(plan: CrashPlan) -> RunSpec:
 
 def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
               progress: Callable[[int, int, CheckResult | None], None] | None = None,
-              on_planned: Callable[[int], None] | None = None) -> CrashRunResult:
-    """Record, plan and check inside ``run``; every result is stored as soon as it is known."""
+              on_planned: Callable[[int], None] | None = None,
+              checked: tuple[Target, Workload] | None = None) -> CrashRunResult:
+    """Record, plan and check inside ``run``; every result is stored as soon as it is known.
+
+    ``checked``: what validate_plan() returned, when the caller validated
+    before opening the run (so that bad options create no run)."""
     start = clock.monotonic()
-    checked = validate_plan(plan)
+    checked = checked or validate_plan(plan)
     sink: StoreSink | None = None
     if run.store is not None and run.run_id is not None:
         sink = StoreSink(run.store, run.run_id, plan, run.run_dir)

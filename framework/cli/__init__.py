@@ -101,14 +101,6 @@ def user_targets(args: argparse.Namespace) -> dict[str, Target]:
     return load_targets(path) if path else {}
 
 
-def resolve_targets(args: argparse.Namespace) -> list[Target]:
-    """The targets --target names, built-in or from --targets-file (an unknown name is an error)."""
-    from recovery.targets import get_target
-
-    extra = user_targets(args)
-    return [get_target(name, extra) for name in args.target]
-
-
 def named_user_targets(args: argparse.Namespace) -> tuple[Target, ...]:
     """The --targets-file definitions that --target names: what a plan must carry."""
     extra = user_targets(args)

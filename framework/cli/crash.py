@@ -23,12 +23,12 @@ from crashcases.engine import (
     run_spec,
     validate_plan,
 )
+from crashcases.operations import Workload
 from crashcases.outcomes import Outcome, fails
 from framework.cli import (
     add_machine_options,
     add_target_options,
     named_user_targets,
-    resolve_targets,
 )
 from framework.cli.vm import machine_from_args
 from framework.core import junit
@@ -105,26 +105,28 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
     return cases
 
 
-def plan_from_args(args: argparse.Namespace, target: str) -> CrashPlan:
-    return CrashPlan(target=target, user_targets=named_user_targets(args), case=args.case, seed=args.seed, points=args.points,
-                     variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
+def plan_from_args(args: argparse.Namespace, target: str,
+                   user_targets: tuple[Target, ...] = ()) -> CrashPlan:
+    """The plan for one ``target``; ``user_targets``: the --targets-file definitions it may name."""
+    return CrashPlan(target=target, user_targets=user_targets, case=args.case, seed=args.seed,
+                     points=args.points, variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
                      inject_hang=args.inject_hang, max_sequences=args.max_sequences,
                      data_mib=args.data_mib)
 
 
 def cmd_crash(args: argparse.Namespace) -> int:
-    targets = resolve_targets(args)
-    plans = [plan_from_args(args, t.name) for t in targets]
-    if len(plans) > 1:  # a later target's bad options must not wait for the first run to end
-        for plan in plans:
-            validate_plan(plan)
+    user = named_user_targets(args)  # the targets file is read once
+    plans = [plan_from_args(args, name, user) for name in args.target]
+    # Every plan is checked (and its workload built) before a run directory,
+    # a store row or a guest exists: bad options create nothing.
+    checked = [validate_plan(plan) for plan in plans]
     suites: list[tuple[str, list[junit.Case]]] = []
     failed = False
     with Store(Path(args.db)) as store:
-        for target, plan in zip(targets, plans):
-            result = crash_one(args, store, target, plan)
-            cases = junit_cases(result, target)
+        for plan, plan_checked in zip(plans, checked):
+            result = crash_one(args, store, plan, plan_checked)
+            cases = junit_cases(result, plan.spec)
             suites.append((f"powercut crash {plan.target} {plan.case}", cases))
             junit.write(result.run_dir / "junit.xml", *suites[-1])
             failed |= any(c.failure for c in cases)
@@ -133,8 +135,10 @@ def cmd_crash(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def crash_one(args: argparse.Namespace, store: Store, target: Target, plan: CrashPlan) -> CrashRunResult:
+def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
+              checked: tuple[Target, Workload]) -> CrashRunResult:
     """One target's crash run, with its progress bar and summary."""
+    target = checked[0]
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
@@ -152,7 +156,7 @@ def crash_one(args: argparse.Namespace, store: Store, target: Target, plan: Cras
 
         with run_lifecycle(run_spec(plan), Path(args.results), store) as run:
             result = run_crash(plan, run, machine_factory(args), progress=step,
-                               on_planned=planned)
+                               on_planned=planned, checked=checked)
     out = Console()
     out.print(summary_table(result))
     failing = [s for s in result.states

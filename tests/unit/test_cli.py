@@ -43,3 +43,18 @@ def test_an_unknown_command_is_a_usage_error_naming_the_choices(capsys) -> None:
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'crahs'" in err and "crash" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["crash", "--target", "ext2", "--variants", "sideways"],
+    ["crash", "--target", "ext2,nosuch"],
+    ["crash", "--target", "ext2", "--points", "every:0"],
+    ["cut", "--target", "ext4/ordered", "--trials", "0"],
+    ["bench", "--target", "ext2,ext4/ordered", "--workload", "fsmark", "--baseline", "xfs"],
+])
+def test_bad_options_are_one_line_and_create_nothing(argv, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--results", "r", "--db", "r/db.sqlite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("powercut: ") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []  # no run directory, no store
