@@ -11,6 +11,17 @@ Specs:
   ``SEQ3_DEFAULT``).
 - ``random:N``: N random ops for the seed, durability ops interleaved.
 
+Which operations the generators use is an ``OpSelection``: given a
+target's capabilities (``load_case(..., capabilities=...)``, as ``powercut
+crash`` does) they add the newer operations (direct I/O, mmap and msync,
+O_SYNC/O_DSYNC writes, sync_file_range, syncfs, renameat2, copy_file_range,
+reflinks, collapse/insert range) the target's filesystem has, and argument
+partitions in the manner of CM-IOCov (sizes below, at and across page and
+block boundaries, unaligned offsets, writes at the end and into holes,
+zero-length calls where the syscall allows them). Without capabilities
+they keep the classic operation set, so a seed gives the workload it always
+gave. ``ops`` (``--ops``) narrows the generated operations to some kinds.
+
 Every recording costs a mkfs and a mount in a VM, so generated sequences
 are *packed*: each runs in its own directory (``s0017/`` is always the
 sequence numbered 17 of its enumeration), one after the other, each
@@ -32,10 +43,12 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from crashcases.operations import (
+    CLASSIC_FALLOC_MODES,
+    DURABILITY_OPS,
     FallocMode,
     FsModel,
     Op,
@@ -43,6 +56,7 @@ from crashcases.operations import (
     Workload,
     WorkloadError,
     parent_of,
+    required_capability,
 )
 from crashcases.oracle import NodeKind
 from framework.core.errors import ConfigError
@@ -134,6 +148,60 @@ def _retire(namespaces: Sequence[str], model: FsModel) -> list[Op]:
 
 
 # ---------------------------------------------------------------------------
+# Which operations a generator may use
+
+
+@dataclass(frozen=True, slots=True)
+class OpSelection:
+    """Which operations generated workloads use (see the module docstring).
+
+    ``capabilities`` None and ``kinds`` None: the classic set only.
+    Otherwise the classic set and the newer operations, those that need a
+    capability only if it is in ``capabilities``; ``kinds`` keeps only
+    those op kinds. Durability ops named in ``kinds`` are the only ones
+    that follow each op; if it names none, every one that applies may.
+    """
+
+    capabilities: frozenset[str] | None = None
+    kinds: frozenset[OpKind] | None = None
+
+    @property
+    def extended(self) -> bool:
+        return self.capabilities is not None or self.kinds is not None
+
+    def capable(self, op: Op) -> bool:
+        need = required_capability(op)
+        return need is None or need in (self.capabilities or frozenset())
+
+    def allows(self, op: Op) -> bool:
+        """Whether ``op`` may be one of the generated operations."""
+        return (self.kinds is None or op.kind in self.kinds) and self.capable(op)
+
+    def allows_durable(self, op: Op) -> bool:
+        """Whether durability op ``op`` may follow an operation to make it durable."""
+        if self.kinds is not None and self.kinds & DURABILITY_OPS and op.kind not in self.kinds:
+            return False
+        return self.capable(op)
+
+
+CLASSIC = OpSelection()
+
+
+def parse_ops(names: Iterable[str], *, where: str = "ops") -> frozenset[OpKind]:
+    """Op kinds by name; ConfigError naming the first unknown one and listing the known ones."""
+    out = set()
+    for name in names:
+        try:
+            out.add(OpKind(name.strip()))
+        except ValueError:
+            known = ", ".join(sorted(k.value for k in OpKind))
+            raise ConfigError(f"{where}: unknown operation {name.strip()!r} (known: {known})") from None
+    if not out:
+        raise ConfigError(f"{where}: name at least one operation")
+    return frozenset(out)
+
+
+# ---------------------------------------------------------------------------
 # The file set and the operation variants
 
 
@@ -192,20 +260,99 @@ def _variants() -> list[tuple[str, Op]]:
     ]
 
 
-def durables(op: Op, model: FsModel) -> list[Op]:
+def _newer_variants() -> list[tuple[str, Op]]:
+    """Argument partitions of the classic ops, and the newer ops, on the setup's file set.
+
+    The setup's f0 has 2 blocks + 100 B, d/f1 1 block + 904 B. Writes into
+    holes come from pairs: truncate-grow or punch-hole, then a pwrite there.
+    """
+    F, K = FallocMode, OpKind
+    return [
+        ("pwrite-below-page", Op(K.PWRITE, "f0", offset=0, length=B - 1)),
+        ("pwrite-across-page", Op(K.PWRITE, "f0", offset=B - 10, length=20)),
+        ("pwrite-unaligned-blocks", Op(K.PWRITE, "f0", offset=100, length=2 * B)),
+        ("pwrite-at-eof", Op(K.PWRITE, "f0", offset=2 * B + 100, length=10)),
+        ("pwrite-hole", Op(K.PWRITE, "f0", offset=4 * B + 7, length=300)),
+        ("pwrite-zero", Op(K.PWRITE, "f0", offset=10, length=0)),
+        ("write-zero", Op(K.WRITE, "f0", length=0)),
+        ("append-across-page", Op(K.APPEND, "f0", length=B)),
+        ("truncate-block", Op(K.TRUNCATE, "f0", size=2 * B)),
+        ("truncate-same", Op(K.TRUNCATE, "f0", size=2 * B + 100)),
+        ("truncate-grow-unaligned", Op(K.TRUNCATE, "f0", size=3 * B + 1)),
+        ("punch-unaligned", Op(K.FALLOCATE, "f0", offset=100, length=B, falloc=F.PUNCH_HOLE)),
+        ("zero-range-extend", Op(K.FALLOCATE, "f0", offset=2 * B, length=2 * B, falloc=F.ZERO_RANGE)),
+        ("direct-write", Op(K.DIRECT_WRITE, "f0", offset=0, length=B)),
+        ("direct-write-extend", Op(K.DIRECT_WRITE, "f0", offset=3 * B, length=2 * B)),
+        ("direct-write-zero", Op(K.DIRECT_WRITE, "f0", offset=0, length=0)),
+        ("mmap-write", Op(K.MMAP_WRITE, "f0", offset=100, length=B)),
+        ("mmap-write-tail", Op(K.MMAP_WRITE, "f0", offset=2 * B, length=100)),
+        ("write-osync", Op(K.WRITE_OSYNC, "f0", offset=B, length=100)),
+        ("write-osync-extend", Op(K.WRITE_OSYNC, "f0", offset=2 * B + 100, length=B)),
+        ("write-odsync", Op(K.WRITE_ODSYNC, "f0", offset=10, length=2 * B)),
+        ("write-odsync-extend", Op(K.WRITE_ODSYNC, "d/f1", offset=B + 904, length=3000)),
+        ("sync-file-range", Op(K.SYNC_FILE_RANGE, "f0", offset=0, length=B)),
+        ("sync-file-range-all", Op(K.SYNC_FILE_RANGE, "f0")),
+        ("rename-noreplace", Op(K.RENAME_NOREPLACE, "f0", dst="f2")),
+        ("rename-noreplace-dir", Op(K.RENAME_NOREPLACE, "d", dst="d2")),
+        ("rename-exchange", Op(K.RENAME_EXCHANGE, "f0", dst="d/f1")),
+        ("rename-exchange-dirs", Op(K.RENAME_EXCHANGE, "d", dst="e")),
+        ("rename-exchange-file-dir", Op(K.RENAME_EXCHANGE, "f0", dst="e")),
+        ("copy-file-range", Op(K.COPY_FILE_RANGE, "f0", dst="d/f1", offset=0, length=B)),
+        (
+            "copy-file-range-extend",
+            Op(K.COPY_FILE_RANGE, "f0", dst="d/f1", offset=B, length=B + 100, dst_offset=B + 904),
+        ),
+        ("copy-file-range-zero", Op(K.COPY_FILE_RANGE, "f0", dst="d/f1", offset=0, length=0)),
+        ("clone", Op(K.CLONE, "f0", dst="d/f1")),
+        ("clone-range", Op(K.CLONE_RANGE, "f0", dst="d/f1", offset=0, length=B, dst_offset=B)),
+        # The source's unaligned end of file, to the destination's end (length 0: to EOF).
+        ("clone-range-eof", Op(K.CLONE_RANGE, "d/f1", dst="f0", offset=B, dst_offset=2 * B)),
+        ("collapse-range", Op(K.FALLOCATE, "f0", offset=0, length=B, falloc=F.COLLAPSE_RANGE)),
+        ("insert-range", Op(K.FALLOCATE, "f0", offset=B, length=B, falloc=F.INSERT_RANGE)),
+        ("insert-range-start", Op(K.FALLOCATE, "f0", offset=0, length=2 * B, falloc=F.INSERT_RANGE)),
+    ]
+
+
+def variants(selection: OpSelection = CLASSIC) -> list[tuple[str, Op]]:
+    """The (label, op) variants a selection allows: the classic ones, then the newer ones."""
+    found = _variants() + (_newer_variants() if selection.extended else [])
+    return [(label, op) for label, op in found if selection.allows(op)]
+
+
+def durables(op: Op, model: FsModel, selection: OpSelection = CLASSIC) -> list[Op]:
     """Durability ops that could make ``op`` durable, valid in ``model`` (after ``op``)."""
-    subject = op.dst if op.kind in (OpKind.RENAME, OpKind.LINK) else op.path
+    K = OpKind
+    moves = (K.RENAME, K.LINK, K.RENAME_NOREPLACE, K.RENAME_EXCHANGE, K.COPY_FILE_RANGE,
+             K.CLONE, K.CLONE_RANGE)
+    subject = op.dst if op.kind in moves else op.path
     out: list[Op] = []
     kind = model.kind_of(subject)
     if kind is NodeKind.FILE:
         out += [Op(OpKind.FSYNC, subject), Op(OpKind.FDATASYNC, subject)]
+        if selection.extended:
+            out += _msyncs(op, subject, model)
     if kind is NodeKind.DIR:
         out.append(Op(OpKind.FSYNC_DIR, subject))
     out.append(Op(OpKind.FSYNC_DIR, parent_of(subject)))
-    if op.kind is OpKind.RENAME and parent_of(op.path) != parent_of(op.dst):
+    renames = (K.RENAME, K.RENAME_NOREPLACE, K.RENAME_EXCHANGE)
+    if op.kind in renames and parent_of(op.path) != parent_of(op.dst):
         out.append(Op(OpKind.FSYNC_DIR, parent_of(op.path)))
     out.append(Op(OpKind.SYNC))
-    return [d for d in out if model.check(d) is None]
+    if selection.extended:
+        out.append(Op(OpKind.SYNCFS, ""))
+    return [d for d in out if model.check(d) is None and selection.allows_durable(d)]
+
+
+def _msyncs(op: Op, subject: str, model: FsModel) -> list[Op]:
+    """msync of what ``op`` changed in ``subject`` if that is a byte range, else of all of it."""
+    node_id = model.lookup(subject)
+    size = len(model.nodes[node_id].data) if node_id is not None else 0
+    start, end = 0, size
+    if op.kind in (OpKind.PWRITE, OpKind.DIRECT_WRITE, OpKind.MMAP_WRITE) and op.length:
+        start, end = op.offset, min(op.offset + op.length, size)
+    elif op.kind in (OpKind.COPY_FILE_RANGE, OpKind.CLONE_RANGE) and op.length:
+        start, end = op.dst_offset, min(op.dst_offset + op.length, size)
+    return [Op(OpKind.MSYNC, subject, offset=start, length=end - start)] if end > start else []
 
 
 def _try(ops: Sequence[Op]) -> FsModel | None:
@@ -224,8 +371,14 @@ def _rotation(turns: list[int]) -> Callable[[list[Op]], Op]:
     return lambda choices: choices[next(it) % len(choices)]
 
 
-def _sequence(ops: Sequence[Op], pick: Callable[[list[Op]], Op]) -> list[Op] | None:
-    """Setup, then each op followed by a durability op ``pick``ed from those that apply."""
+def _sequence(
+    ops: Sequence[Op], pick: Callable[[list[Op]], Op], selection: OpSelection = CLASSIC
+) -> list[Op] | None:
+    """Setup, then each op followed by a durability op ``pick``ed from those that apply.
+
+    If the selection leaves none that applies, the op is followed by none
+    (it may be a durability op itself).
+    """
     out = _setup()
     model = _try(out)
     assert model is not None
@@ -234,46 +387,52 @@ def _sequence(ops: Sequence[Op], pick: Callable[[list[Op]], Op]) -> list[Op] | N
             return None
         model.apply(op, bytes(op.length))
         out.append(op)
-        sync_op = pick(durables(op, model))
-        out.append(sync_op)
+        choices = durables(op, model, selection)
+        if choices:
+            sync_op = pick(choices)
+            out.append(sync_op)
+            model.apply(sync_op)
     return out
 
 
-def seq1() -> list[tuple[str, list[Op]]]:
+def seq1(selection: OpSelection = CLASSIC) -> list[tuple[str, list[Op]]]:
     """Every op variant followed by every durability op that applies to it."""
     out = []
-    for label, op in _variants():
+    for label, op in variants(selection):
         model = _try([*_setup(), op])
         assert model is not None, label
-        for d in durables(op, model):
+        choices = durables(op, model, selection)
+        for d in choices:
             out.append((f"{label}+{d.describe()}", [*_setup(), op, d]))
+        if not choices:
+            out.append((label, [*_setup(), op]))
     return out
 
 
-def seq2() -> list[tuple[str, list[Op]]]:
+def seq2(selection: OpSelection = CLASSIC) -> list[tuple[str, list[Op]]]:
     """Every valid ordered pair of op variants, each followed by a rotating durability op."""
-    variants = _variants()
+    found = variants(selection)
     out = []
-    for (i, (la, a)), (j, (lb, b)) in itertools.product(enumerate(variants), repeat=2):
-        ops = _sequence((a, b), _rotation([i + j, i * 7 + j * 3]))
+    for (i, (la, a)), (j, (lb, b)) in itertools.product(enumerate(found), repeat=2):
+        ops = _sequence((a, b), _rotation([i + j, i * 7 + j * 3]), selection)
         if ops is not None:
             out.append((f"{la},{lb}", ops))
     return out
 
 
-def seq3(seed: int, count: int) -> list[tuple[int, str, list[Op]]]:
+def seq3(seed: int, count: int, selection: OpSelection = CLASSIC) -> list[tuple[int, str, list[Op]]]:
     """A seeded sample of ``count`` valid triples, each op followed by a random durability op."""
     rng = random.Random(f"powercut-seq3:{seed}")
-    variants = _variants()
+    variants_ = variants(selection)
     out: list[tuple[int, str, list[Op]]] = []
     attempts = 0
-    while len(out) < count and attempts < count * 50:
+    while variants_ and len(out) < count and attempts < count * 50:
         attempts += 1
-        picks = [rng.randrange(len(variants)) for _ in range(3)]
-        ops = _sequence([variants[p][1] for p in picks], rng.choice)
+        picks = [rng.randrange(len(variants_)) for _ in range(3)]
+        ops = _sequence([variants_[p][1] for p in picks], rng.choice, selection)
         if ops is not None:
-            index = (picks[0] * len(variants) + picks[1]) * len(variants) + picks[2]
-            out.append((index, ",".join(variants[p][0] for p in picks), ops))
+            index = (picks[0] * len(variants_) + picks[1]) * len(variants_) + picks[2]
+            out.append((index, ",".join(variants_[p][0] for p in picks), ops))
     return out
 
 
@@ -307,11 +466,15 @@ _RANDOM_FILES = ("f0", "f1", "f2", "d0/f0", "d0/f1", "d1/f0")
 _RANDOM_DIRS = ("d0", "d1", "d2", "d0/e")
 
 
-def random_ops(n_ops: int, seed: int, *, block: int = B) -> list[Op]:
+def random_ops(
+    n_ops: int, seed: int, *, block: int = B, selection: OpSelection = CLASSIC
+) -> list[Op]:
     """``n_ops`` valid random ops in directory ``r``, about one in four a durability op.
 
     ``block`` scales every size and offset: 4 KiB gives small metadata-heavy
     logs; 64 KiB (``stress:N``) gives data-heavy logs like fsstress runs.
+    With a selection that names op kinds, creat, mkdir and write stay
+    available so that the named ops find files with data to act on.
     """
     B = block
     rng = random.Random(f"powercut-random:{seed}" + ("" if block == 4096 else f":{block}"))
@@ -325,6 +488,9 @@ def random_ops(n_ops: int, seed: int, *, block: int = B) -> list[Op]:
     def anything() -> str:
         return path(_RANDOM_FILES + _RANDOM_DIRS + ("l0", "d0/l1"))
 
+    falloc_modes: list[FallocMode] = list(CLASSIC_FALLOC_MODES)
+    if selection.extended:
+        falloc_modes = [m for m in FallocMode if selection.capable(Op(OpKind.FALLOCATE, falloc=m))]
     makers: list[Callable[[], Op]] = [
         lambda: Op(OpKind.CREAT, path(_RANDOM_FILES)),
         lambda: Op(OpKind.MKDIR, path(_RANDOM_DIRS)),
@@ -342,7 +508,7 @@ def random_ops(n_ops: int, seed: int, *, block: int = B) -> list[Op]:
             path(_RANDOM_FILES),
             offset=rng.randrange(0, 3 * B, B),
             length=rng.choice((B, 2 * B)),
-            falloc=rng.choice(list(FallocMode)),
+            falloc=rng.choice(falloc_modes),
         ),
         lambda: Op(OpKind.RENAME, anything(), dst=anything()),
         lambda: Op(OpKind.LINK, path(_RANDOM_FILES), dst=path(_RANDOM_FILES)),
@@ -365,17 +531,89 @@ def random_ops(n_ops: int, seed: int, *, block: int = B) -> list[Op]:
         lambda: Op(OpKind.FSYNC_DIR, rng.choice(("r", *(f"r/{d}" for d in _RANDOM_DIRS)))),
         lambda: Op(OpKind.SYNC),
     ]
+    if selection.extended:
+        makers, durable_makers = _newer_makers(
+            selection, rng, path, anything, B, makers, durable_makers
+        )
     while len(ops) < n_ops:
-        pool = durable_makers if rng.random() < 0.25 else makers
+        pool = durable_makers if rng.random() < 0.25 or not makers else makers
+        pool = pool or makers
         for _ in range(200):
             op = rng.choice(pool)()
-            if model.check(op) is None:
+            if model.check(op) is None and selection.capable(op):
                 break
         else:
             op = Op(OpKind.SYNC)
         model.apply(op, bytes(op.length))
         ops.append(op)
     return ops[:n_ops]
+
+
+_CLASSIC_MAKER_KINDS = (
+    OpKind.CREAT, OpKind.MKDIR, OpKind.WRITE, OpKind.PWRITE, OpKind.APPEND, OpKind.TRUNCATE,
+    OpKind.FALLOCATE, OpKind.RENAME, OpKind.LINK, OpKind.UNLINK, OpKind.RMDIR, OpKind.SYMLINK,
+    OpKind.SETXATTR, OpKind.REMOVEXATTR,
+)
+_CLASSIC_DURABLE_KINDS = (OpKind.FSYNC, OpKind.FDATASYNC, OpKind.FSYNC_DIR, OpKind.SYNC)
+_SETUP_KINDS = frozenset({OpKind.CREAT, OpKind.MKDIR, OpKind.WRITE})
+
+
+def _newer_makers(
+    selection: OpSelection,
+    rng: random.Random,
+    path: Callable[[Sequence[str]], str],
+    anything: Callable[[], str],
+    B: int,
+    makers: list[Callable[[], Op]],
+    durable_makers: list[Callable[[], Op]],
+) -> tuple[list[Callable[[], Op]], list[Callable[[], Op]]]:
+    """random_ops' makers with the newer ops and argument partitions, as ``selection`` allows."""
+    K = OpKind
+    # Partitions: below, at and across a page and block, unaligned, and zero where allowed.
+    sizes = (0, 1, B - 1, B, B + 1, 2 * B + 5)
+    offsets = (0, 1, B - 1, B, 3 * B + 512)
+    aligned = (0, B, 2 * B, 3 * B)
+
+    def file() -> str:
+        return path(_RANDOM_FILES)
+
+    newer: list[tuple[OpKind, Callable[[], Op]]] = [
+        (K.PWRITE, lambda: Op(K.PWRITE, file(), offset=rng.choice(offsets), length=rng.choice(sizes))),
+        (K.DIRECT_WRITE, lambda: Op(K.DIRECT_WRITE, file(), offset=rng.choice(aligned),
+                                    length=rng.choice((0, B, 2 * B)))),
+        (K.MMAP_WRITE, lambda: Op(K.MMAP_WRITE, file(), offset=rng.choice(offsets),
+                                  length=rng.choice(sizes[1:]))),
+        (K.SYNC_FILE_RANGE, lambda: Op(K.SYNC_FILE_RANGE, file(), offset=rng.choice(offsets),
+                                       length=rng.choice(sizes))),
+        (K.RENAME_NOREPLACE, lambda: Op(K.RENAME_NOREPLACE, anything(), dst=anything())),
+        (K.RENAME_EXCHANGE, lambda: Op(K.RENAME_EXCHANGE, anything(), dst=anything())),
+        (K.COPY_FILE_RANGE, lambda: Op(K.COPY_FILE_RANGE, file(), dst=file(),
+                                       offset=rng.choice(offsets), length=rng.choice(sizes),
+                                       dst_offset=rng.choice(offsets))),
+        (K.CLONE, lambda: Op(K.CLONE, file(), dst=file())),
+        (K.CLONE_RANGE, lambda: Op(K.CLONE_RANGE, file(), dst=file(), offset=rng.choice(aligned),
+                                   length=rng.choice((0, B, 2 * B)),
+                                   dst_offset=rng.choice(aligned))),
+    ]
+    newer_durable: list[tuple[OpKind, Callable[[], Op]]] = [
+        (K.MSYNC, lambda: Op(K.MSYNC, file(), offset=rng.choice(offsets),
+                             length=rng.choice(sizes[1:]))),
+        (K.WRITE_OSYNC, lambda: Op(K.WRITE_OSYNC, file(), offset=rng.choice(offsets),
+                                   length=rng.choice(sizes[1:]))),
+        (K.WRITE_ODSYNC, lambda: Op(K.WRITE_ODSYNC, file(), offset=rng.choice(offsets),
+                                    length=rng.choice(sizes[1:]))),
+        (K.SYNCFS, lambda: Op(K.SYNCFS, "r")),
+    ]
+    kinds = selection.kinds
+    keep = (lambda k: True) if kinds is None else (lambda k: k in kinds or k in _SETUP_KINDS)
+    durable_named = kinds is not None and bool(kinds & DURABILITY_OPS)
+    keep_durable = (lambda k: True) if not durable_named else (lambda k: k in (kinds or ()))
+    out = [m for k, m in zip(_CLASSIC_MAKER_KINDS, makers, strict=True) if keep(k)]
+    out += [m for k, m in newer if keep(k)]
+    out_durable = [m for k, m in zip(_CLASSIC_DURABLE_KINDS, durable_makers, strict=True)
+                   if keep_durable(k)]
+    out_durable += [m for k, m in newer_durable if keep_durable(k)]
+    return out, out_durable
 
 
 # ---------------------------------------------------------------------------
@@ -480,22 +718,76 @@ def _hand_cases() -> dict[str, list[Op]]:
             Op(K.SYMLINK, "link", target="elsewhere/" + "x" * 100),
             Op(K.SYNC),
         ],
+        # Every newer op once; the only promises are made by the newer durability
+        # ops (O_SYNC and O_DSYNC writes, msync, syncfs), so on a disk that
+        # loses unflushed writes each of their marks must show a loss.
+        # Reflinks and collapse/insert are skipped where unsupported.
+        "new-ops": [
+            Op(K.MKDIR, "a"),
+            Op(K.CREAT, "a/f"),
+            Op(K.WRITE, "a/f", length=2 * B + 100),
+            Op(K.WRITE_OSYNC, "a/f", offset=B + 7, length=300),
+            Op(K.MKDIR, "b"),
+            Op(K.CREAT, "b/f"),
+            Op(K.DIRECT_WRITE, "b/f", offset=0, length=2 * B),
+            Op(K.WRITE_ODSYNC, "b/f", offset=2 * B, length=B + 50),
+            Op(K.CREAT, "a/m"),
+            Op(K.TRUNCATE, "a/m", size=3 * B),
+            Op(K.MMAP_WRITE, "a/m", offset=100, length=B),
+            Op(K.MSYNC, "a/m", offset=0, length=2 * B),
+            Op(K.CREAT, "b/c"),
+            Op(K.COPY_FILE_RANGE, "a/f", dst="b/c", offset=0, length=B + 500),
+            Op(K.CREAT, "b/k"),
+            Op(K.CLONE, "a/f", dst="b/k"),
+            Op(K.CLONE_RANGE, "a/m", dst="b/k", offset=0, length=2 * B, dst_offset=2 * B),
+            Op(K.FALLOCATE, "a/m", offset=0, length=B, falloc=FallocMode.COLLAPSE_RANGE),
+            Op(K.FALLOCATE, "a/m", offset=B, length=B, falloc=FallocMode.INSERT_RANGE),
+            Op(K.RENAME_NOREPLACE, "a/f", dst="a/g"),
+            Op(K.RENAME_EXCHANGE, "a", dst="b"),
+            Op(K.SYNC_FILE_RANGE, "b/g"),
+            Op(K.SYNCFS, ""),
+            Op(K.DIRECT_WRITE, "b/g", offset=B, length=B),
+            Op(K.WRITE_OSYNC, "b/g", offset=0, length=10),
+        ],
     }
+
+
+def _names(items: Iterable[str] | None) -> str:
+    return ",".join(sorted(items)) if items else "none"
 
 
 def list_cases() -> list[str]:
     return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "random:200", "stress:200"]
 
 
-def load_case(spec: str, *, seed: int, max_sequences: int | None = None) -> Workload:
+def load_case(
+    spec: str,
+    *,
+    seed: int,
+    max_sequences: int | None = None,
+    capabilities: Iterable[str] | None = None,
+    ops: Sequence[str] | None = None,
+) -> Workload:
     """The workload ``spec`` names (see the module docstring); deterministic for ``seed``.
 
     ``max_sequences`` caps the sequences packed by ``gen:*`` (a seeded
-    sample, namespaces keep their enumeration numbers).
+    sample, namespaces keep their enumeration numbers). ``file:PATH`` is a
+    workload saved by ``Workload.to_json`` (``powercut shrink`` writes one);
+    it keeps its own seed, so its bytes do not depend on ``seed``.
+    ``capabilities`` (the target filesystem's) make ``gen:*``, ``random:N``
+    and ``stress:N`` use the newer operations it has; ``ops`` (op kind
+    names) restricts those generated cases to these kinds.
     """
     family, _, arg = spec.partition(":")
     if max_sequences is not None and max_sequences < 1:
         raise ConfigError(f"case {spec!r}: max_sequences must be at least 1, got {max_sequences}")
+    kinds = parse_ops(ops) if ops else None
+    if kinds is not None and family not in ("gen", "random", "stress"):
+        raise ConfigError(
+            f"case {spec!r}: ops choose what generated cases use (gen:*, random:N, stress:N); "
+            f"{family}: cases have their own")
+    selection = OpSelection(
+        None if capabilities is None else frozenset(capabilities), kinds)
     if family == "hand":
         cases = _hand_cases()
         if arg not in cases:
@@ -507,19 +799,46 @@ def load_case(spec: str, *, seed: int, max_sequences: int | None = None) -> Work
             namespaces=["h"],
         )
     if family == "gen":
+        if arg in ("seq1", "seq2", "seq3") and not variants(selection):
+            raise ConfigError(
+                f"case {spec!r}: no generated operation is of kinds {_names(kinds)} "
+                f"on this target (capabilities: {_names(selection.capabilities)})")
         if arg in ("seq1", "seq2"):
-            found = seq1() if arg == "seq1" else seq2()
+            found = seq1(selection) if arg == "seq1" else seq2(selection)
             items = [(i, label, ops) for i, (label, ops) in enumerate(found)]
             return _packed(spec, _sample(items, max_sequences, seed), seed)
         if arg == "seq3":
-            return _packed(spec, seq3(seed, max_sequences or SEQ3_DEFAULT), seed)
+            return _packed(spec, seq3(seed, max_sequences or SEQ3_DEFAULT, selection), seed)
         raise ConfigError(f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3)")
     if family == "stress":
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected stress:N with N >= 1 ops")
-        return Workload(name=spec, seed=seed, ops=tuple(random_ops(int(arg), seed, block=64 * 1024)))
+        return Workload(name=spec, seed=seed, ops=tuple(
+            random_ops(int(arg), seed, block=64 * 1024, selection=selection)))
     if family == "random":
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected random:N with N >= 1 ops")
-        return Workload(name=spec, seed=seed, ops=tuple(random_ops(int(arg), seed)))
-    raise ConfigError(f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3, random:N or stress:N")
+        return Workload(name=spec, seed=seed, ops=tuple(
+            random_ops(int(arg), seed, selection=selection)))
+    if family == "file":
+        if not arg:
+            raise ConfigError(f"case {spec!r}: expected file:PATH, a workload JSON file")
+        try:
+            with open(arg, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"case {spec!r}: cannot read {arg}: {getattr(exc, 'strerror', None) or exc}") from None
+        try:
+            workload = Workload.from_json(text)
+        except (WorkloadError, ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"case {spec!r}: {arg} is not a workload: {exc}") from None
+        model = FsModel()  # a bad op is caught here, not in the guest after mkfs
+        for index, op in enumerate(workload.ops):
+            problem = model.check(op)
+            if problem is not None:
+                raise ConfigError(f"case {spec!r}: op {index} ({op.describe()}): {problem}")
+            model.apply(op, bytes(op.length))
+        return workload
+    raise ConfigError(
+        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3, random:N, stress:N or file:PATH"
+    )

@@ -5,7 +5,13 @@ oracle says was promised, walk and read the whole tree, unmount, fsck
 read-only, and only if that finds errors, fsck repair (timed). A mount
 or fsck that outlives its deadline is a *finding* (``hang``), not a
 harness error. Filesystems whose kernel driver does not replay the
-journal at mount (JFS) get fsck repair first, as their users would.
+journal at mount (JFS) have it replayed by their checker first (timed:
+that is their journal replay), then checked read-only before the mount,
+as their boot scripts do; filesystems without a journal are checked
+before the mount too.
+
+Every outcome but ``ok`` carries an ``explanation``: the broken promises,
+the mount error, or the checker's own words.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from framework.core import clock
 from framework.core.command import CommandRunner
 from framework.core.errors import CommandError, CommandTimeout
 from recovery.filesystems import FsckVerdict, adapter_for
-from recovery.fsck import run_fsck
+from recovery.fsck import FsckResult, run_fsck, run_log_replay
 from recovery.mount import mount_timed, umount
 from recovery.persistence import PersistenceRules
 from recovery.targets import JournalPlacement, Target
@@ -57,6 +63,13 @@ class CheckResult:
     findings: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    #: The checker's journal replay before mount (JFS: jfs_fsck -a), timed.
+    log_replay_s: float | None = None
+    #: The last lines each checker printed, when its verdict was not clean.
+    fsck_check_output: str = ""
+    fsck_repair_output: str = ""
+    #: Why the outcome is not ok, in words (empty for ok).
+    explanation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -93,16 +106,72 @@ def _findings(items: list[Finding]) -> list[dict[str, Any]]:
     return [{"kind": f.kind.value, "path": f.path, "detail": f.detail, "mark": f.mark} for f in items]
 
 
+#: Lines of a checker's output kept in a result (the end, where verdicts are).
+OUTPUT_LINES = 12
+
+
+def _tail(fsck: FsckResult) -> str:
+    lines = fsck.output_tail.splitlines()[-OUTPUT_LINES:]
+    return "\n".join([" ".join(fsck.argv) + f" (exit {fsck.status}):", *lines])
+
+
 def _fsck(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
           timeouts: Timeouts) -> None:
     """Read-only check (timed); only if it finds errors, repair (timed)."""
     fck = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
     result.fsck_check, result.fsck_check_s = fck.verdict.value, fck.duration_s
     if fck.verdict is not FsckVerdict.CLEAN:
+        result.fsck_check_output = _tail(fck)
         rep = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
         result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
+        result.fsck_repair_output = _tail(rep)
         if fck.verdict is FsckVerdict.FAILED:
             result.notes.append(f"read-only fsck failed to run: {fck.output_tail}")
+
+
+def _replay_log(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
+                timeouts: Timeouts) -> None:
+    """The checker's journal replay, for filesystems whose kernel does not replay (timed)."""
+    rep = run_log_replay(runner, target, dev, timeout_s=timeouts.fsck_s)
+    if rep is None:
+        return
+    result.log_replay_s = rep.duration_s
+    result.replay_messages = [f"{' '.join(rep.argv)}: exit {rep.status} in {rep.duration_s:.3f} s"]
+    if rep.verdict in (FsckVerdict.CORRUPT, FsckVerdict.FAILED):
+        result.notes.append(f"journal replay by the checker: {rep.verdict.value}: {_tail(rep)}")
+
+
+def explain(result: CheckResult) -> str:
+    """Why ``result`` is not ok, in words a user can act on ('' for ok)."""
+    out = result.outcome
+    if out is Outcome.OK:
+        return ""
+    if out is Outcome.HANG:
+        return "; ".join(result.notes) or "a step outlived its deadline"
+    parts: list[str] = []
+    if result.findings:
+        first = result.findings[0]
+        more = len(result.findings) - 1
+        parts.append(f"{first['kind']}: {first['path'] or '.'}: {first['detail']}"
+                     + (f" (and {more} more finding{'s' if more > 1 else ''})" if more else ""))
+    if not result.mount_ok and result.mount_error:
+        parts.append(f"mount failed: {result.mount_error}")
+    if result.fsck_check and result.fsck_check != FsckVerdict.CLEAN.value:
+        said = _last_words(result.fsck_check_output)
+        parts.append(f"read-only fsck: {result.fsck_check}" + (f" ({said})" if said else ""))
+        if result.fsck_repair:
+            said = _last_words(result.fsck_repair_output)
+            parts.append(f"repair: {result.fsck_repair}" + (f" ({said})" if said else ""))
+    elif result.fsck_repair == FsckVerdict.CORRUPT.value:
+        parts.append("fsck after repair and remount was not clean")
+    parts += result.notes
+    return "; ".join(p for p in parts if p) or f"{out.value} (no step recorded why)"
+
+
+def _last_words(output: str, lines: int = 3) -> str:
+    """The checker's closing lines (its verdict), joined on one line."""
+    body = [ln.strip() for ln in output.splitlines()[1:] if ln.strip()]
+    return " / ".join(body[-lines:])
 
 
 def fsck_first(target: Target) -> bool:
@@ -122,10 +191,11 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
     early = fsck_first(target)
     try:
         if early:
+            _replay_log(runner, target, dev, result, timeouts)
             _fsck(runner, target, dev, result, timeouts)
         mres = mount_timed(runner, target, dev, os.fspath(mountpoint), timeout_s=timeouts.mount_s)
         result.mount_ok, result.mount_s = mres.ok, mres.duration_s
-        result.replay_messages = list(mres.replay_messages)
+        result.replay_messages = [*result.replay_messages, *mres.replay_messages]
         if not mres.ok:
             result.mount_error = mres.error
         else:
@@ -142,7 +212,7 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
             after = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
             if after.verdict is not FsckVerdict.CLEAN:
                 result.notes.append(f"fsck after repair and remount: {after.verdict.value}: "
-                                    f"{after.output_tail}")
+                                    f"{_tail(after)}")
                 result.fsck_repair = FsckVerdict.CORRUPT.value
         result.outcome = outcome_of(result)
     except CommandTimeout as exc:
@@ -152,5 +222,6 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
         # umount failing after a successful mount: the state is not usable.
         result.notes.append(str(exc))
         result.outcome = worst(outcome_of(result), Outcome.CORRUPT)
+    result.explanation = explain(result)
     result.duration_s = clock.monotonic() - start
     return result

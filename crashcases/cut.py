@@ -30,8 +30,9 @@ from crashcases.cuttrial import (
     OracleRequest,
     TrialRequest,
 )
+from crashcases.known import KnownList, KnownMatcher, KnownVerdict, guest_kernel, mark_ops
 from crashcases.operations import DURABILITY_OPS, Workload
-from crashcases.outcomes import Outcome
+from crashcases.outcomes import Outcome, fails
 from devicemapper.flakey import FlakeyMode
 from framework.core import agent, clock
 from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
@@ -120,6 +121,8 @@ class CutRunResult:
     replacements: int = 0
     wall_s: float = 0.0
     run_id: int | None = None
+    #: Known-behaviour verdicts per target, keyed by trial_key() (empty: no list given).
+    known: dict[str, KnownMatcher] = field(default_factory=dict)
 
     def for_target(self, target: str) -> list[TrialResult]:
         return [t for t in self.trials if t.target == target]
@@ -127,13 +130,43 @@ class CutRunResult:
     def summaries(self) -> list[TargetSummary]:
         return [summarize(self.plan.spec(t), self.for_target(t)) for t in self.plan.targets]
 
+    def verdict(self, trial: TrialResult) -> KnownVerdict | None:
+        m = self.known.get(trial.target)
+        return m.verdicts.get(trial_key(trial)) if m is not None else None
+
+    def is_known(self, trial: TrialResult) -> bool:
+        """Whether known behaviour explains everything this failing trial found."""
+        v = self.verdict(trial)
+        return v is not None and v.known
+
+    def failing(self, trial: TrialResult) -> bool:
+        """Whether the trial fails its target and no known behaviour explains it."""
+        return fails(trial.outcome, self.plan.spec(trial.target)) and not self.is_known(trial)
+
+    def not_reproduced(self) -> list[dict[str, Any]]:
+        return [n for m in self.known.values() for n in m.not_reproduced()]
+
     def to_dict(self) -> dict[str, Any]:
         plan = asdict(self.plan)
         plan["mode"] = self.plan.mode.value
+        summaries = []
+        for s in self.summaries():
+            trials = self.for_target(s.target)
+            # "outcomes" are raw; "failing" counts only what known behaviour does not explain.
+            summaries.append({**s.to_dict(), "known": sum(1 for t in trials if self.is_known(t)),
+                              "failing": sum(1 for t in trials if self.failing(t))})
+        rows = []
+        for tr in self.trials:
+            v = self.verdict(tr)
+            rows.append({**tr.to_dict(), "known": v.to_dict() if v is not None else None})
         return {"run_dir": os.fspath(self.run_dir), "plan": plan, "run_id": self.run_id,
                 "replacements": self.replacements, "wall_s": self.wall_s,
-                "summaries": [s.to_dict() for s in self.summaries()],
-                "trials": [t.to_dict() for t in self.trials]}
+                "summaries": summaries, "trials": rows,
+                "known": [m.report() for m in self.known.values()] if self.known else None}
+
+
+def trial_key(trial: TrialResult) -> str:
+    return f"{trial.target}#{trial.trial}"
 
 
 def slug(target: str) -> str:
@@ -237,8 +270,10 @@ class CutEngine:
         return TrialResult(target, trial, point, seen.check.outcome, seen.drive, seen.check,
                            checked_mark=seen.checked_mark)
 
-    def store_trial(self, result: TrialResult) -> None:
-        """Write ``result`` to the results store (one transaction), if the run has one."""
+    def store_trial(self, result: TrialResult, known: Sequence[str] | None = None) -> None:
+        """Write ``result`` to the results store (one transaction), if the run has one.
+
+        ``known``: the known-behaviour entries that explain it (its outcome stays raw)."""
         if self.store is None or self.run_id is None:
             return
         d = result.drive
@@ -247,7 +282,7 @@ class CutEngine:
             seed=self.plan.seed, in_flight_bytes=d.in_flight_bytes if d else None,
             in_flight_ops=d.in_flight_ops if d else None, mount_s=result.mount_s,
             fsck_s=result.fsck_s,
-            replay_messages=result.check.replay_messages if result.check else ())
+            replay_messages=result.check.replay_messages if result.check else (), known=known)
 
 
 def run_spec(plan: CutPlan) -> RunSpec:
@@ -263,11 +298,27 @@ def run_spec(plan: CutPlan) -> RunSpec:
 
 def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             progress: Callable[[TrialResult], None] | None = None,
-            checked: tuple[list[Target], Workload] | None = None) -> CutRunResult:
-    """All trials of ``plan`` inside ``run``; each is stored and saved as soon as it is known."""
+            checked: tuple[list[Target], Workload] | None = None,
+            known: KnownList | None = None) -> CutRunResult:
+    """All trials of ``plan`` inside ``run``; each is stored and saved as soon as it is known.
+
+    ``known``: the known-behaviour list that trials are judged against."""
     start = clock.monotonic()
     checked = checked or validate_cut_plan(plan)
     result = CutRunResult(run.run_dir, plan, run_id=run.run_id)
+    marks = mark_ops(checked[1]) if known is not None else {}
+
+    def judged(tr: TrialResult) -> tuple[str, ...] | None:
+        if known is None:
+            return None
+        m = result.known.get(tr.target)
+        if m is None:
+            # After the target's first trial a guest has booted: its kernel is recorded.
+            m = result.known[tr.target] = known.matcher(
+                run="cut", target=plan.spec(tr.target), case=plan.case,
+                kernel=guest_kernel(run.environment), marks=marks)
+        m.judge(trial_key(tr), tr.outcome, tr.check)
+        return m.known_ids(trial_key(tr))
 
     def booted(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
         return run.started(factory(disks, rundir, fstypes))
@@ -280,7 +331,7 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             for trial in range(plan.trials):
                 tr = engine.run_trial(target, trial)
                 result.trials.append(tr)
-                engine.store_trial(tr)
+                engine.store_trial(tr, known=judged(tr))
                 run.save_json("results.json", result.to_dict())
                 if progress is not None:
                     progress(tr)

@@ -29,6 +29,7 @@ from typing import Any
 
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts
+from crashcases.known import KnownList, KnownMatcher, guest_kernel, mark_ops
 from crashcases.operations import Workload
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
@@ -58,7 +59,7 @@ from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import disk_bytes
-from recovery.filesystems import tool_versions
+from recovery.filesystems import adapter_for, tool_versions
 from recovery.targets import JournalPlacement, Target, resolve
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class CrashPlan:
     #: Definitions of user targets (from --targets-file) the plan may name; kept in
     #: plan.json so a reproducer rebuilds the state with the same configuration.
     user_targets: tuple[Target, ...] = ()
+    #: Op kinds the generated workload is restricted to (--ops); empty: all the target has.
+    ops: tuple[str, ...] = ()
 
     @property
     def spec(self) -> Target:
@@ -105,6 +108,8 @@ class CrashRunResult:
     replacements: int = 0
     wall_s: float = 0.0
     run_id: int | None = None
+    #: The known-behaviour verdicts of this run's states (None: no list was given).
+    known: KnownMatcher | None = None
 
     def counts(self) -> dict[str, int]:
         out = {o.value: 0 for o in Outcome}
@@ -135,7 +140,9 @@ def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
     check_target(target)
     parse_strategy(plan.points)
     parse_variants(plan.variants)
-    return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
+    capabilities = adapter_for(target.fstype).target_capabilities(target)
+    return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences,
+                             capabilities=capabilities, ops=plan.ops or None)
 
 
 def reproducer_command(run_dir: Path, key: str) -> str:
@@ -403,6 +410,7 @@ class StoreSink:
         self.store, self.run_id, self.plan, self.run_dir = store, run_id, plan, run_dir
         self.recording_id: int | None = None
         self.states: dict[str, CrashState] = {}
+        self.known: KnownMatcher | None = None
 
     def recorded(self, info: dict[str, Any], states: list[CrashState]) -> None:
         self.recording_id = self.store.add_recording(
@@ -417,13 +425,16 @@ class StoreSink:
             return
         cp = self.store.add_crash_point(self.recording_id, entry_index=state.point.index,
                                         kind=state.point.kind, last_mark=state.point.last_mark)
+        if self.known is not None:
+            self.known.judge(result.key, result.outcome, result, state.variant.kind.value)
         self.store.add_check(
             cp, variant=state.variant.kind, variant_seed=state.variant.seed, outcome=result.outcome,
             mount_s=result.mount_s, fsck_s=result.fsck_check_s,
             fsck_verdicts={"check": result.fsck_check, "repair": result.fsck_repair,
                            "repair_s": result.fsck_repair_s, "replay": result.replay_messages,
                            "notes": result.notes},
-            findings=result.findings, reproducer=reproducer_command(self.run_dir, result.key))
+            findings=result.findings, reproducer=reproducer_command(self.run_dir, result.key),
+            known=self.known.known_ids(result.key) if self.known is not None else None)
 
 
 def run_spec(plan: CrashPlan) -> RunSpec:
@@ -437,11 +448,13 @@ def run_spec(plan: CrashPlan) -> RunSpec:
 def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
               progress: Callable[[int, int, CheckResult | None], None] | None = None,
               on_planned: Callable[[int], None] | None = None,
-              checked: tuple[Target, Workload] | None = None) -> CrashRunResult:
+              checked: tuple[Target, Workload] | None = None,
+              known: KnownList | None = None) -> CrashRunResult:
     """Record, plan and check inside ``run``; every result is stored as soon as it is known.
 
     ``checked``: what validate_plan() returned, when the caller validated
-    before opening the run (so that bad options create no run)."""
+    before opening the run (so that bad options create no run). ``known``:
+    the known-behaviour list that states are judged against."""
     start = clock.monotonic()
     checked = checked or validate_plan(plan)
     sink: StoreSink | None = None
@@ -455,6 +468,13 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
     recorder, info = engine.record()
     machine: Machine | None = recorder
     result = CrashRunResult(run.run_dir, plan, info, [], run_id=run.run_id)
+    if known is not None:
+        # The recording guest has booted: its kernel release is in the run's environment.
+        result.known = known.matcher(
+            run="crash", target=checked[0], case=plan.case, kernel=guest_kernel(run.environment),
+            marks=mark_ops(checked[1]), variants=[k.value for k in parse_variants(plan.variants)])
+        if sink is not None:
+            sink.known = result.known
     entries: list[LogEntry] = []
     try:
         entries = engine.entries()
@@ -469,6 +489,11 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         if machine is not None:
             machine.close()
         result.results = dict(engine.results)
+        if result.known is not None:
+            for s in result.states:
+                r = result.results.get(s.key)
+                if r is not None:
+                    result.known.judge(s.key, r.outcome, r, s.variant.kind.value)
         result.replacements = engine.replacements
         result.wall_s = clock.monotonic() - start
         save_results(result, run)
@@ -478,12 +503,18 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
 
 
 def save_results(result: CrashRunResult, run: Run) -> None:
+    # "counts" are raw outcomes; a state that known behaviour explains keeps its raw
+    # outcome in "result" and has "known": {"known": true, "ids": [...]} beside it.
+    known = result.known
     data = {
         "plan": asdict(result.plan), "record": result.record, "wall_s": result.wall_s,
         "replacements": result.replacements, "counts": result.counts(),
+        "known": known.report() if known is not None else None,
         "states": [
             {**s.to_dict(), "result": result.results[s.key].to_dict() if s.key in result.results else None,
-             "reproducer": reproducer_command(result.run_dir, s.key)}
+             "reproducer": reproducer_command(result.run_dir, s.key),
+             "known": (known.verdicts[s.key].to_dict()
+                       if known is not None and s.key in known.verdicts else None)}
             for s in result.states
         ],
     }
@@ -500,6 +531,7 @@ def load_plan(run_dir: Path) -> CrashPlan:
     except FileNotFoundError:
         raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
     raw["variants"] = tuple(raw["variants"])
+    raw["ops"] = tuple(raw.get("ops", ()))
     raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
     return CrashPlan(**raw)
 

@@ -29,6 +29,10 @@ window:
   block-granular mix, as page writeback produces), where a block past a
   version's end counts as zeros. ``PersistenceRules`` widen this (torn
   blocks, stale blocks after extension) or narrow it (whole-version writes).
+  O_SYNC and O_DSYNC writes and msync promise a byte range, not the file:
+  the blocks it touches, and a size that holds its bytes; a block answers
+  to the latest promise that covers it, and one that none covers is free.
+  sync_file_range promises nothing and places no mark; syncfs is sync.
 - xattrs: each name the inode ever had holds one of its values in the span.
 - symlink targets and link counts, where the rules say metadata is atomic.
 
@@ -132,6 +136,17 @@ class MarkRecord:
     kind: str
     path: str
     inode: int | None
+    #: For ops that sync a byte range of the file (O_SYNC/O_DSYNC writes,
+    #: msync): [range_start, range_end). Both 0 for every other op.
+    range_start: int = 0
+    range_end: int = 0
+
+
+# Mark kinds and what they promise (see _promises).
+SYNC_KINDS = ("sync", "syncfs")  # everything done before
+WHOLE_FILE_KINDS = ("fsync", "fdatasync")  # all of the file's data
+RANGE_KINDS = ("write_osync", "write_odsync", "msync")  # the data of a byte range
+FULL_KINDS = ("fsync", "write_osync")  # also the inode's other metadata (xattrs, names)
 
 
 def block_digest(chunk: bytes, block_bytes: int = BLOCK_BYTES) -> str:
@@ -207,7 +222,11 @@ class OracleLog:
             "n_ops": self.n_ops,
             "block_bytes": self.block_bytes,
             "ops": list(self.ops),
-            "marks": [[m.name, m.op, m.kind, m.path, m.inode] for m in self.mark_records],
+            "marks": [
+                [m.name, m.op, m.kind, m.path, m.inode]
+                + ([m.range_start, m.range_end] if m.kind in RANGE_KINDS else [])
+                for m in self.mark_records
+            ],
             "paths": {p: [[b.op, b.inode, b.cause] for b in h] for p, h in self.paths.items()},
             "inodes": inodes,
             "hashes": list(table),
@@ -335,8 +354,17 @@ class Recorder:
             XattrEvent(op, name, None if value is None else value_digest(value))
         )
 
-    def mark(self, name: str, op: int, kind: str, path: str, ino: int | None) -> None:
-        self._marks.append(MarkRecord(name, op, kind, path, ino))
+    def mark(
+        self,
+        name: str,
+        op: int,
+        kind: str,
+        path: str,
+        ino: int | None,
+        byte_range: tuple[int, int] | None = None,
+    ) -> None:
+        start, end = byte_range or (0, 0)
+        self._marks.append(MarkRecord(name, op, kind, path, ino, start, end))
 
     def finish(self, n_ops: int) -> None:
         self._n_ops = n_ops
@@ -376,6 +404,10 @@ class _Promises:
     data: dict[int, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     xattr: dict[int, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     syncs: list[tuple[int, int]] = field(default_factory=list)
+    #: Data of a byte range only: (mark index, version op, range start, range end).
+    ranges: dict[int, list[tuple[int, int, int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 def _ancestors(path: str) -> Iterable[str]:
@@ -402,6 +434,30 @@ def _promises(oracle: OracleLog, rules: PersistenceRules) -> _Promises:
         ):
             prom.data[eff.inode].append((m, eff.op))
 
+    def inode_durable(ino: int, m: int) -> bool:
+        """Whether inode ``ino`` itself was made durable at or before mark ``m``.
+
+        Without atomic metadata, fsync of a directory writes the directory's
+        blocks and inode, not the inodes its new entries name: ext4 without a
+        journal (and ext2, served by ext4) syncs only the directory's
+        associated buffers and inode (ext4_fsync_nojournal(),
+        fs/ext4/fsync.c), while a new inode's table block is dirtied with no
+        owner (ext4_do_update_inode() -> ext4_handle_dirty_metadata(handle,
+        NULL, bh), fs/ext4/inode.c), and e2fsck pass 2 clears an entry that
+        names an unused inode. So the entry is owed only once its inode is:
+        by fsync/fdatasync of that inode or a sync after it was made. Linux
+        6.1 and 6.12.
+        """
+        created = oracle.inodes[ino].created_op
+        for rec in oracle.mark_records[: m + 1]:
+            if rec.kind in SYNC_KINDS and rec.op >= created:
+                return True
+            # O_SYNC/O_DSYNC writes and msync reach the same ->fsync with a range,
+            # and the range limits only which data pages are written.
+            if (rec.kind in WHOLE_FILE_KINDS or rec.kind in RANGE_KINDS) and rec.inode == ino:
+                return True
+        return False
+
     def promise_new_ancestors(path: str, m: int, d: int) -> None:
         for anc in _ancestors(path):
             eff = oracle.binding_at(anc, d)
@@ -410,7 +466,12 @@ def _promises(oracle: OracleLog, rules: PersistenceRules) -> _Promises:
 
     for m, mk in enumerate(oracle.mark_records):
         d = mk.op
-        if mk.kind == "sync":
+        # syncfs(2) is sync(2) for one filesystem: SYSCALL_DEFINE1(syncfs) calls
+        # sync_filesystem() (fs/sync.c, Linux 6.1), which writes back every
+        # inode, has the filesystem commit (->sync_fs with wait) and flushes
+        # its block device, like ksys_sync() does for every filesystem. The
+        # workload lives on one filesystem, so both promise everything before.
+        if mk.kind in SYNC_KINDS:
             prom.syncs.append((m, d))
             if rules.rename_replace_flushes_data:
                 for path, b in replaced:
@@ -418,13 +479,41 @@ def _promises(oracle: OracleLog, rules: PersistenceRules) -> _Promises:
                         prom.data[b.inode].append((m, b.op))
         elif mk.kind == "fsync_dir":
             for child in oracle.children().get(mk.path, ()):
-                promise_entry(child, m, d)
+                eff = oracle.binding_at(child, d)
+                if (
+                    rules.metadata_atomic
+                    or eff is None
+                    or eff.inode is None
+                    or inode_durable(eff.inode, m)
+                ):
+                    promise_entry(child, m, d)
             if mk.inode is not None:
                 prom.xattr[mk.inode].append((m, d))
-        elif mk.kind in ("fsync", "fdatasync") and mk.inode is not None:
+        elif (mk.kind in WHOLE_FILE_KINDS or mk.kind in RANGE_KINDS) and mk.inode is not None:
+            # The range kinds are fsync and fdatasync of a byte range, so they
+            # promise what those do with the data limited to the range:
+            # - an O_SYNC write is fsync(2) of what it wrote: generic_write_sync()
+            #   (include/linux/fs.h, Linux 6.1 and 6.12) calls
+            #   vfs_fsync_range(file, pos - count, pos - 1, datasync=0) after the
+            #   write; open(2): O_SYNC gives "synchronized I/O file integrity
+            #   completion", data and all metadata, like fsync.
+            # - an O_DSYNC write is fdatasync(2) of what it wrote: the same call
+            #   with datasync=1; open(2): O_DSYNC gives "synchronized I/O data
+            #   integrity completion".
+            # - msync(MS_SYNC) is fdatasync of the pages the range touches:
+            #   msync() in mm/msync.c (Linux 6.1 and 6.12) calls
+            #   vfs_fsync_range(file, fstart, fend, 1) for each shared mapping.
+            # vfs_fsync_range() passes the range to ->fsync (ext4_sync_file(),
+            # xfs_file_fsync(), btrfs_sync_file(), f2fs_sync_file()), which
+            # write back the dirty pages in it (file_write_and_wait_range(),
+            # whole folios, so whole 4 KiB blocks) and then commit as fsync or
+            # fdatasync would: the inode's other metadata as for the whole call.
             ino = mk.inode
-            prom.data[ino].append((m, d))
-            full = mk.kind == "fsync"
+            if mk.kind in RANGE_KINDS:
+                prom.ranges[ino].append((m, d, mk.range_start, mk.range_end))
+            else:
+                prom.data[ino].append((m, d))
+            full = mk.kind in FULL_KINDS
             if full:
                 prom.xattr[ino].append((m, d))
             for path in oracle.inode_paths().get(ino, ()):
@@ -447,6 +536,44 @@ def _promises(oracle: OracleLog, rules: PersistenceRules) -> _Promises:
                     if prev is not None and prev.inode == ino:
                         promise_entry(path, m, d)
     return prom
+
+
+@dataclass(frozen=True, slots=True)
+class _RangePromise:
+    """Data promised at mark ``mark`` as of op ``op``: bytes [start, end) (end -1: all)."""
+
+    op: int
+    mark: int
+    start: int
+    end: int
+    versions: list[DataVersion]  # the versions the data may be in: from op to the window's end
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.op, self.mark)
+
+    def covers(self, block: int, block_bytes: int) -> bool:
+        if self.end < 0:
+            return True
+        return block * block_bytes < self.end and (block + 1) * block_bytes > self.start
+
+    def blocks(self, block_bytes: int) -> range:
+        if self.end < 0:
+            return range(max(-(-v.size_bytes // block_bytes) for v in self.versions))
+        return range(self.start // block_bytes, -(-self.end // block_bytes))
+
+    def min_size(self) -> int:
+        """The smallest size the file may have: it must hold the promised bytes."""
+        if self.end < 0:
+            return min(v.size_bytes for v in self.versions)
+        # Of a version of `size` bytes, [start, min(end, size)) is promised.
+        return min(min(v.size_bytes, self.end) if v.size_bytes > self.start else 0
+                   for v in self.versions)
+
+
+def _block(v: DataVersion, b: int, zero: str) -> str:
+    """Block ``b`` of version ``v`` (zeros past its end)."""
+    return v.blocks[b] if b < len(v.blocks) else zero
 
 
 # ---------------------------------------------------------------------------
@@ -577,6 +704,14 @@ class _Checker:
         ):
             best = s
         return best
+
+    def range_promises(self, ino: int, after: int) -> list[_RangePromise]:
+        """Promises of byte ranges of ``ino`` at marks up to k, later than op ``after``, in order."""
+        out = []
+        for m, v, start, end in self.prom.ranges.get(ino, ()):
+            if m <= self.k and v > after:
+                out.append(_RangePromise(v, m, start, end, self.o.versions_between(ino, v, self.end)))
+        return sorted(out, key=lambda r: r.op)
 
     def note(self, promise: tuple[int, int]) -> str:
         v, m = promise
@@ -791,56 +926,106 @@ class _Checker:
             return out
         if rec.kind is NodeKind.FILE:
             dp = self.inode_promise(self.prom.data, ino)
-            if dp is not None:
-                out += self.check_data(ino, path, dp)
+            ranges = self.range_promises(ino, dp[0] if dp is not None else -1)
+            if dp is not None or ranges:
+                out += self.check_data(ino, path, dp, ranges)
         xp = self.inode_promise(self.prom.xattr, ino)
         if xp is not None and rec.xattrs:
             out += self.check_xattrs(ino, path, xp)
         return out
 
-    def check_data(self, ino: int, path: str, promise: tuple[int, int]) -> list[Finding]:
+    def check_data(
+        self,
+        ino: int,
+        path: str,
+        promise: tuple[int, int] | None,
+        ranges: list[_RangePromise] | None = None,
+    ) -> list[Finding]:
+        """Findings on the data at ``path`` if it is inode ``ino``.
+
+        ``promise`` covers every block (fsync, fdatasync, sync); each of
+        ``ranges``, later than it, the blocks its byte range touches. A
+        block answers to the latest promise that covers it; a block no
+        promise covers is not compared.
+        """
         data = self.content(path)
         if data is None:
             return []  # the read error is its own finding
         B = self.o.block_bytes
-        versions = self.o.versions_between(ino, promise[0], self.end)
-        note, mark = self.note(promise), self.mark_name(promise)
+        ranges = ranges or []
+        whole = (
+            _RangePromise(promise[0], promise[1], 0, -1,
+                          self.o.versions_between(ino, promise[0], self.end))
+            if promise is not None
+            else None
+        )
         size = len(data)
         found = data_digests(data, B)
-        if self.rules.data_writes_atomic:
-            if any(v.size_bytes == size and v.blocks == found for v in versions):
-                return []
-            return [
-                Finding(
-                    FindingKind.WRONG_CONTENT,
-                    path,
-                    f"{size} B matching none of {len(versions)} whole versions; {note}",
-                    mark,
-                )
-            ]
-        sizes = [v.size_bytes for v in versions]
-        if size < min(sizes):
-            return [
-                Finding(
-                    FindingKind.DATA_LOSS,
-                    path,
-                    f"size {size} B; {note}: at least {min(sizes)} B",
-                    mark,
-                )
-            ]
-        if size > max(sizes):
-            return [
-                Finding(
-                    FindingKind.WRONG_CONTENT,
-                    path,
-                    f"size {size} B; {note}: at most {max(sizes)} B",
-                    mark,
-                )
-            ]
         zero = block_digest(b"", B)
+        if self.rules.data_writes_atomic:
+            base = whole.versions if whole is not None else self.o.versions_between(ino, -1, self.end)
+
+            def keeps(v: DataVersion, r: _RangePromise) -> bool:
+                return v in r.versions or all(
+                    _block(v, b, zero) in {_block(w, b, zero) for w in r.versions}
+                    for b in r.blocks(B)
+                )
+
+            if any(
+                v.size_bytes == size and v.blocks == found and all(keeps(v, r) for r in ranges)
+                for v in base
+            ):
+                return []
+            last = ranges[-1] if ranges else whole
+            assert last is not None
+            return [
+                Finding(
+                    FindingKind.WRONG_CONTENT,
+                    path,
+                    f"{size} B matching none of {len(base)} whole versions; {self.note(last.key)}",
+                    self.mark_name(last.key),
+                )
+            ]
+        for p in ([whole] if whole is not None else []) + ranges:
+            need = p.min_size()
+            if size < need:
+                return [
+                    Finding(
+                        FindingKind.DATA_LOSS,
+                        path,
+                        f"size {size} B; {self.note(p.key)}: at least {need} B",
+                        self.mark_name(p.key),
+                    )
+                ]
+        if whole is not None and size > max(v.size_bytes for v in whole.versions):
+            return [
+                Finding(
+                    FindingKind.WRONG_CONTENT,
+                    path,
+                    f"size {size} B; {self.note(whole.key)}: at most "
+                    f"{max(v.size_bytes for v in whole.versions)} B",
+                    self.mark_name(whole.key),
+                )
+            ]
         out = []
         for b, digest in enumerate(found):
-            allowed = {v.blocks[b] if b < len(v.blocks) else zero for v in versions}
+            gov = whole
+            for r in ranges:
+                if r.covers(b, B) and (gov is None or r.op >= gov.op):
+                    gov = r
+            if gov is None:
+                continue  # no promise reaches this block
+            versions = gov.versions
+            if (
+                gov is not whole
+                and size < (b + 1) * B
+                and size not in {v.size_bytes for v in versions}
+            ):
+                # The file ends inside this block at a size from before the range
+                # was synced (the size need not be durable beyond the range): the
+                # block's bytes up to there cannot be told apart by a block hash.
+                continue
+            allowed = {_block(v, b, zero) for v in versions}
             if digest in allowed:
                 continue
             if self.rules.stale_data_after_extension and any(
@@ -855,8 +1040,9 @@ class _Checker:
                 Finding(
                     kind,
                     path,
-                    f"block {b} (bytes {b * B}-{min(size, (b + 1) * B) - 1}) holds {what}; {note}",
-                    mark,
+                    f"block {b} (bytes {b * B}-{min(size, (b + 1) * B) - 1}) holds {what}; "
+                    f"{self.note(gov.key)}",
+                    self.mark_name(gov.key),
                 )
             )
         return out

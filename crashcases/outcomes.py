@@ -29,6 +29,10 @@ SEVERITY = (Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUP
 #: Outcomes that fail any target.
 ALWAYS_FAILING = frozenset({Outcome.DATA_LOSS, Outcome.CORRUPT, Outcome.UNMOUNTABLE, Outcome.HANG})
 
+#: How a failing state is reported when known behaviour explains every finding
+#: (crashcases.known). Not an Outcome: the raw outcome is kept beside it.
+KNOWN = "known"
+
 
 def worst(*outcomes: Outcome) -> Outcome:
     return min(outcomes, key=SEVERITY.index)

@@ -66,3 +66,30 @@ def run_fsck(
         argv=result.argv,
         repair=repair,
     )
+
+
+def run_log_replay(
+    runner: CommandRunner,
+    target: Target,
+    dev: str,
+    *,
+    journal_dev: str | None = None,
+    timeout_s: float,
+) -> FsckResult | None:
+    """Replay ``dev``'s journal with its checker, for filesystems whose kernel does not.
+
+    Returns None when the adapter has no such step (the kernel replays at
+    mount). The verdict is the checker's: a replay that also had to repair
+    says so in its exit status.
+    """
+    adapter = adapter_for(target.fstype)
+    argv = adapter.journal_replay_argv(dev, journal_dev=journal_dev)
+    if argv is None:
+        return None
+    result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
+    verdict = adapter.classify_fsck(result.status, result.stdout, result.stderr, repair=True)
+    log.info("journal replay %s on %s: %s (status %d, %.3f s)",
+             target.name, dev, verdict, result.status, result.duration_s)
+    return FsckResult(verdict=verdict, status=result.status, duration_s=result.duration_s,
+                      output_tail=output_tail(result.stdout, result.stderr), argv=result.argv,
+                      repair=True)

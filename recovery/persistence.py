@@ -11,7 +11,11 @@ The baseline is POSIX as Linux implements it (``posix_strict``):
   (the size); not other metadata such as xattrs (fdatasync(2)).
 - ``fsync(dir)``: the directory's entries (every name -> which inode, and
   the absence of removed names) and the directory's own xattrs. Not the
-  directory's own name in its parent.
+  directory's own name in its parent. A new entry is owed only if the
+  inode it names is durable too (fsynced, or synced since it was made),
+  unless metadata is atomic (the creating transaction carries the inode):
+  without a journal, ext4 writes only the directory (ext4_fsync_nojournal(),
+  fs/ext4/fsync.c) and e2fsck clears entries that name unused inodes.
 - ``sync()``: everything done before it. POSIX lets sync() return before
   the writes finish; Linux waits for them (sync(2), NOTES; ``ksys_sync()``
   in fs/sync.c, Linux 6.1).

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "targets": ("framework.cli.targets", "list targets and show one's options and persistence rules"),
     "crash": ("framework.cli.crash", "record a workload and check every crash state"),
     "recheck": ("framework.cli.crash", "rebuild one crash state of an earlier run and check it again"),
+    "shrink": ("framework.cli.shrink", "minimise the workload of a failing crash state (delta debugging)"),
     "cut": ("framework.cli.cut", "power cuts on a live workload (dm-flakey) and the recovery after them"),
     "bench": ("framework.cli.bench", "throughput overhead of journalling per target, with intervals"),
     "log": ("framework.cli.log", "inspect and replay dm-log-writes logs"),
@@ -60,8 +61,14 @@ start here:
 def add_machine_options(p: argparse.ArgumentParser) -> None:
     """Options that pick the kernel and the qemu guest."""
     g = p.add_argument_group("guest machine")
-    g.add_argument("--kernel", metavar="BZIMAGE",
-                   help="kernel image to boot (default: the newest installed Debian kernel)")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument("--kernel", metavar="BZIMAGE",
+                       help="kernel image to boot, e.g. a bzImage under test (default: the installed "
+                            "Debian kernel that linux-image-amd64 depends on; 'powercut doctor' shows it)")
+    which.add_argument("--kernel-release", metavar="RELEASE",
+                       help="boot another installed Debian kernel: /boot/vmlinuz-RELEASE with "
+                            "/lib/modules/RELEASE, e.g. --kernel-release 6.12.107+deb12-amd64; installs "
+                            "nothing ('powercut doctor' lists the installed ones and how to add one)")
     g.add_argument("--modules", metavar="DIR",
                    help="modules for --kernel: the INSTALL_MOD_PATH that holds lib/modules/RELEASE")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",

@@ -92,11 +92,15 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from framework.bench import engine as bench
-    from framework.cli.vm import machine_from_args  # boots qemu: imported only when used
+    from framework.cli.vm import (  # boots qemu: imported only when used
+        machine_from_args,
+        resolve_kernel,
+    )
 
     config = config_from_args(args)
     targets = bench.resolve_targets(config)
     get_workload(config.workload)  # an unknown name fails before the guest boots
+    resolve_kernel(args)  # a missing kernel fails before the run is opened
     disks = bench.disks_for(targets, config.scale)
     fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
     spec = RunSpec("bench", f"bench {','.join(config.targets)} {config.workload}",

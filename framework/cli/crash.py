@@ -11,30 +11,32 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from crashcases.cases import list_cases
-from crashcases.check import CheckResult
+from crashcases.cases import list_cases, parse_ops
+from crashcases.check import CheckResult, explain
 from crashcases.engine import (
     CrashPlan,
     CrashRunResult,
     MachineFactory,
+    load_plan,
     recheck,
     reproducer_command,
     run_crash,
     run_spec,
     validate_plan,
 )
+from crashcases.known import KnownList, KnownMatcher, load_known, mark_ops
 from crashcases.operations import Workload
-from crashcases.outcomes import Outcome, fails
+from crashcases.outcomes import KNOWN, Outcome, fails
+from crashcases.points import Variant
 from framework.cli import (
     add_machine_options,
     add_target_options,
     named_user_targets,
 )
-from framework.cli.vm import machine_from_args
+from framework.cli.vm import machine_from_args, resolve_kernel
 from framework.core import junit
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.kernel import kernel_spec
 from framework.core.store import Store
 from recovery.targets import Target
 
@@ -46,17 +48,33 @@ outcomes:
   corrupt      fsck could not repair it, or reading the tree failed
   unmountable  the kernel refused to mount the state
   hang         mount, umount or fsck outlived its deadline (the guest is replaced)
+  known        failing, but known behaviour explains every finding (the shipped
+               list, crashcases/known.toml, and --known FILE): reported, not failed;
+               the raw outcome and the entry ids stay in results.json and the store
 
 examples:
   powercut crash --target ext4/ordered --case gen:seq2 --max-sequences 40
   powercut crash --target ext4/nobarrier --case hand:write-fsync-rename   # positive control
   powercut crash --target ext4/journal --case random:200 --points every:25 --variants prefix,subset,torn
   powercut recheck results/crash-.../ 1234/subset:77     # rebuild and recheck one state
+  powercut crash --target ext4/ordered --case gen:seq1 --known my-known.toml
+  powercut crash --target xfs --case gen:seq2 --ops clone,clone_range,fsync --max-sequences 20
+  powercut crash --target ext4/nobarrier --case hand:new-ops   # O_SYNC/O_DSYNC/msync/syncfs must lose data
+
+operations (--ops names; gen:* and random:N use those the target's filesystem has):
+  creat mkdir write pwrite append truncate fallocate rename link unlink rmdir symlink
+  setxattr removexattr; direct_write (O_DIRECT) mmap_write sync_file_range (promises nothing)
+  rename_noreplace rename_exchange copy_file_range clone clone_range (FICLONE, FICLONERANGE);
+  durability ops: fsync fdatasync fsync_dir sync syncfs msync write_osync write_odsync
 """
+
+KNOWN_HELP = ("a known-behaviour list in TOML (repeatable), in the format of the shipped "
+              "crashcases/known.toml: failing states whose every finding an entry explains are "
+              "reported as known, not failed")
 
 
 def machine_factory(args: argparse.Namespace) -> MachineFactory:
-    kernel = kernel_spec(args.kernel, args.modules)
+    kernel = resolve_kernel(args)
 
     def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
         return machine_from_args(args, disks=disks, fstypes=fstypes, rundir=rundir,
@@ -71,13 +89,47 @@ def summary_table(result: CrashRunResult) -> Table:
     table.add_column("states", justify="right")
     table.add_column("mount s (median / max)", justify="right")
     table.add_column("fsck s (median / max)", justify="right")
+    known = result.known
+    rows = [(k, r) for k, r in result.results.items()
+            if known is None or not known.is_known(k)]
     for outcome in Outcome:
-        rs = [r for r in result.results.values() if r.outcome is outcome]
+        rs = [r for _, r in rows if r.outcome is outcome]
         if not rs:
             continue
         table.add_row(outcome.value, str(len(rs)), _spread([r.mount_s for r in rs]),
                       _spread([r.fsck_check_s for r in rs]))
+    if known is not None:
+        # Failing states that known behaviour explains; their raw outcomes in brackets.
+        rs = [r for k, r in result.results.items() if known.is_known(k)]
+        if rs:
+            raw = ", ".join(f"{o.value} {n}" for o in Outcome
+                            if (n := sum(1 for r in rs if r.outcome is o)))
+            table.add_row(f"{KNOWN} ({raw})", str(len(rs)), _spread([r.mount_s for r in rs]),
+                          _spread([r.fsck_check_s for r in rs]))
     return table
+
+
+def known_list(args: argparse.Namespace) -> KnownList:
+    """The shipped known-behaviour list and the --known files (a bad file: a one-line error)."""
+    return load_known(getattr(args, "known", None) or ())
+
+
+def known_cases(matchers: Sequence[KnownMatcher], classname: str) -> list[junit.Case]:
+    """A passing case per known entry that applied but explained nothing (fixed?)."""
+    return [junit.Case(f"known:{n['id']}", classname, 0.0, output=f"{n['message']}\n"
+                       f"reason: {n['reason']}\nsource: {n['reference']}")
+            for m in matchers for n in m.not_reproduced()]
+
+
+def print_known(out: Console, matchers: Sequence[KnownMatcher]) -> None:
+    """Which entries explained how many states, and which explained nothing here."""
+    for m in matchers:
+        for entry_id, n in m.counts().items():
+            e = m.entry(entry_id)
+            out.print(f"  {KNOWN:<11} {entry_id} ({m.scope.target}) matched {n} failing "
+                      f"result{'s' if n != 1 else ''}: {e.reason} ({e.reference})", markup=False)
+        for silent in m.not_reproduced():
+            out.print(f"  {silent['message']}", markup=False)
 
 
 def _spread(values: list[float | None]) -> str:
@@ -92,16 +144,20 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
         r = result.results.get(s.key)
         if r is None:
             continue
-        failure = None
-        if fails(r.outcome, target):
-            first = r.findings[0]["detail"] if r.findings else (
-                r.mount_error or (r.notes[0] if r.notes else ""))
-            failure = f"{r.outcome.value}: {first}"[:500]
+        failure = skipped = None
+        if result.known is not None and result.known.is_known(s.key):
+            # Expunged, as kdevops and xfstests report it: known behaviour, with its reason.
+            skipped = f"{result.known.message(s.key)[:450]} [raw outcome: {r.outcome.value}]"
+        elif fails(r.outcome, target):
+            failure = f"{r.outcome.value}: {r.explanation or explain(r)}"[:500]
         details = "\n".join([f"reproduce: {reproducer_command(result.run_dir, s.key)}",
-                             *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in r.findings), *r.notes])
+                             *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in r.findings), *r.notes,
+                             *(o for o in (r.fsck_check_output, r.fsck_repair_output) if o)])
         cases.append(junit.Case(f"{s.key} (last mark {s.point.last_mark})",
                                 f"powercut.crash.{result.plan.target}.{result.plan.case}",
-                                r.duration_s, failure, details))
+                                r.duration_s, failure, details, skipped=skipped))
+    if result.known is not None:
+        cases += known_cases([result.known], f"powercut.crash.{result.plan.target}.{result.plan.case}")
     return cases
 
 
@@ -112,7 +168,17 @@ def plan_from_args(args: argparse.Namespace, target: str,
                      points=args.points, variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
                      inject_hang=args.inject_hang, max_sequences=args.max_sequences,
-                     data_mib=args.data_mib)
+                     data_mib=args.data_mib, ops=ops_from_args(args))
+
+
+def ops_from_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The --ops names (an unknown one: a one-line error listing the known ones)."""
+    text = getattr(args, "ops", None)
+    if text is None:
+        return ()
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    parse_ops(names, where="--ops")
+    return names
 
 
 def cmd_crash(args: argparse.Namespace) -> int:
@@ -121,11 +187,13 @@ def cmd_crash(args: argparse.Namespace) -> int:
     # Every plan is checked (and its workload built) before a run directory,
     # a store row or a guest exists: bad options create nothing.
     checked = [validate_plan(plan) for plan in plans]
+    known = known_list(args)  # likewise the known-behaviour lists
+    resolve_kernel(args)  # and the kernel: a missing one creates nothing
     suites: list[tuple[str, list[junit.Case]]] = []
     failed = False
     with Store(Path(args.db)) as store:
         for plan, plan_checked in zip(plans, checked):
-            result = crash_one(args, store, plan, plan_checked)
+            result = crash_one(args, store, plan, plan_checked, known)
             cases = junit_cases(result, plan.spec)
             suites.append((f"powercut crash {plan.target} {plan.case}", cases))
             junit.write(result.run_dir / "junit.xml", *suites[-1])
@@ -136,7 +204,7 @@ def cmd_crash(args: argparse.Namespace) -> int:
 
 
 def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
-              checked: tuple[Target, Workload]) -> CrashRunResult:
+              checked: tuple[Target, Workload], known: KnownList | None = None) -> CrashRunResult:
     """One target's crash run, with its progress bar and summary."""
     target = checked[0]
     err = Console(stderr=True)
@@ -156,38 +224,65 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
 
         with run_lifecycle(run_spec(plan), Path(args.results), store) as run:
             result = run_crash(plan, run, machine_factory(args), progress=step,
-                               on_planned=planned, checked=checked)
+                               on_planned=planned, checked=checked, known=known)
     out = Console()
     out.print(summary_table(result))
     failing = [s for s in result.states
-               if s.key in result.results and fails(result.results[s.key].outcome, target)]
+               if s.key in result.results and fails(result.results[s.key].outcome, target)
+               and not (result.known is not None and result.known.is_known(s.key))]
     out.print(f"log: {result.record['entries']} entries, {len(result.states)} states checked in "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
     out.print(f"results: {result.run_dir}/results.json  junit: {result.run_dir}/junit.xml  "
               f"db: {args.db} (run {result.run_id})")
     for s in failing[:10]:
         r = result.results[s.key]
-        why = "; ".join(([f"mount: {r.mount_error}"] if r.mount_error else []) + r.notes)[:200]
-        what = r.findings[0] if r.findings else {"kind": "", "path": "", "detail": why}
-        out.print(f"  {r.outcome.value:<11} {s.key:<22} {what['kind']} {what['path']} {what['detail']}")
+        why = (r.explanation or explain(r))[:300]
+        out.print(f"  {r.outcome.value:<11} {s.key:<22} {why}")
         out.print(f"              reproduce: {reproducer_command(result.run_dir, s.key)}")
     if len(failing) > 10:
         out.print(f"  ... and {len(failing) - 10} more (see results.json)")
+    if result.known is not None:
+        print_known(out, [result.known])
     return result
 
 
 def cmd_recheck(args: argparse.Namespace) -> int:
-    target, result = recheck(Path(args.run_dir), args.state, machine_factory(args))
-    print(f"{args.state}: {result.outcome.value}")
+    known = known_list(args)
+    variant = Variant.parse(args.state.partition("/")[2]).kind.value
+    base = machine_factory(args)
+    guest: dict[str, str] = {}
+
+    def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
+        machine = base(disks, rundir, fstypes)
+        guest.update(machine.describe())  # the kernel release, for the known list
+        return machine
+
+    target, result = recheck(Path(args.run_dir), args.state, factory)
+    plan = load_plan(Path(args.run_dir))
+    matcher = known.matcher(run="crash", target=target, case=plan.case,
+                            kernel=guest.get("kernel"), marks=mark_ops(validate_plan(plan)[1]),
+                            variants=[variant])
+    verdict = matcher.judge(args.state, result.outcome, result, variant)
+    print(f"{args.state}: {result.outcome.value}"
+          + (f" ({KNOWN}: {', '.join(verdict.ids)})" if verdict and verdict.known else ""))
     for f in result.findings:
         print(f"  {f['kind']}: {f['path']}: {f['detail']}")
     if result.mount_error:
         print(f"  mount failed: {result.mount_error}")
     for n in result.notes:
         print(f"  note: {n}")
+    for output in (result.fsck_check_output, result.fsck_repair_output):
+        if output:
+            print("  " + output.replace("\n", "\n    "))
     print(f"  mount {result.mount_s}s, fsck {result.fsck_check} {result.fsck_check_s}s"
           + (f", repair {result.fsck_repair} {result.fsck_repair_s}s" if result.fsck_repair else ""))
-    return 1 if fails(result.outcome, target) else 0
+    if verdict is not None:
+        if verdict.known:
+            print(f"  {matcher.message(args.state)}")
+        else:
+            print(f"  known entries {', '.join(verdict.ids)} explain part of it; not: "
+                  f"{'; '.join(verdict.unexplained)}")
+    return 1 if fails(result.outcome, target) and not (verdict and verdict.known) else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -204,6 +299,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"workload: {', '.join(list_cases())}, random:N (default: hand:write-fsync-rename)")
     p.add_argument("--max-sequences", type=int, metavar="N",
                    help="gen:* cases: check a seeded sample of N sequences instead of all")
+    p.add_argument("--ops", metavar="NAME[,NAME...]",
+                   help="generated cases (gen:*, random:N, stress:N): use only these operations "
+                        "(plus creat, mkdir, write and sync to set up), e.g. rename_exchange or "
+                        "mmap_write,msync; named durability ops are then the only ones used. "
+                        "Without it every operation the target's filesystem supports is used")
     p.add_argument("--seed", type=int, default=0, help="seed for the workload, sampling and variants (default: 0)")
     p.add_argument("--points", default="marks",
                    help="crash points: marks (after each durability op), fua, flush, every:N, sample:K")
@@ -224,6 +324,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
                    help="sqlite results store; every state is written as soon as it is checked "
                         "(default: results/powercut.sqlite)")
+    p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
     p.add_argument("--inject-hang", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)
@@ -234,5 +335,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "This is the reproducer command printed for every failing state.")
     r.add_argument("run_dir", help="the run directory (results/crash-...)")
     r.add_argument("state", help="the state key POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
+    r.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
     add_machine_options(r)
     r.set_defaults(func=cmd_recheck)

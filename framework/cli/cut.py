@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from crashcases.cases import list_cases
+from crashcases.check import explain
 from crashcases.cut import (
     CutPlan,
     CutRunResult,
@@ -20,12 +21,13 @@ from crashcases.cut import (
     run_cut,
     run_spec,
     summarize,
+    trial_key,
     validate_cut_plan,
 )
-from crashcases.outcomes import fails
+from crashcases.outcomes import KNOWN, Outcome, fails
 from devicemapper.flakey import FlakeyMode
 from framework.cli import add_machine_options, add_target_options, named_user_targets
-from framework.cli.crash import machine_factory
+from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
 from framework.core import junit
 from framework.core.lifecycle import run_lifecycle
 from framework.core.store import Store
@@ -41,12 +43,15 @@ how a trial goes:
 
 outcomes: ok, recovered (fsck had to repair: a failure for journalled
 targets), data-loss, corrupt, unmountable, hang; see 'powercut crash --help'.
+A failing trial whose every finding known behaviour explains (the shipped
+crashcases/known.toml and --known FILE) is reported as known, not failed.
 
 examples:
   powercut cut --target ext4/ordered --case random:200 --trials 5
   powercut cut --target ext4/ordered --target ext2 --case gen:seq1 --max-sequences 20
   powercut cut --target xfs --case random:400 --cut-after-s 3 --mode error_writes
   powercut cut --target ext4/ordered --case hand:append-fdatasync --count-post-cut-fsync  # must fail
+  powercut cut --target ext4/ordered --case random:200 --known my-known.toml
 """
 
 
@@ -54,11 +59,16 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def summary_table(summaries: Sequence[TargetSummary], *, title: str = "recovery after power cuts") -> Table:
+def summary_table(summaries: Sequence[TargetSummary], *, title: str = "recovery after power cuts",
+                  known: dict[str, int] | None = None) -> Table:
+    """One row per target; ``known``: target -> trials reported as known (their raw
+    outcomes stay in the outcomes column)."""
     table = Table(title=title)
     table.add_column("target")
     table.add_column("trials", justify="right")
     table.add_column("outcomes")
+    if known is not None:
+        table.add_column(KNOWN, justify="right")
     table.add_column("in flight ops / B (median)", justify="right")
     table.add_column("mount s median / p90 / max", justify="right")
     table.add_column("fsck s median / max", justify="right")
@@ -68,13 +78,16 @@ def summary_table(summaries: Sequence[TargetSummary], *, title: str = "recovery 
         in_flight = ("-" if s.in_flight_ops_median is None
                      else f"{s.in_flight_ops_median:g} / {s.in_flight_bytes_median:g}")
         errors = ", ".join(f"{k} {v}" for k, v in s.post_cut_errors.items()) or "none"
-        table.add_row(s.target, str(s.trials), outcomes, in_flight,
+        known_cell = [] if known is None else [str(known.get(s.target, 0))]
+        table.add_row(s.target, str(s.trials), outcomes, *known_cell, in_flight,
                       f"{_s(s.mount_median_s)} / {_s(s.mount_p90_s)} / {_s(s.mount_max_s)}",
                       f"{_s(s.fsck_median_s)} / {_s(s.fsck_max_s)}", errors)
     return table
 
 
-def trial_table(target: str, trials: Sequence[TrialResult]) -> Table:
+def trial_table(target: str, trials: Sequence[TrialResult],
+                result: CutRunResult | None = None) -> Table:
+    """The trials of ``target``; with ``result``, known trials say so beside their raw outcome."""
     table = Table(title=f"{target}: trials")
     table.add_column("trial", justify="right")
     table.add_column("cut")
@@ -87,14 +100,23 @@ def trial_table(target: str, trials: Sequence[TrialResult]) -> Table:
     for t in trials:
         d = t.drive
         table.add_row(str(t.trial), t.point.describe(), str(d.promised) if d else "-",
-                      f"{d.in_flight_ops} / {d.in_flight_bytes}" if d else "-", t.outcome.value,
+                      f"{d.in_flight_ops} / {d.in_flight_bytes}" if d else "-",
+                      f"{KNOWN} ({t.outcome.value})" if result and result.is_known(t) else t.outcome.value,
                       _s(t.mount_s), _s(t.fsck_s),
                       " | ".join(t.check.replay_messages) if t.check and t.check.replay_messages else "-")
     return table
 
 
 def failing_trials(result: CutRunResult) -> list[TrialResult]:
-    return [t for t in result.trials if fails(t.outcome, result.plan.spec(t.target))]
+    """Trials that fail their target and that no known behaviour explains."""
+    return [t for t in result.trials if result.failing(t)]
+
+
+def trial_explanation(t: TrialResult) -> str:
+    """Why a trial is not ok: its check's explanation, or the trial's own notes."""
+    if t.check is not None and t.check.outcome is not Outcome.OK:
+        return t.check.explanation or explain(t.check)
+    return "; ".join(t.notes) or t.outcome.value
 
 
 def junit_cases(result: CutRunResult) -> list[junit.Case]:
@@ -103,17 +125,20 @@ def junit_cases(result: CutRunResult) -> list[junit.Case]:
     for t in result.trials:
         notes = t.notes + (t.check.notes if t.check else [])
         findings = t.check.findings if t.check else []
-        failure = None
-        if fails(t.outcome, result.plan.spec(t.target)):
-            first = (f"{findings[0]['kind']} {findings[0]['path']}: {findings[0]['detail']}"
-                     if findings else "; ".join(notes))
-            failure = f"{t.outcome.value}: {first}"[:500]
+        failure = skipped = None
+        matcher = result.known.get(t.target)
+        if matcher is not None and result.is_known(t):
+            skipped = f"{matcher.message(trial_key(t))[:450]} [raw outcome: {t.outcome.value}]"
+        elif fails(t.outcome, result.plan.spec(t.target)):
+            failure = f"{t.outcome.value}: {trial_explanation(t)}"[:500]
         details = "\n".join([f"cut {t.point.describe()}, checked at mark {t.checked_mark}",
                              *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in findings),
                              *notes])
         time_s = (t.mount_s or 0.0) + (t.fsck_s or 0.0)
         cases.append(junit.Case(f"{t.target} #{t.trial}", f"powercut.cut.{t.target}.{result.plan.case}",
-                                time_s, failure, details))
+                                time_s, failure, details, skipped=skipped))
+    for target, matcher in result.known.items():
+        cases += known_cases([matcher], f"powercut.cut.{target}.{result.plan.case}")
     return cases
 
 
@@ -130,6 +155,8 @@ def cmd_cut(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     targets = plan.targets
     checked = validate_cut_plan(plan)  # bad options fail before the progress bar appears
+    known = known_list(args)  # so does a bad known-behaviour list
+    factory = machine_factory(args)  # and a missing kernel
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
@@ -146,7 +173,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
 
         with Store(Path(args.db)) as store, \
                 run_lifecycle(run_spec(plan), Path(args.results), store) as run:
-            result = run_cut(plan, run, machine_factory(args), progress=step, checked=checked)
+            result = run_cut(plan, run, factory, progress=step, checked=checked, known=known)
     failing = failing_trials(result)
     junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"
     junit.write(junit_path, f"powercut cut {result.plan.case}", junit_cases(result))
@@ -158,18 +185,19 @@ def cmd_cut(args: argparse.Namespace) -> int:
         # Piped or captured: keep table rows whole rather than folded to 80 columns.
         out = Console(width=200)
     for target in targets:
-        out.print(trial_table(target, result.for_target(target)))
+        out.print(trial_table(target, result.for_target(target), result))
     out.print(summary_table([summarize(plan.spec(t), result.for_target(t)) for t in targets],
-                            title=f"recovery after power cuts ({plan.mode.value}, {plan.case})"))
+                            title=f"recovery after power cuts ({plan.mode.value}, {plan.case})",
+                            known={t: sum(1 for tr in result.for_target(t) if result.is_known(tr))
+                                   for t in targets}))
     out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}  "
               f"db: {args.db} (run {result.run_id}); "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
     for t in failing:
-        first = (t.check.findings[0] if t.check and t.check.findings else None)
-        what = (f"{first['kind']} {first['path']} {first['detail']}" if first
-                else "; ".join(t.notes + (t.check.notes if t.check else []))[:200])
+        what = trial_explanation(t)[:300]
         out.print(f"  {t.outcome.value:<11} {t.target} #{t.trial} (cut {t.point.describe()}, "
                   f"checked at {t.checked_mark}): {what}")
+    print_known(out, list(result.known.values()))
     return 1 if failing else 0
 
 
@@ -211,6 +239,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
                    help="sqlite results store, one row per trial (default: results/powercut.sqlite)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)
     p.set_defaults(func=cmd_cut)

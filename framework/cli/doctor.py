@@ -13,7 +13,14 @@ from devicemapper import features as dm_features
 from framework.core import command
 from framework.core.command import Tool
 from framework.core.errors import PowercutError
-from framework.core.machine.kernel import KernelSpec
+from framework.core.machine.kernel import (
+    META_PACKAGE,
+    DefaultChoice,
+    KernelSpec,
+    choose_default,
+    install_hint,
+    installed_kernels,
+)
 from recovery import filesystems
 
 FIX_SETUP = "run 'make setup' (installs Debian package {pkg})"
@@ -123,6 +130,35 @@ def check_kernel(spec: KernelSpec) -> list[Check]:
     return checks
 
 
+def check_installed_kernels(root: Path = Path("/")) -> list[Check]:
+    """The Debian kernels a guest can boot with --kernel-release, the default and why."""
+    choice: DefaultChoice | None
+    try:
+        choice = choose_default(root)
+    except PowercutError:
+        choice = None
+    checks = []
+    for k in installed_kernels(root):
+        if not k.has_modules:
+            checks.append(Check("installed kernels", k.release, False,
+                                f"no modules in {root / 'lib' / 'modules' / k.release}",
+                                f"apt-get install --reinstall linux-image-{k.release}", required=False))
+            continue
+        detail = "modules present"
+        if choice is not None and choice.spec.release == k.release:
+            detail += f"; the default: {choice.reason}"
+        else:
+            detail += f"; boot it with --kernel-release {k.release}"
+        checks.append(Check("installed kernels", k.release, True, detail, required=False))
+    if choice is None:
+        checks.append(Check("installed kernels", "default", False, "no kernel with modules",
+                            f"apt-get install {META_PACKAGE} (make setup)", required=False))
+    checks.append(Check("installed kernels", "another", True,
+                        f"to compare kernels, install one with {install_hint()}, "
+                        "then boot it with --kernel-release RELEASE", required=False))
+    return checks
+
+
 def check_python() -> list[Check]:
     # Imported here: it costs ~20 ms, which `powercut targets` (which reads
     # this module's tool and kernel look-ups) should not pay.
@@ -188,7 +224,8 @@ def diagnose(spec: KernelSpec | None, *, boot: bool = False, probe: bool = False
     checks = check_tools() + check_python()
     if spec is None:
         checks.append(Check("kernel", "image", False, kernel_error or "no kernel",
-                            "install linux-image-amd64 (make setup) or pass --kernel"))
+                            f"install {META_PACKAGE} (make setup), or pick an installed kernel "
+                            "with --kernel-release (listed below) or a built one with --kernel"))
         return checks
     checks += check_kernel(spec)
     checks += check_kvm(spec, probe)

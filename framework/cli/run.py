@@ -17,6 +17,8 @@ def machine_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--kernel", args.kernel]
     if args.modules:
         argv += ["--modules", args.modules]
+    if args.kernel_release:
+        argv += ["--kernel-release", args.kernel_release]
     return argv
 
 
@@ -31,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{study.source} names a targets_file already ({study.targets_file}); "
                           "drop --targets-file or the study's targets_file")
     # Fail early, with the fixes, rather than in the middle of a long study.
-    checks = doctor.diagnose(kernel_spec(args.kernel, args.modules))
+    checks = doctor.diagnose(kernel_spec(args.kernel, args.modules, args.kernel_release))
     bad = doctor.failed(checks)
     if bad:
         doctor.render(bad)

@@ -10,6 +10,7 @@ that does not fire on a known-bad configuration is broken.
     name = "quick"
     description = "..."
     targets_file = "my-targets.toml"   # optional: user targets, relative to this file
+    known = ["my-known.toml"]          # optional: known-behaviour lists (crash and cut steps)
 
     [[step]]
     command = "crash"
@@ -33,7 +34,9 @@ from framework.core.errors import ConfigError
 
 COMMANDS = ("crash", "cut", "bench")
 STEP_KEYS = {"command", "targets", "options", "expect", "title"}
-STUDY_KEYS = {"name", "description", "targets_file"}
+STUDY_KEYS = {"name", "description", "targets_file", "known"}
+#: Commands that take --known (a known-behaviour list judges their failing results).
+KNOWN_COMMANDS = ("crash", "cut")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class Study:
     steps: tuple[Step, ...] = field(default_factory=tuple)
     source: str = ""
     targets_file: str | None = None  # absolute, passed to every step as --targets-file
+    known_files: tuple[str, ...] = ()  # absolute, passed to crash and cut steps as --known
 
 
 def builtin_studies() -> dict[str, str]:
@@ -110,6 +114,8 @@ def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
             raise ConfigError(f"{source}: [study] targets_file {targets_file!r}: no such file ({path})")
         targets_file = str(path.resolve())
         file_argv = ("--targets-file", targets_file)
+    known_files = _known_files(head.get("known"), source, base)
+    known_argv = tuple(a for path in known_files for a in ("--known", path))
     steps: list[Step] = []
     for i, st in enumerate(raw.get("step", []), 1):
         where = f"{source}: step {i}"
@@ -135,12 +141,35 @@ def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
             steps.append(Step(command, ("bench", "--target", ",".join(targets), *file_argv, *opt_argv),
                               expect, title))
         else:
+            known_opts = known_argv if command in KNOWN_COMMANDS else ()
             for t in targets:
-                steps.append(Step(command, (command, "--target", t, *file_argv, *opt_argv), expect, title))
+                steps.append(Step(command, (command, "--target", t, *file_argv, *known_opts,
+                                            *opt_argv), expect, title))
     if not steps:
         raise ConfigError(f"{source}: the study has no [[step]]")
     return Study(head.get("name", source), head.get("description", ""), tuple(steps), source,
-                 targets_file)
+                 targets_file, known_files)
+
+
+def _known_files(value: Any, source: str, base: Path | None) -> tuple[str, ...]:
+    """[study] known: one path or a list, relative to the study file; each must exist."""
+    if value is None:
+        return ()
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise ConfigError(f"{source}: [study] known must be a path or a list of paths")
+    out = []
+    for text in paths:
+        path = Path(text)
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        if not path.is_file():
+            raise ConfigError(f"{source}: [study] known {text!r}: no such file ({path})")
+        out.append(str(path.resolve()))
+    from crashcases.known import load_known
+
+    load_known(out)  # a bad entry fails the study before its first step runs
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

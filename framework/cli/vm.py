@@ -37,13 +37,24 @@ def parse_disk(text: str) -> DiskSpec:
     return DiskSpec(name, parse_size(size))
 
 
+def resolve_kernel(args: argparse.Namespace) -> KernelSpec:
+    """The kernel the machine options name (--kernel/--modules or --kernel-release, else
+    the default), resolved once per command. Commands call it before they open a run,
+    so a kernel that is not there creates no run directory and no store row."""
+    spec = getattr(args, "resolved_kernel", None)
+    if spec is None:
+        spec = kernel_spec(args.kernel, args.modules, getattr(args, "kernel_release", None))
+        args.resolved_kernel = spec
+    return spec
+
+
 def machine_from_args(args: argparse.Namespace, *, disks: Sequence[DiskSpec] = (),
                       fstypes: Sequence[str] = (), rundir: Path | None = None,
                       kernel: KernelSpec | None = None) -> QemuMachine:
-    """A guest as the machine options (--kernel, --modules, --accel, --memory-mib) ask,
-    with the kernel modules the filesystem types ``fstypes`` need."""
+    """A guest as the machine options (--kernel, --modules, --kernel-release, --accel,
+    --memory-mib) ask, with the kernel modules the filesystem types ``fstypes`` need."""
     return QemuMachine(
-        kernel=kernel or kernel_spec(args.kernel, args.modules),
+        kernel=kernel or resolve_kernel(args),
         disks=disks,
         modules=kernel_modules(fstypes),
         accel=None if args.accel == "auto" else args.accel,
@@ -56,10 +67,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     spec: KernelSpec | None = None
     kernel_error = None
     try:
-        spec = kernel_spec(args.kernel, args.modules)
+        spec = resolve_kernel(args)
     except PowercutError as exc:
         kernel_error = str(exc)
     checks = doctor.diagnose(spec, boot=args.boot, probe=args.probe, kernel_error=kernel_error)
+    checks += doctor.check_installed_kernels()
     if args.json:
         print_json(doctor.as_json(checks))
     else:
@@ -96,13 +108,37 @@ def cmd_vm_shell(args: argparse.Namespace) -> int:
     return 0
 
 
+DOCTOR_DESCRIPTION = """\
+Check that everything powercut needs is present: tools with their versions,
+the guest kernel's device-mapper and virtio features, Python packages and
+whether KVM is usable. Each missing item comes with its fix. Exits 1 if a
+required item is missing.
+
+Also lists the installed Debian kernels a guest can boot with --kernel-release,
+which one is the default and why (the release linux-image-amd64 depends on),
+and how to install another one to compare kernels.
+"""
+
+DOCTOR_EPILOG = """\
+examples:
+  powercut doctor                                         the default kernel, tools, KVM
+  powercut doctor --kernel-release 6.12.107+deb12-amd64   check another installed kernel
+  powercut doctor --kernel bzImage --modules DIR --boot   a built kernel, booted
+"""
+
+VM_EPILOG = """\
+examples:
+  powercut vm run -- uname -r
+  powercut vm run --kernel-release 6.12.107+deb12-amd64 -- uname -r
+  powercut vm run --disk data:64M -- sh -c 'dmsetup targets; lsblk'
+  powercut vm shell --disk data:64M
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor", help="check tools, kernel features and the accelerator",
-        description="Check that everything powercut needs is present: tools with their versions, "
-                    "the guest kernel's device-mapper and virtio features, Python packages and "
-                    "whether KVM is usable. Each missing item comes with its fix. Exits 1 if a "
-                    "required item is missing.",
+        description=DOCTOR_DESCRIPTION, epilog=DOCTOR_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_machine_options(p)
     p.add_argument("--boot", action="store_true",
@@ -118,7 +154,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ("run", "run one command; exits with its status", cmd_vm_run),
         ("shell", "an interactive shell on the guest console", cmd_vm_shell),
     ):
-        q = vsub.add_parser(name, help=helptext, description=helptext)
+        q = vsub.add_parser(name, help=helptext, description=helptext, epilog=VM_EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
         add_machine_options(q)
         q.add_argument("--disk", action="append", default=[], metavar="NAME:SIZE",
                        help="attach a sparse scratch disk (first is /dev/vda); repeatable")

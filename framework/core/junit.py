@@ -1,4 +1,9 @@
-"""JUnit XML for CI systems: crash states, power-cut trials and benchmark comparisons as test cases."""
+"""JUnit XML for CI systems: crash states, power-cut trials and benchmark comparisons as test cases.
+
+A case fails (``failure``), is skipped (``skipped``: what xfstests and
+kdevops users see for expunged tests; powercut uses it for known
+behaviour) or passes; ``output`` goes to ``<system-out>``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ class Case:
     time_s: float
     failure: str | None = None  # one-line message; None: passed
     details: str = ""
+    skipped: str | None = None  # one-line message: reported, neither passed nor failed
+    output: str = ""  # <system-out>
 
 
 def write(path: Path, suite: str, cases: Iterable[Case]) -> None:
@@ -28,6 +35,7 @@ def write_suites(path: Path, suites: Iterable[tuple[str, Iterable[Case]]]) -> No
         items = list(cases)
         ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(items)),
                            failures=str(sum(1 for c in items if c.failure)), errors="0",
+                           skipped=str(sum(1 for c in items if c.skipped and not c.failure)),
                            time=f"{sum(c.time_s for c in items):.3f}")
         for c in items:
             tc = ET.SubElement(ts, "testcase", name=c.name, classname=c.classname,
@@ -35,4 +43,9 @@ def write_suites(path: Path, suites: Iterable[tuple[str, Iterable[Case]]]) -> No
             if c.failure:
                 f = ET.SubElement(tc, "failure", message=c.failure)
                 f.text = c.details
+            elif c.skipped:
+                f = ET.SubElement(tc, "skipped", message=c.skipped)
+                f.text = c.details
+            if c.output:
+                ET.SubElement(tc, "system-out").text = c.output
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

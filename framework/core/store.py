@@ -134,6 +134,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX checks_outcome ON checks(outcome);
     CREATE INDEX bench_by_workload ON bench_samples(workload, metric);
     """,
+    # 1 -> 2: known behaviour. ``outcome`` stays the raw outcome; ``known`` is the JSON
+    # list of the known-behaviour entries that explain a failing result, NULL otherwise.
+    """
+    ALTER TABLE checks ADD COLUMN known TEXT;
+    ALTER TABLE recoveries ADD COLUMN known TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -172,6 +178,7 @@ class CheckRow:
     findings: list[Any]
     reproducer: str | None
     image_path: str | None
+    known: list[str] | None = None  # entries that explain it (then reported as known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +205,7 @@ class Recovery:
     mount_s: float | None
     fsck_s: float | None
     replay_messages: list[str]
+    known: list[str] | None = None  # entries that explain it (then reported as known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +246,14 @@ class MetricLike(Protocol):
 
 def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def _known_json(ids: Sequence[str] | None) -> str | None:
+    return None if ids is None else _json(list(ids))
+
+
+def _known_ids(text: str | None) -> list[str] | None:
+    return None if text is None else list(json.loads(text))
 
 
 class Store:
@@ -438,16 +454,18 @@ class Store:
                   outcome: str, mount_s: float | None = None,
                   fsck_s: float | None = None, fsck_verdicts: Mapping[str, Any] | None = None,
                   findings: Sequence[Any] = (), reproducer: str | None = None,
-                  image_path: str | None = None) -> int:
-        """One checked crash state; checking the same state again replaces the result."""
+                  image_path: str | None = None, known: Sequence[str] | None = None) -> int:
+        """One checked crash state; checking the same state again replaces the result.
+
+        ``known``: the known-behaviour entries that explain it (``outcome`` stays raw)."""
         with self.transaction() as db:
             cur = db.execute(
                 "INSERT OR REPLACE INTO checks (crash_point_id, variant, variant_seed, outcome,"
-                " mount_s, fsck_s, fsck_verdicts, findings, reproducer, image_path, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " mount_s, fsck_s, fsck_verdicts, findings, reproducer, image_path, created_at,"
+                " known) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (crash_point_id, str(variant), variant_seed, str(outcome),
                  mount_s, fsck_s, _json(dict(fsck_verdicts or {})), _json(list(findings)),
-                 reproducer, image_path, clock.timestamp()))
+                 reproducer, image_path, clock.timestamp(), _known_json(known)))
             return int(cur.lastrowid or 0)
 
     def checks(self, run_id: int, *, outcome: str | None = None) -> list[CheckRow]:
@@ -465,7 +483,7 @@ class Store:
                      r["kind"], r["last_mark"], r["variant"],
                      r["variant_seed"], r["outcome"], r["mount_s"], r["fsck_s"],
                      json.loads(r["fsck_verdicts"]), json.loads(r["findings"]),
-                     r["reproducer"], r["image_path"])
+                     r["reproducer"], r["image_path"], _known_ids(r["known"]))
             for r in rows
         ]
 
@@ -486,15 +504,17 @@ class Store:
     def add_recovery(self, run_id: int, target: str, *, trial: int, outcome: str,
                      seed: int | None = None, in_flight_bytes: int | None = None,
                      in_flight_ops: int | None = None, mount_s: float | None = None,
-                     fsck_s: float | None = None, replay_messages: Sequence[str] = ()) -> None:
+                     fsck_s: float | None = None, replay_messages: Sequence[str] = (),
+                     known: Sequence[str] | None = None) -> None:
         with self.transaction() as db:
             target_id = self._target_id(db, run_id, target)
             db.execute(
                 "INSERT OR REPLACE INTO recoveries (target_id, trial, seed, outcome,"
-                " in_flight_bytes, in_flight_ops, mount_s, fsck_s, replay_messages, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " in_flight_bytes, in_flight_ops, mount_s, fsck_s, replay_messages, created_at,"
+                " known) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (target_id, trial, seed, str(outcome), in_flight_bytes, in_flight_ops,
-                 mount_s, fsck_s, _json(list(replay_messages)), clock.timestamp()))
+                 mount_s, fsck_s, _json(list(replay_messages)), clock.timestamp(),
+                 _known_json(known)))
 
     def recoveries(self, run_id: int, *, target: str | None = None) -> list[Recovery]:
         sql = ("SELECT v.*, t.name AS target FROM recoveries v JOIN targets t"
@@ -506,7 +526,7 @@ class Store:
         rows = self._db.execute(sql + " ORDER BY t.id, v.trial", args)
         return [Recovery(r["target"], r["trial"], r["seed"], r["outcome"],
                          r["in_flight_bytes"], r["in_flight_ops"], r["mount_s"], r["fsck_s"],
-                         json.loads(r["replay_messages"])) for r in rows]
+                         json.loads(r["replay_messages"]), _known_ids(r["known"])) for r in rows]
 
     # ---- benchmarks ---------------------------------------------------------
 
@@ -636,19 +656,20 @@ class Store:
                     db.execute(
                         "INSERT OR IGNORE INTO checks (crash_point_id, variant, variant_seed,"
                         " outcome, mount_s, fsck_s, fsck_verdicts, findings, reproducer,"
-                        " image_path, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " image_path, created_at, known)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (point_id, c["variant"], c["variant_seed"], c["outcome"],
                          c["mount_s"], c["fsck_s"], c["fsck_verdicts"], c["findings"],
-                         c["reproducer"], c["image_path"], c["created_at"]))
+                         c["reproducer"], c["image_path"], c["created_at"], c["known"]))
         for v in src.execute("SELECT v.*, t.name AS target FROM recoveries v JOIN targets t"
                              " ON v.target_id = t.id WHERE t.run_id = ?", (src_run,)):
             db.execute(
                 "INSERT OR IGNORE INTO recoveries (target_id, trial, seed, outcome,"
-                " in_flight_bytes, in_flight_ops, mount_s, fsck_s, replay_messages, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " in_flight_bytes, in_flight_ops, mount_s, fsck_s, replay_messages, created_at,"
+                " known) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (self._target_id(db, run_id, v["target"]), v["trial"], v["seed"], v["outcome"],
                  v["in_flight_bytes"], v["in_flight_ops"], v["mount_s"], v["fsck_s"],
-                 v["replay_messages"], v["created_at"]))
+                 v["replay_messages"], v["created_at"], v["known"]))
         for b in src.execute("SELECT b.*, t.name AS target FROM bench_samples b JOIN targets t"
                              " ON b.target_id = t.id WHERE t.run_id = ?", (src_run,)):
             db.execute(

@@ -56,6 +56,18 @@ def classify_fsck8_status(status: int, *, repair: bool) -> FsckVerdict:
     return FsckVerdict.CLEAN
 
 
+#: What some filesystems can do and others cannot, in the words crash
+#: workloads use (crashcases.operations.required_capability):
+#: - direct-io: open(2) with O_DIRECT (the address space has ->direct_IO;
+#:   do_dentry_open() in fs/open.c refuses it with EINVAL otherwise);
+#: - reflink: the FICLONE and FICLONERANGE ioctls (->remap_file_range);
+#: - collapse-range, insert-range: those fallocate(2) modes;
+#: - rename-exchange: renameat2(2) RENAME_EXCHANGE (->rename accepts the flag).
+CAPABILITIES = frozenset(
+    {"direct-io", "reflink", "collapse-range", "insert-range", "rename-exchange"}
+)
+
+
 def matching_lines(text: str, patterns: Iterable[re.Pattern[str]]) -> list[str]:
     """Lines of ``text`` that match any pattern, stripped, in order."""
     compiled = tuple(patterns)
@@ -96,6 +108,13 @@ class FilesystemAdapter(abc.ABC):
     mount_replays_journal: bool = True
     #: Kernel-log lines that say a journal (or log tree) was replayed.
     replay_patterns: tuple[re.Pattern[str], ...] = ()
+    #: Which of CAPABILITIES the filesystem has (as Linux 6.1 implements it);
+    #: crash workload generators use an op only where its capability is.
+    capabilities: frozenset[str] = frozenset()
+
+    def target_capabilities(self, target: Target) -> frozenset[str]:
+        """The capabilities ``target`` has: the class's, unless its options take some away."""
+        return self.capabilities
 
     def check_target(self, target: Target, *, where: str) -> None:
         """Reject a target this filesystem cannot be, with a one-line ConfigError.
@@ -147,6 +166,11 @@ class FilesystemAdapter(abc.ABC):
     @abc.abstractmethod
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         """A non-interactive fsck: no-modify check, or repair with every answer yes."""
+
+    def journal_replay_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
+        """The checker's journal replay, run before anything else when the kernel does not
+        replay at mount (``mount_replays_journal`` False); None where mount replays."""
+        return None
 
     @abc.abstractmethod
     def classify_fsck(

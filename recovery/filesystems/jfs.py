@@ -18,6 +18,7 @@ BLOCK_BYTES = 1024  # jfs_mkfs's trailing block count is in 1 KiB units
 class JfsAdapter(FilesystemAdapter):
     family = "jfs"
     fstypes = ("jfs",)
+    capabilities = frozenset({"direct-io"})  # no fallocate; jfs_rename() takes only RENAME_NOREPLACE
     kernel_modules = ("jfs",)
     tools = (
         Tool("jfs_mkfs", "jfsutils", ("-V",), required=False),
@@ -73,9 +74,22 @@ class JfsAdapter(FilesystemAdapter):
         # device the crash state is checked with (replays, other machines).
         return ["jfs_tune", "-J", f"device={journal_dev}", dev]
 
+    def journal_replay_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
+        # jfs_fsck(8): "-a Autocheck mode. Replay the transaction log and quit
+        # fsck unless the aggregate state indicates a check is needed" -- what
+        # fsck -a runs at boot. Without it a crashed volume is "dirty": the
+        # read-only check (-n, which never replays) reports it with exit 4 and
+        # the kernel refuses the mount (chkSuper(), fs/jfs/jfs_mount.c, Linux
+        # 6.1: "Mount Failure: File System Dirty").
+        argv = ["jfs_fsck", "-a"]
+        if journal_dev is not None:
+            argv += ["-j", journal_dev]
+        return [*argv, dev]
+
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
-        # -n: read-only, no log replay. -a -f: replay the log, then force a
-        # full check and fix everything without asking.
+        # -n: read-only, no log replay (run after journal_replay_argv()).
+        # -a -f: replay the log, then force a full check and fix everything
+        # without asking.
         argv = ["jfs_fsck", *(["-a", "-f"] if repair else ["-n"])]
         if journal_dev is not None:
             argv += ["-j", journal_dev]

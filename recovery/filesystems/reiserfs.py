@@ -25,6 +25,7 @@ _NO_CORRUPTION = re.compile(r"^No corruptions found", re.MULTILINE)
 class ReiserfsAdapter(FilesystemAdapter):
     family = "reiserfs"
     fstypes = ("reiserfs",)
+    capabilities = frozenset({"direct-io"})  # no fallocate; reiserfs_rename() takes only RENAME_NOREPLACE
     kernel_modules = ("reiserfs",)
     tools = (Tool("mkreiserfs", "reiserfsprogs", ("-V",), required=False),
              Tool("reiserfsck", "reiserfsprogs", ("-V",), required=False))

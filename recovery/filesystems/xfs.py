@@ -19,6 +19,7 @@ MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
 class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
+    capabilities = frozenset({"direct-io", "reflink", "collapse-range", "insert-range", "rename-exchange"})
     kernel_modules = ("xfs",)
     tools = (
         Tool("mkfs.xfs", "xfsprogs", ("-V",), required=False),

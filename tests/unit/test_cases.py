@@ -8,15 +8,31 @@ from pathlib import Path
 import pytest
 
 from crashcases import cases
-from crashcases.cases import durables, list_cases, load_case, pack, random_ops
-from crashcases.operations import DURABILITY_OPS, FsModel, Op, OpKind, Workload, WorkloadError
+from crashcases.cases import OpSelection, durables, list_cases, load_case, pack, random_ops
+from crashcases.operations import (
+    CAPABILITIES,
+    DURABILITY_OPS,
+    FallocMode,
+    FsModel,
+    Op,
+    OpKind,
+    Workload,
+    WorkloadError,
+)
 from crashcases.oracle import verify
 from framework.core.errors import ConfigError
 from recovery.filesystems import persistence_rules
+from recovery.persistence import posix_strict
 from recovery.targets import get_target
 from tests.unit.test_oracle import assert_clean_everywhere, record
 
 K = OpKind
+#: What the generators used before the newer ops, and still use without capabilities.
+CLASSIC_KINDS = {
+    K.CREAT, K.MKDIR, K.WRITE, K.PWRITE, K.APPEND, K.TRUNCATE, K.FALLOCATE, K.RENAME, K.LINK,
+    K.UNLINK, K.RMDIR, K.SYMLINK, K.SETXATTR, K.REMOVEXATTR, K.FSYNC, K.FDATASYNC, K.SYNC,
+    K.FSYNC_DIR,
+}
 
 
 def namespace_of(op: Op) -> str | None:
@@ -57,7 +73,7 @@ def test_seq1_is_every_variant_with_every_applicable_durability_op() -> None:
             model.apply(setup_op, bytes(setup_op.length))
         expected += len(durables(op, model))
     kinds_covered = {op.kind for _, op in variants}
-    assert kinds_covered == set(OpKind) - DURABILITY_OPS  # every non-durability op has variants
+    assert kinds_covered == set(CLASSIC_KINDS) - DURABILITY_OPS  # every classic op has variants
     seqs = cases.seq1()
     assert len(seqs) == expected
     w = load_case("gen:seq1", seed=0)
@@ -138,7 +154,7 @@ def test_random_ops_are_valid_and_mix_everything() -> None:
         assert model.check(op) is None, op
         model.apply(op, bytes(op.length))
     seen = {op.kind for op in ops}
-    assert seen == set(OpKind)
+    assert seen == CLASSIC_KINDS
     share = sum(op.kind in DURABILITY_OPS for op in ops) / len(ops)
     assert 0.1 < share < 0.4
 
@@ -203,3 +219,116 @@ def test_gen_cases_retire_and_stay_small() -> None:
             biggest = max(biggest, len(model.bindings("")))
     assert len(model.bindings("")) == 1  # only the root is left
     assert biggest < 20 * (cases.RETIRE_EVERY + 1)
+
+
+# -- capabilities and --ops ----------------------------------------------------
+
+EVERYTHING = frozenset(CAPABILITIES)
+EXT4_CAPS = frozenset({"direct-io", "rename-exchange", "collapse-range", "insert-range"})
+NEWER_KINDS = set(OpKind) - CLASSIC_KINDS
+
+
+def kinds_in(w: Workload) -> set[OpKind]:
+    return {op.kind for op in w.ops}
+
+
+def test_without_capabilities_generators_keep_the_classic_workloads() -> None:
+    for spec in ("gen:seq1", "gen:seq2", "random:300", "stress:50"):
+        w = load_case(spec, seed=2, max_sequences=400)
+        assert kinds_in(w) <= CLASSIC_KINDS, spec
+        assert not any(op.falloc in (FallocMode.COLLAPSE_RANGE, FallocMode.INSERT_RANGE)
+                       for op in w.ops)
+
+
+def test_capabilities_bring_every_newer_op_the_filesystem_has() -> None:
+    seqs = cases.seq1(OpSelection(EVERYTHING))
+    kinds = {op.kind for _, ops in seqs for op in ops}
+    assert kinds == set(OpKind)
+    modes = {op.falloc for _, ops in seqs for op in ops if op.kind is K.FALLOCATE}
+    assert modes == set(FallocMode)
+    # Without reflink (ext4): no clone ops; without collapse/insert (btrfs): no shifts.
+    ext4 = load_case("gen:seq1", seed=0, capabilities=EXT4_CAPS)
+    assert K.CLONE not in kinds_in(ext4) and K.CLONE_RANGE not in kinds_in(ext4)
+    assert K.DIRECT_WRITE in kinds_in(ext4) and K.MSYNC in kinds_in(ext4)
+    btrfs = load_case("gen:seq2", seed=0, capabilities={"reflink", "direct-io"})
+    assert not any(op.falloc in (FallocMode.COLLAPSE_RANGE, FallocMode.INSERT_RANGE)
+                   for op in btrfs.ops)
+    assert K.RENAME_EXCHANGE not in kinds_in(btrfs) and K.CLONE in kinds_in(btrfs)
+
+
+def test_capable_random_ops_are_valid_and_use_the_newer_ops() -> None:
+    ops = random_ops(600, seed=5, selection=OpSelection(EVERYTHING))
+    model = FsModel()
+    for op in ops:
+        assert model.check(op) is None, op
+        model.apply(op, bytes(op.length))
+    assert NEWER_KINDS - {op.kind for op in ops} <= {K.CLONE}  # clones rarely find a valid pair
+    ext4 = random_ops(400, seed=5, selection=OpSelection(EXT4_CAPS))
+    assert not {op.kind for op in ext4} & {K.CLONE, K.CLONE_RANGE}
+
+
+def test_generated_sequences_include_argument_partitions() -> None:
+    labels = {label.split("+")[0] for label, _ in cases.seq1(OpSelection(EXT4_CAPS))}
+    assert {"pwrite-below-page", "pwrite-across-page", "pwrite-hole", "pwrite-zero",
+            "write-zero", "truncate-block", "direct-write-zero"} <= labels
+    pairs = {label for label, _ in cases.seq2(OpSelection(EXT4_CAPS))}
+    assert "truncate-grow,pwrite-hole" in pairs  # a write into the hole a truncate made
+    assert "punch-hole,pwrite-below-page" in pairs
+
+
+def test_ops_restrict_generated_sequences_to_those_kinds() -> None:
+    w = load_case("gen:seq2", seed=0, capabilities=EXT4_CAPS, ops=["rename_exchange"])
+    setup = {K.MKDIR, K.CREAT, K.WRITE, K.SETXATTR, K.SYNC, K.RMDIR, K.UNLINK}
+    assert kinds_in(w) - setup - DURABILITY_OPS == {K.RENAME_EXCHANGE}
+    assert kinds_in(w) & DURABILITY_OPS - {K.SYNC}  # naming no durability op keeps them all
+    # Naming durability ops makes them the only ones that follow each op.
+    w = load_case("gen:seq1", seed=0, capabilities=EXT4_CAPS, ops=["mmap_write", "msync"])
+    assert kinds_in(w) - setup == {K.MMAP_WRITE, K.MSYNC}
+    w = load_case("random:200", seed=1, capabilities=EXT4_CAPS, ops=["write_odsync"])
+    assert kinds_in(w) <= {K.MKDIR, K.CREAT, K.WRITE, K.WRITE_ODSYNC, K.SYNC}
+    assert K.WRITE_ODSYNC in kinds_in(w)
+
+
+@pytest.mark.parametrize(
+    ("spec", "ops", "caps", "message"),
+    [
+        ("gen:seq2", ["fsnyc"], None, r"unknown operation 'fsnyc' \(known: append, clone, "),
+        ("hand:new-ops", ["fsync"], None, "generated cases"),
+        ("gen:seq1", ["clone"], EXT4_CAPS, "no generated operation is of kinds clone"),
+    ],
+)
+def test_bad_ops_are_one_line_config_errors(spec, ops, caps, message) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        load_case(spec, seed=0, ops=ops, capabilities=caps)
+    assert "\n" not in str(info.value)
+
+
+def test_capable_sequences_are_clean_at_every_prefix(tmp_path: Path) -> None:
+    # The host's filesystem stands in: whatever it lacks is skipped, as in a guest.
+    w = load_case("gen:seq2", seed=8, max_sequences=10, capabilities=EXT4_CAPS)
+    assert kinds_in(w) & NEWER_KINDS
+    assert_clean_everywhere(
+        w, tmp_path, [posix_strict(), persistence_rules(get_target("ext4/ordered"))]
+    )
+
+
+def test_crash_plans_generate_for_the_target_and_keep_ops(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from crashcases.engine import CrashPlan, load_plan, validate_plan
+
+    _, xfs = validate_plan(CrashPlan(target="xfs", case="gen:seq1", ops=("clone", "fsync")))
+    assert kinds_in(xfs) - {K.MKDIR, K.CREAT, K.WRITE, K.SETXATTR, K.SYNC, K.RMDIR, K.UNLINK} == {
+        K.CLONE, K.FSYNC}
+    _, ext4 = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq2"))
+    assert K.MSYNC in kinds_in(ext4) and K.CLONE not in kinds_in(ext4)
+    _, ext3 = validate_plan(CrashPlan(target="ext3", case="gen:seq1"))
+    assert not any(op.falloc is FallocMode.COLLAPSE_RANGE for op in ext3.ops)
+    with pytest.raises(ConfigError, match="no generated operation is of kinds clone"):
+        validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq1", ops=("clone",)))
+    # recheck rebuilds the workload from plan.json, --ops included.
+    plan = CrashPlan(target="xfs", case="gen:seq2", max_sequences=5, ops=("rename_exchange",))
+    (tmp_path / "plan.json").write_text(json.dumps(asdict(plan)))
+    again = load_plan(tmp_path)
+    assert again == plan and validate_plan(again)[1] == validate_plan(plan)[1]

@@ -99,3 +99,66 @@ def test_outcome_picks_the_worst_step():
     assert CheckResult.from_dict(r.to_dict()) == r
 
 
+
+
+def jfs_fake(tree):
+    """A JFS state whose log still needs replay: jfs_fsck -n says dirty (exit 4) until -a ran."""
+    fake = FakeMachine(rundir=tree[0].parent)
+    replayed = {"done": False}
+
+    def replay(argv, _input):
+        replayed["done"] = True
+        return 0, "**Phase 0 - Replay Journal Log\nFilesystem is clean.", ""
+
+    def check(argv, _input):
+        if replayed["done"]:
+            return 0, "File system checked READ ONLY.\nFilesystem is clean.", ""
+        return 4, "The superblock does not describe a correct jfs file system.\nFile system is dirty.", ""
+
+    fake.on("jfs_fsck -a *", respond=replay)
+    fake.on("jfs_fsck -n *", respond=check)
+    fake.on("jfs_fsck -a -f *", status=0)
+    return fake
+
+
+def test_jfs_log_is_replayed_by_its_checker_before_the_read_only_check(tree):
+    # The kernel never replays a JFS log; jfs_fsck -n does not either. Without the
+    # replay step every crashed JFS volume was reported corrupt (check said dirty)
+    # and its committed transactions were never applied before the oracle ran.
+    fake = jfs_fake(tree)
+    result, _ = run(tree, target="jfs", fake=fake)
+    jfs = [c for c in fake.calls if c[0] == "jfs_fsck"]
+    assert [c[1] for c in jfs[:2]] == ["-a", "-n"]
+    assert result.fsck_check == "clean" and result.fsck_repair == ""
+    assert result.log_replay_s is not None and result.outcome is Outcome.OK
+    assert result.replay_messages and result.replay_messages[0].startswith("jfs_fsck -a")
+    assert result.explanation == ""
+
+
+def test_every_failing_outcome_is_explained_in_the_checkers_words(tree):
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("e2fsck -f -n *", status=4, stdout="Pass 2: Checking directory structure\n"
+                                              "Entry 'x' in / (2) has deleted/unused inode 13.")
+    fake.on("e2fsck -f -y *", status=4, stdout="***** FILE SYSTEM WAS MODIFIED *****\n"
+                                             "e2fsck: aborted")
+    result, _ = run(tree, fake=fake)
+    assert result.outcome is Outcome.CORRUPT
+    assert "deleted/unused inode 13" in result.explanation and "e2fsck: aborted" in result.explanation
+    assert "e2fsck -f -n" in result.fsck_check_output
+
+    (tree[0] / "h" / "data").unlink()
+    result, _ = run(tree)
+    assert result.outcome is Outcome.DATA_LOSS and result.explanation.startswith("data-loss: h/data")
+
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("mount *", status=32, stderr="mount: wrong fs type, bad superblock")
+    result, _ = run(tree, fake=fake)
+    assert "mount failed" in result.explanation and "bad superblock" in result.explanation
+
+
+def test_no_outcome_but_ok_is_left_without_an_explanation():
+    from crashcases.check import explain
+
+    for outcome in Outcome:
+        r = CheckResult(key="k", outcome=outcome, mount_ok=True)
+        assert bool(explain(r)) is (outcome is not Outcome.OK)

@@ -108,7 +108,7 @@ def test_rename_replace_flushes_data(tmp_path: Path) -> None:
         oracle,
         tmp_path / "r",
         last_mark=marks[1],
-        rules=with_rule(rename_replace_flushes_data=True),
+        rules=with_rule(rename_replace_flushes_data=True, metadata_atomic=True),
     )
     assert kinds(found) == {(FindingKind.DATA_LOSS, "conf")}
     assert "at least 4396 B" in found[0].detail

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import lzma
 import os
 import re
@@ -10,7 +11,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from framework.core.errors import MissingPrerequisite
+from framework.core import command
+from framework.core.errors import ConfigError, MissingPrerequisite
+
+log = logging.getLogger(__name__)
 
 # Kernels whose name says they are not the generic Debian build.
 _SKIP = re.compile(r"-(rt|cloud)-")
@@ -63,44 +67,150 @@ def bzimage_release(image: Path) -> str:
     return raw.split()[0]
 
 
-def default_kernel() -> KernelSpec:
-    """The newest installed Debian kernel that has modules on this host."""
-    candidates = []
-    for image in Path("/boot").glob("vmlinuz-*"):
+# Debian's meta-package for the generic kernel: it depends on the one release
+# the distribution currently ships, so it is the stable default. Merely
+# installing another kernel (say a 6.12 next to 6.1) must not change it.
+META_PACKAGE = "linux-image-amd64"
+
+
+def install_hint(release: str = "RELEASE") -> str:
+    """The command that installs a Debian kernel next to the default one, and the names to give it."""
+    return (f"'apt-get install linux-image-{release}' (Debian names them "
+            "linux-image-6.1.0-N-amd64 for 6.1 and linux-image-6.12.N+deb12-amd64 for 6.12; "
+            "'apt-cache search linux-image-6.12' lists them)")
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledKernel:
+    """A kernel image in ROOT/boot and whether ROOT/lib/modules has its modules."""
+    release: str
+    image: Path
+    has_modules: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultChoice:
+    """The default guest kernel and the rule that chose it."""
+    spec: KernelSpec
+    reason: str
+
+
+def installed_kernels(root: Path = Path("/")) -> list[InstalledKernel]:
+    """Every ROOT/boot/vmlinuz-RELEASE, oldest first."""
+    found = []
+    for image in (root / "boot").glob("vmlinuz-*"):
         release = image.name.removeprefix("vmlinuz-")
-        if _SKIP.search(release) or not (Path("/lib/modules") / release / "modules.dep").exists():
-            continue
-        candidates.append((_version_key(release), image, release))
-    if not candidates:
+        has_modules = (root / "lib" / "modules" / release / "modules.dep").exists()
+        found.append(InstalledKernel(release, image, has_modules))
+    return sorted(found, key=lambda k: (_version_key(k.release), k.release))
+
+
+def meta_package_release(root: Path = Path("/")) -> str | None:
+    """The release linux-image-amd64 depends on, from ROOT's dpkg database (None: not installed)."""
+    admindir = root / "var" / "lib" / "dpkg"
+    try:
+        result = command.run(["dpkg-query", f"--admindir={os.fspath(admindir)}", "-W",
+                              "-f=${Depends}", META_PACKAGE], timeout_s=30, ok_status=None)
+    except MissingPrerequisite:  # no dpkg: not a Debian host
+        return None
+    if not result.ok:
+        return None
+    return release_of_depends(result.stdout)
+
+
+def release_of_depends(depends: str) -> str | None:
+    """'linux-image-6.1.0-56-amd64 (= 6.1.192-2)' -> '6.1.0-56-amd64'."""
+    for clause in depends.split(","):
+        for alternative in clause.split("|"):
+            name = alternative.strip().split(" ")[0].split(":")[0]
+            if name.startswith("linux-image-") and not name.endswith("-unsigned"):
+                return name.removeprefix("linux-image-")
+    return None
+
+
+def _spec(kernel: InstalledKernel, root: Path) -> KernelSpec:
+    return KernelSpec(image=kernel.image, release=kernel.release, modules_root=root)
+
+
+def choose_default(root: Path = Path("/")) -> DefaultChoice:
+    """The release linux-image-amd64 depends on if installed with modules, else the newest with modules."""
+    usable = [k for k in installed_kernels(root) if k.has_modules]
+    meta = meta_package_release(root)
+    if meta is not None:
+        for k in usable:
+            if k.release == meta:
+                return DefaultChoice(_spec(k, root), f"the release {META_PACKAGE} depends on")
+    generic = [k for k in usable if not _SKIP.search(k.release)]
+    if not generic:
         raise MissingPrerequisite(
-            "no guest kernel: /boot has no vmlinuz-* with modules; install linux-image-amd64 (make setup)"
+            f"no guest kernel: {root / 'boot'} has no vmlinuz-* with modules; "
+            f"install {META_PACKAGE} (make setup)"
         )
-    _, image, release = max(candidates)
-    return KernelSpec(image=image, release=release, modules_root=Path("/"))
+    why = (f"{META_PACKAGE} is not installed" if meta is None
+           else f"{META_PACKAGE} depends on {meta}, which is not installed with modules")
+    return DefaultChoice(_spec(generic[-1], root), f"the newest installed kernel with modules ({why})")
+
+
+def default_kernel(root: Path = Path("/")) -> KernelSpec:
+    """The default guest kernel (see ``choose_default``), with the rule logged."""
+    choice = choose_default(root)
+    log.info("guest kernel %s: %s", choice.spec.release, choice.reason)
+    return choice.spec
+
+
+def release_kernel(release: str, root: Path = Path("/")) -> KernelSpec:
+    """An installed Debian kernel by release: ROOT/boot/vmlinuz-RELEASE with ROOT/lib/modules/RELEASE."""
+    if "/" in release:
+        raise ConfigError(f"--kernel-release {release}: expected a release such as "
+                          "6.12.107+deb12-amd64 (what follows vmlinuz-), not a path")
+    if not release or release != release.strip():
+        raise ConfigError(f"--kernel-release {release!r}: expected a release such as 6.12.107+deb12-amd64")
+    if release.startswith("linux-image-"):
+        raise ConfigError(f"--kernel-release {release}: give the release, not the package name "
+                          f"(--kernel-release {release.removeprefix('linux-image-')})")
+    installed = installed_kernels(root)
+    listed = ", ".join(k.release + ("" if k.has_modules else " (no modules)") for k in installed) or "none"
+    match = next((k for k in installed if k.release == release), None)
+    if match is None:
+        image = root / "boot" / f"vmlinuz-{release}"
+        raise MissingPrerequisite(f"kernel release {release} is not installed (no {image}); "
+                                  f"installed: {listed}; install it with {install_hint(release)}")
+    if not match.has_modules:
+        dep = root / "lib" / "modules" / release / "modules.dep"
+        raise MissingPrerequisite(f"kernel release {release} has no modules (no {dep}); installed: {listed}; "
+                                  f"reinstall with 'apt-get install --reinstall linux-image-{release}'")
+    return _spec(match, root)
 
 
 def _version_key(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", release))
 
 
-def kernel_spec(kernel: str | os.PathLike[str] | None, modules: str | os.PathLike[str] | None) -> KernelSpec:
-    """Resolve ``--kernel``/``--modules`` into a KernelSpec (defaults: the Debian kernel)."""
+def kernel_spec(kernel: str | os.PathLike[str] | None, modules: str | os.PathLike[str] | None,
+                release: str | None = None, *, root: Path = Path("/")) -> KernelSpec:
+    """Resolve ``--kernel``/``--modules``/``--kernel-release`` into a KernelSpec
+    (default: the kernel linux-image-amd64 depends on; ``root`` holds boot/ and lib/modules/)."""
+    if release is not None:
+        if kernel is not None or modules is not None:
+            raise ConfigError("--kernel-release boots an installed kernel with its own modules; "
+                              "drop --kernel/--modules or --kernel-release")
+        return release_kernel(release, root)
     if kernel is None:
         if modules is not None:
             raise MissingPrerequisite("--modules needs --kernel (the image those modules belong to)")
-        return default_kernel()
+        return default_kernel(root)
     image = Path(kernel)
     if not image.exists():
         raise MissingPrerequisite(f"{image}: kernel image not found")
     release = bzimage_release(image)
-    root = Path(modules) if modules is not None else Path("/")
-    if not root.is_dir():
-        raise MissingPrerequisite(f"{root}: modules directory not found")
-    spec = KernelSpec(image=image, release=release, modules_root=root)
+    mod_root = Path(modules) if modules is not None else root
+    if not mod_root.is_dir():
+        raise MissingPrerequisite(f"{mod_root}: modules directory not found")
+    spec = KernelSpec(image=image, release=release, modules_root=mod_root)
     if not (spec.modules_dir / "modules.dep").exists():
         raise MissingPrerequisite(
             f"{spec.modules_dir}: no modules.dep for kernel {release} "
-            f"(install the modules with INSTALL_MOD_PATH={root} and run depmod)"
+            f"(install the modules with INSTALL_MOD_PATH={mod_root} and run depmod)"
         )
     return spec
 

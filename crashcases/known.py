@@ -1,0 +1,479 @@
+"""Known behaviour: failing states that documented kernel or filesystem behaviour explains.
+
+Like the expunge lists of kdevops, a known-behaviour list names findings that
+are real and understood (a filesystem that never flushes the disk cache, a
+documented weaker guarantee). A run reports a state whose every finding such
+an entry explains as ``known`` instead of failing, keeps its raw outcome and
+the ids of the entries that explained it, and says at the end which entries
+applied but explained nothing ("did not reproduce here: fixed?").
+
+The list is TOML: the shipped ``crashcases/known.toml`` plus any ``--known
+FILE``. Every entry is one ``[[known]]`` table::
+
+    [[known]]
+    id = "jfs-no-cache-flush"      # letters, digits, '.', '_', '-'; unique
+    fstype = "jfs"                 # or target = "jfs*": a glob, exactly one of the two
+    kernel_min = "6.1.0"           # guest kernel release, inclusive; absent: any
+    kernel_max = "6.12.999"        # "6.12" covers every 6.12.x release
+    run = "crash"                  # crash or cut; absent: both
+    case = "gen:*"                 # glob on the case spec; absent: any
+    op = "fsync*"                  # glob on the durability op of the broken promise
+    variants = ["prefix", "subset"]  # crash-state variant kinds; absent: any
+    findings = ["data-loss"]       # outcomes and/or finding kinds it explains
+    reason = "One or two sentences: what happens and why."
+    source = "fs/jfs/jfs_logmgr.c lbmStartIO(), Linux 6.1"   # and/or link = "https://..."
+
+Kernel releases compare as tuples of their leading numeric parts: Debian's
+``6.1.0-28-amd64`` is (6, 1, 0, 28). A release is at or above ``kernel_min``
+when, padded with zeros to its length, it is not smaller; at or below
+``kernel_max`` when its first ``len(kernel_max)`` parts are not larger. A run
+whose kernel is unknown matches no entry that gives a range.
+
+What a failing state must have explained, item by item: every finding, and
+an outcome its findings do not account for (fsck had to repair, the mount
+failed, a step hung) when that outcome fails the target. A finding is
+explained by an entry that lists its kind or the outcome it implies
+(``data-loss`` for any lost or wrong promise, ``corrupt`` for ``io-error``),
+whose ``op`` glob matches the kind of the durability op of the finding's
+mark (a finding without a mark matches only entries without ``op``), and
+whose ``variants`` hold the state's variant. A state with one unexplained
+item keeps failing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib.resources
+import os
+import re
+import tomllib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crashcases.check import LOSS_KINDS, CheckResult, outcome_of
+from crashcases.operations import DURABILITY_OPS, Workload, mark_name
+from crashcases.oracle import FindingKind
+from crashcases.outcomes import Outcome, fails
+from crashcases.points import VariantKind
+from framework.core.errors import ConfigError
+from recovery.targets import Target
+
+#: The list that ships with powercut (a resource of this package).
+SHIPPED = "known.toml"
+RUN_KINDS = ("crash", "cut")
+#: Outcomes and finding kinds an entry may name ("ok" explains nothing).
+EXPLAINABLE = tuple(dict.fromkeys(
+    [o.value for o in Outcome if o is not Outcome.OK] + [k.value for k in FindingKind]))
+OP_KINDS = tuple(sorted(str(k) for k in DURABILITY_OPS))
+ENTRY_KEYS = ("id", "fstype", "target", "kernel_min", "kernel_max", "run", "case", "op",
+              "variants", "findings", "reason", "link", "source")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_RELEASE = re.compile(r"^\d+([.-]\d+)*$")
+
+
+# --- kernel releases -----------------------------------------------------------------
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """The leading numeric parts of a kernel release: '6.1.0-28-amd64' -> (6, 1, 0, 28)."""
+    parts: list[int] = []
+    for word in re.split(r"[.\-+~_]", release.strip()):
+        if not word.isdigit():
+            break
+        parts.append(int(word))
+    return tuple(parts)
+
+
+def in_release_range(release: str | None, low: str | None, high: str | None) -> bool:
+    """Whether ``release`` lies in [low, high] (either end absent: open)."""
+    if low is None and high is None:
+        return True
+    if not release:
+        return False
+    have = release_key(release)
+    if not have:
+        return False
+    if low is not None:
+        lo = release_key(low)
+        if have + (0,) * max(0, len(lo) - len(have)) < lo:
+            return False
+    if high is not None:
+        hi = release_key(high)
+        padded = have + (0,) * max(0, len(hi) - len(have))
+        if padded[: len(hi)] > hi:
+            return False
+    return True
+
+
+# --- entries -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where entries may apply: one target in one run, on one kernel."""
+
+    run: str  # crash or cut
+    target: str
+    fstype: str
+    case: str
+    kernel: str | None
+    #: Variant kinds the run checks (crash runs); empty for power cuts.
+    variants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One thing a failing state must have explained: a finding, or an outcome beyond them."""
+
+    kind: str  # a finding kind, or an outcome
+    outcome: str  # the outcome it implies
+    op: str | None  # kind of the durability op whose promise broke (None: no promise)
+    text: str  # for people
+
+
+@dataclass(frozen=True, slots=True)
+class KnownEntry:
+    id: str
+    findings: tuple[str, ...]
+    reason: str
+    fstype: str | None = None
+    target: str | None = None
+    kernel_min: str | None = None
+    kernel_max: str | None = None
+    run: str | None = None
+    case: str | None = None
+    op: str | None = None
+    variants: tuple[str, ...] = ()
+    link: str | None = None
+    source: str | None = None
+    file: str = ""  # the list it came from
+
+    @property
+    def reference(self) -> str:
+        """Where the behaviour is documented: the source, the link, or both."""
+        return "; ".join(x for x in (self.source, self.link) if x)
+
+    def applies(self, scope: Scope) -> bool:
+        """Whether this entry could explain anything in ``scope`` (everything but the state)."""
+        if self.fstype is not None and not fnmatch.fnmatchcase(scope.fstype, self.fstype):
+            return False
+        if self.target is not None and not fnmatch.fnmatchcase(scope.target, self.target):
+            return False
+        if self.run is not None and self.run != scope.run:
+            return False
+        if self.case is not None and not fnmatch.fnmatchcase(scope.case, self.case):
+            return False
+        if self.variants and not set(self.variants) & set(scope.variants):
+            return False
+        return in_release_range(scope.kernel, self.kernel_min, self.kernel_max)
+
+    def explains(self, item: Item, variant: str | None) -> bool:
+        """Whether this entry (already known to apply) explains ``item`` of a state."""
+        if item.kind not in self.findings and item.outcome not in self.findings:
+            return False
+        if self.op is not None and (item.op is None or not fnmatch.fnmatchcase(item.op, self.op)):
+            return False
+        return not self.variants or variant in self.variants
+
+
+def _fail(source: str, entry: str, key: str, what: str) -> ConfigError:
+    return ConfigError(f"{source}: known entry {entry}: {key}: {what}")
+
+
+def _text(raw: Mapping[str, Any], key: str, source: str, entry: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(source, entry, key, f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _words(raw: Mapping[str, Any], key: str, source: str, entry: str) -> tuple[str, ...]:
+    value = raw.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, str) and v.strip() for v in value)):
+        raise _fail(source, entry, key, f"expected a string or a non-empty list of strings, "
+                                        f"got {value!r}")
+    return tuple(dict.fromkeys(v.strip() for v in value))
+
+
+def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
+    """One ``[[known]]`` table; every error names the file, the entry and the field."""
+    entry = f"#{number}"
+    if not isinstance(raw, dict):
+        raise _fail(source, entry, "known", "expected a table ([[known]])")
+    ident = raw.get("id")
+    if isinstance(ident, str) and ident:
+        entry = repr(ident)
+    if not isinstance(ident, str) or not _ID.match(ident):
+        what = "missing" if ident is None else (
+            f"{ident!r}: expected letters, digits, '.', '_' or '-' (starting with a letter "
+            "or digit)")
+        raise _fail(source, entry, "id", what)
+    unknown = sorted(set(raw) - set(ENTRY_KEYS))
+    if unknown:
+        raise _fail(source, entry, unknown[0], f"unknown key (expected: {', '.join(ENTRY_KEYS)})")
+    fstype, target = _text(raw, "fstype", source, entry), _text(raw, "target", source, entry)
+    if (fstype is None) == (target is None):
+        raise _fail(source, entry, "fstype", "give exactly one of fstype and target "
+                                             "(a glob on the filesystem type or the target name)")
+    bounds = {}
+    for key in ("kernel_min", "kernel_max"):
+        value = _text(raw, key, source, entry)
+        if value is not None and not _RELEASE.match(value):
+            raise _fail(source, entry, key, f"{value!r}: expected a release such as 6.1.0 "
+                                            "or 6.12.999 (numbers and dots)")
+        bounds[key] = value
+    if (bounds["kernel_min"] and bounds["kernel_max"]
+            and not in_release_range(bounds["kernel_min"], None, bounds["kernel_max"])):
+        raise _fail(source, entry, "kernel_max", f"{bounds['kernel_max']!r} is below "
+                                                 f"kernel_min {bounds['kernel_min']!r}")
+    run = _text(raw, "run", source, entry)
+    if run is not None and run not in RUN_KINDS:
+        raise _fail(source, entry, "run", f"{run!r}: expected {' or '.join(RUN_KINDS)}")
+    op = _text(raw, "op", source, entry)
+    if op is not None and not fnmatch.filter(OP_KINDS, op):
+        raise _fail(source, entry, "op", f"{op!r} matches no durability op "
+                                         f"({', '.join(OP_KINDS)})")
+    variants = _words(raw, "variants", source, entry)
+    kinds = [v.value for v in VariantKind]
+    for v in variants:
+        if v not in kinds:
+            raise _fail(source, entry, "variants", f"{v!r}: expected {', '.join(kinds)}")
+    if variants and run == "cut":
+        raise _fail(source, entry, "variants", "power cuts have no crash-state variants")
+    findings = _words(raw, "findings", source, entry)
+    if not findings:
+        raise _fail(source, entry, "findings", "missing: name the outcomes or finding kinds "
+                                               f"it explains ({', '.join(EXPLAINABLE)})")
+    for f in findings:
+        if f not in EXPLAINABLE:
+            raise _fail(source, entry, "findings", f"{f!r}: expected {', '.join(EXPLAINABLE)}")
+    reason = _text(raw, "reason", source, entry)
+    if reason is None:
+        raise _fail(source, entry, "reason", "missing: say in a sentence or two what happens "
+                                             "and why")
+    link, where = _text(raw, "link", source, entry), _text(raw, "source", source, entry)
+    if link is None and where is None:
+        raise _fail(source, entry, "source", "missing: give source (e.g. 'fs/x/y.c f(), Linux "
+                                             "6.1') or link (a URL), or both")
+    if link is not None and not re.match(r"^https?://\S+$", link):
+        raise _fail(source, entry, "link", f"{link!r}: expected an http(s) URL")
+    return KnownEntry(id=ident, findings=findings, reason=reason, fstype=fstype, target=target,
+                      kernel_min=bounds["kernel_min"], kernel_max=bounds["kernel_max"], run=run,
+                      case=_text(raw, "case", source, entry), op=op, variants=variants,
+                      link=link, source=where, file=source)
+
+
+def parse_known(text: str, *, source: str) -> tuple[KnownEntry, ...]:
+    """The entries of one known-behaviour TOML file (``source`` names it in errors)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    unknown = sorted(set(raw) - {"known"})
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (entries are [[known]] tables)")
+    tables = raw.get("known", [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"{source}: 'known' must be an array of tables ([[known]])")
+    entries = [parse_entry(t, source=source, number=i) for i, t in enumerate(tables, 1)]
+    seen: set[str] = set()
+    for e in entries:
+        if e.id in seen:
+            raise _fail(source, repr(e.id), "id", "defined twice in this file")
+        seen.add(e.id)
+    return tuple(entries)
+
+
+def shipped_text() -> str:
+    return importlib.resources.files("crashcases").joinpath(SHIPPED).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class KnownList:
+    entries: tuple[KnownEntry, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def matcher(self, *, run: str, target: Target, case: str, kernel: str | None,
+                marks: Mapping[str, str], variants: Sequence[str] = ()) -> KnownMatcher:
+        """A matcher for the states of ``target`` in one run (see KnownMatcher)."""
+        scope = Scope(run, target.name, target.fstype, case, kernel, tuple(variants))
+        return KnownMatcher(self, scope, target, marks)
+
+
+def load_known(paths: Iterable[str | os.PathLike[str]] = (), *, shipped: bool = True) -> KnownList:
+    """The shipped list (unless ``shipped`` is false) and the user's files, in that order.
+
+    An id may appear once across them all: one id, one behaviour."""
+    entries: list[KnownEntry] = []
+    files: list[str] = []
+    if shipped:
+        entries += parse_known(shipped_text(), source=SHIPPED)
+        files.append(SHIPPED)
+    for path in paths:
+        source = os.fspath(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read known-behaviour file: "
+                              f"{exc.strerror or exc}") from exc
+        got = parse_known(text, source=source)
+        by_id = {e.id: e for e in entries}
+        for e in got:
+            if e.id in by_id:
+                raise _fail(source, repr(e.id), "id", f"already defined in {by_id[e.id].file}")
+        entries += got
+        files.append(source)
+    return KnownList(tuple(entries), tuple(files))
+
+
+# --- matching states -------------------------------------------------------------------
+
+
+def mark_ops(workload: Workload) -> dict[str, str]:
+    """Mark name -> kind of the durability op it follows, as execute() numbers the marks."""
+    durable = [op for op in workload.ops if op.kind in DURABILITY_OPS]
+    return {mark_name(i): str(op.kind) for i, op in enumerate(durable)}
+
+
+def guest_kernel(environment: Mapping[str, Any]) -> str | None:
+    """The guest kernel's release from a run's environment (set once a guest booted)."""
+    guest = environment.get("guest") or {}
+    release = guest.get("kernel") if isinstance(guest, Mapping) else None
+    return str(release) if release else None
+
+
+def _implied(kind: str) -> str:
+    """The outcome a finding kind makes a state (check.outcome_of's rule)."""
+    if kind in {k.value for k in LOSS_KINDS}:
+        return Outcome.DATA_LOSS.value
+    return Outcome.CORRUPT.value if kind == FindingKind.IO_ERROR.value else kind
+
+
+def items_of(outcome: Outcome, check: CheckResult | None, target: Target,
+             marks: Mapping[str, str]) -> list[Item]:
+    """What must be explained for a state with ``outcome`` (and its check, if it has one)."""
+    items = []
+    findings = check.findings if check is not None else []
+    for f in findings:
+        kind = str(f.get("kind"))
+        mark = f.get("mark")
+        op = marks.get(mark) if mark else None
+        where = f" (promise of {mark}, {op or 'unknown op'})" if mark else ""
+        items.append(Item(kind, _implied(kind), op, f"{kind}: {f.get('path') or '.'}{where}"))
+    implied = {i.outcome for i in items}
+    rest: Outcome | None = outcome
+    if outcome.value in implied and check is not None:
+        # The findings account for the outcome; what do mount and fsck say on their own?
+        rest = outcome_of(dataclasses.replace(check, findings=[]))
+    if rest is not None and rest.value not in implied and fails(rest, target):
+        items.append(Item(rest.value, rest.value, None, f"outcome {rest.value}"))
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class KnownVerdict:
+    """How the list judged one failing state that at least one entry explained in part."""
+
+    known: bool  # every item explained: report as known
+    ids: tuple[str, ...]  # the entries that explained something
+    unexplained: tuple[str, ...] = ()  # items no entry explained
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"known": self.known, "ids": list(self.ids), "unexplained": list(self.unexplained)}
+
+
+@dataclass
+class KnownMatcher:
+    """Judges the states of one target in one run; remembers what each entry explained."""
+
+    known_list: KnownList
+    scope: Scope
+    target: Target
+    marks: Mapping[str, str]
+    verdicts: dict[str, KnownVerdict] = field(default_factory=dict)
+    applicable: tuple[KnownEntry, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        self.applicable = tuple(e for e in self.known_list.entries if e.applies(self.scope))
+
+    def judge(self, key: str, outcome: Outcome, check: CheckResult | None,
+              variant: str | None = None) -> KnownVerdict | None:
+        """The verdict on state ``key`` (None: not failing, or no entry explains any of it)."""
+        self.verdicts.pop(key, None)
+        if not self.applicable or not fails(outcome, self.target):
+            return None
+        items = items_of(outcome, check, self.target, self.marks)
+        ids: dict[str, None] = {}
+        missing = []
+        for item in items:
+            hits = [e.id for e in self.applicable if e.explains(item, variant)]
+            ids.update(dict.fromkeys(hits))
+            if not hits:
+                missing.append(item.text)
+        if not ids:
+            return None
+        verdict = KnownVerdict(bool(items) and not missing, tuple(ids), tuple(missing))
+        self.verdicts[key] = verdict
+        return verdict
+
+    def is_known(self, key: str) -> bool:
+        v = self.verdicts.get(key)
+        return v is not None and v.known
+
+    def known_ids(self, key: str) -> tuple[str, ...] | None:
+        """The ids that made ``key`` known (None: it is not known)."""
+        v = self.verdicts.get(key)
+        return v.ids if v is not None and v.known else None
+
+    def entry(self, entry_id: str) -> KnownEntry:
+        return next(e for e in self.known_list.entries if e.id == entry_id)
+
+    def message(self, key: str) -> str:
+        """One line for a known state: the entries and their reasons."""
+        ids = self.known_ids(key) or ()
+        if len(ids) == 1:
+            e = self.entry(ids[0])
+            return f"known: {e.id}: {e.reason} ({e.reference})"
+        return f"known: {', '.join(ids)}: " + "; ".join(
+            f"{i}: {self.entry(i).reason} ({self.entry(i).reference})" for i in ids)
+
+    def counts(self) -> dict[str, int]:
+        """Entry id -> states it explained (wholly or in part)."""
+        c: Counter[str] = Counter()
+        for v in self.verdicts.values():
+            c.update(v.ids)
+        return {e.id: c[e.id] for e in self.applicable if c[e.id]}
+
+    def silent(self) -> list[KnownEntry]:
+        """Entries that applied here but explained nothing: fixed, or this run missed it."""
+        seen = self.counts()
+        return [e for e in self.applicable if e.id not in seen]
+
+    def not_reproduced(self) -> list[dict[str, Any]]:
+        return [{"id": e.id, "target": self.scope.target, "kernel": self.scope.kernel,
+                 "message": not_reproduced_message(e, self.scope), "reason": e.reason,
+                 "reference": e.reference, "file": e.file} for e in self.silent()]
+
+    def report(self) -> dict[str, Any]:
+        """The run's account of the list for results.json."""
+        known = sum(1 for v in self.verdicts.values() if v.known)
+        return {"files": list(self.known_list.files), "target": self.scope.target,
+                "kernel": self.scope.kernel, "applicable": [e.id for e in self.applicable],
+                "states": known, "explained": self.counts(),
+                "not_reproduced": self.not_reproduced()}
+
+
+def not_reproduced_message(entry: KnownEntry, scope: Scope) -> str:
+    return (f"known entry {entry.id} did not reproduce here (fixed?): {scope.run} run of "
+            f"{scope.target} on kernel {scope.kernel or 'unknown'}")
