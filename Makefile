@@ -13,7 +13,11 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
 	dmsetup kmod cpio e2fsprogs xfsprogs btrfs-progs f2fs-tools jfsutils \
 	reiserfsprogs fio bonnie++ postmark dbench fsmark attr
 
-.PHONY: setup run test lint unit integration clean
+# Another Debian kernel to compare with (--kernel-release): the newest 6.12 build.
+KERNEL_612 = $$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64$$' \
+	| cut -d' ' -f1 | sort -V | tail -1)
+
+.PHONY: setup run test lint unit integration clean kernels
 setup: apt $(STAMPS)/venv
 
 apt:
@@ -50,6 +54,13 @@ unit: $(STAMPS)/venv
 
 integration: setup
 	$(BIN)/pytest -q -m integration tests/integration
+
+kernels:
+	@pkg=$(KERNEL_612); [ -n "$$pkg" ] || { echo "powercut kernels: no linux-image-6.12.N+deb12-amd64 in apt"; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	dpkg-query -W -f='$${Status}\n' $$pkg 2>/dev/null | grep -q 'ok installed' || \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$pkg; \
+	echo "installed: $$pkg (use --kernel-release $${pkg#linux-image-})"
 
 clean:
 	rm -rf $(VENV) $(STAMPS) .pytest_cache .mypy_cache .ruff_cache

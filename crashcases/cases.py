@@ -757,7 +757,8 @@ def _names(items: Iterable[str] | None) -> str:
 
 
 def list_cases() -> list[str]:
-    return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "random:200", "stress:200"]
+    return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "random:200", "stress:200",
+            "file:PATH"]
 
 
 def load_case(

@@ -92,6 +92,11 @@ class CrashPlan:
     user_targets: tuple[Target, ...] = ()
     #: Op kinds the generated workload is restricted to (--ops); empty: all the target has.
     ops: tuple[str, ...] = ()
+    #: Which generator made the workload: 1 = the classic operations only (plans
+    #: written before the capability-driven operations), 2 = every operation the
+    #: target's filesystem supports. Kept so that an old run's plan regenerates
+    #: its own workload (shrink, export) byte for byte.
+    generator: int = 2
 
     @property
     def spec(self) -> Target:
@@ -118,6 +123,9 @@ class CrashRunResult:
         return out
 
 
+GENERATORS = (1, 2)
+
+
 def disk_sizes(target: Target, data_mib: int | None) -> dict[str, int]:
     data = disk_bytes([target], data_bytes=data_mib * MiB if data_mib else None)["data"]
     # The log holds mkfs (full metadata init) plus every workload write.
@@ -140,7 +148,11 @@ def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
     check_target(target)
     parse_strategy(plan.points)
     parse_variants(plan.variants)
-    capabilities = adapter_for(target.fstype).target_capabilities(target)
+    if plan.generator not in GENERATORS:
+        raise ConfigError(f"plan: generator {plan.generator} is not one this powercut knows "
+                          f"({', '.join(map(str, GENERATORS))}); upgrade powercut")
+    capabilities = (adapter_for(target.fstype).target_capabilities(target)
+                    if plan.generator >= 2 else None)
     return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences,
                              capabilities=capabilities, ops=plan.ops or None)
 
@@ -532,6 +544,7 @@ def load_plan(run_dir: Path) -> CrashPlan:
         raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
     raw["variants"] = tuple(raw["variants"])
     raw["ops"] = tuple(raw.get("ops", ()))
+    raw.setdefault("generator", 1)  # plans without the key predate generator 2
     raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
     return CrashPlan(**raw)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import logging
 import mmap
@@ -687,19 +688,23 @@ def _mapped(path: Path, offset: int, length: int) -> tuple[int, mmap.mmap, int]:
     return fd, m, offset - start
 
 
+def _file_ioctl(fd: int, request: int, arg: int | bytes, path: Path) -> None:
+    try:
+        fcntl.ioctl(fd, request, arg)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+
+
 def _copy_range(src: Path, dst: Path, op: Op) -> None:
     fd_in, fd_out = os.open(src, os.O_RDONLY), os.open(dst, os.O_WRONLY)
     try:
-        # Filesystem ioctls on regular files (ioctl_file_clone() in fs/ioctl.c),
-        # through libc like the other calls the os module lacks.
-        ioctl = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+        # Filesystem ioctls on regular files (ioctl_file_clone() in fs/ioctl.c).
         if op.kind is OpKind.CLONE:
-            _libc_call("ioctl", ioctl, (fd_out, FICLONE, fd_in), dst)
+            _file_ioctl(fd_out, FICLONE, fd_in, dst)
         elif op.kind is OpKind.CLONE_RANGE:
             # struct file_clone_range { s64 src_fd; u64 src_offset, src_length, dest_offset; }
-            arg = ctypes.create_string_buffer(
-                struct.pack("qQQQ", fd_in, op.offset, op.length, op.dst_offset))
-            _libc_call("ioctl", ioctl, (fd_out, FICLONERANGE, ctypes.addressof(arg)), dst)
+            _file_ioctl(fd_out, FICLONERANGE,
+                        struct.pack("qQQQ", fd_in, op.offset, op.length, op.dst_offset), dst)
         else:
             done = 0
             while True:  # one call at least: a 0-byte copy is a syscall too

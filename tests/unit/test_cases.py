@@ -41,6 +41,8 @@ def namespace_of(op: Op) -> str | None:
 
 def test_every_listed_case_loads_and_executes(tmp_path: Path) -> None:
     for i, spec in enumerate(list_cases()):
+        if spec == "file:PATH":
+            continue  # a placeholder for a saved workload, not a case to load
         w = load_case(spec, seed=1, max_sequences=3)
         assert w.ops and w.durability_count >= 1, spec
         oracle, marks = record(w, tmp_path / str(i))

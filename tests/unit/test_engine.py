@@ -232,3 +232,22 @@ def test_a_plan_with_a_user_target_survives_plan_json(tmp_path):
         pass
     again = load_plan(run.run_dir)
     assert again == plan and again.spec == mine
+
+
+def test_a_plan_from_before_generator_2_regenerates_its_classic_workload(tmp_path):
+    import json
+
+    from crashcases.cases import load_case
+    from crashcases.engine import CrashPlan, load_plan, validate_plan
+
+    new = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq1", max_sequences=5))[1]
+    raw = {"target": "ext4/ordered", "case": "gen:seq1", "seed": 0, "points": "marks",
+           "variants": ["prefix"], "per_point": 2, "jobs": 1, "check_timeout_s": 600.0,
+           "inject_hang": None, "max_images": 5, "data_mib": None, "max_sequences": 5,
+           "user_targets": []}
+    (tmp_path / "plan.json").write_text(json.dumps(raw))
+    old_plan = load_plan(tmp_path)
+    assert old_plan.generator == 1
+    old = validate_plan(old_plan)[1]
+    assert old.ops == load_case("gen:seq1", seed=0, max_sequences=5).ops
+    assert old.ops != new.ops  # generator 2 adds the newer operations ext4 has
