@@ -405,7 +405,13 @@ class KnownMatcher:
     applicable: tuple[KnownEntry, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        self.applicable = tuple(e for e in self.known_list.entries if e.applies(self.scope))
+        # An entry about one kind of durability op cannot show in a workload without
+        # such an op: it is not applicable there (and so never "did not reproduce").
+        kinds = set(self.marks.values())
+        self.applicable = tuple(
+            e for e in self.known_list.entries
+            if e.applies(self.scope)
+            and (e.op is None or not kinds or any(fnmatch.fnmatchcase(k, e.op) for k in kinds)))
 
     def judge(self, key: str, outcome: Outcome, check: CheckResult | None,
               variant: str | None = None) -> KnownVerdict | None:

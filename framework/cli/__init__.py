@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "crash": ("framework.cli.crash", "record a workload and check every crash state"),
     "recheck": ("framework.cli.crash", "rebuild one crash state of an earlier run and check it again"),
     "shrink": ("framework.cli.shrink", "minimise the workload of a failing crash state (delta debugging)"),
+    "export": ("framework.cli.export", "turn a failing crash state into a shell or fstests reproducer"),
     "cut": ("framework.cli.cut", "power cuts on a live workload (dm-flakey) and the recovery after them"),
     "bench": ("framework.cli.bench", "throughput overhead of journalling per target, with intervals"),
     "log": ("framework.cli.log", "inspect and replay dm-log-writes logs"),

@@ -177,6 +177,9 @@ def test_replay_refuses_a_mounted_device(
     try:
         subprocess.run(["mount", dev, str(mnt)], check=True)
         (mnt / "keep").write_text("precious")
+        # Read-only from here: the journal's commit timer can no longer write, so the
+        # image changes only if the replay writes (it is still mounted: in use).
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
         before = image.read_bytes()[:1 << 20]
         assert run_cli(["log", "replay", str(small_log), dev, "--to", "1"]) == 2
         _assert_one_line_error(capsys, "in use (mounted")

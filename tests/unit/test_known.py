@@ -670,3 +670,26 @@ def test_recheck_reports_a_known_state_and_exits_0(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(crash_cli, "known_list", lambda args: load_known([mine], shipped=False))
     assert main(["recheck", str(tmp_path), "1/prefix"]) == 1
     assert "known" not in capsys.readouterr().out
+
+
+def test_an_entry_about_an_op_the_workload_never_made_does_not_apply() -> None:
+    from crashcases.known import KnownList, KnownMatcher, Scope, parse_known
+    from recovery.targets import get_target
+
+    text = '''
+[[known]]
+id = "only-fdatasync"
+fstype = "ext2"
+op = "fdatasync"
+findings = ["data-loss"]
+reason = "r"
+source = "s"
+'''
+    known = KnownList(parse_known(text, source="t.toml"))
+    scope = Scope(run="crash", target="ext2", fstype="ext2", kernel="6.1.0-56-amd64", case="x",
+                  variants=("prefix",))
+    only_sync = KnownMatcher(known, scope, get_target("ext2"), {"pc-0": "sync"})
+    assert only_sync.applicable == () and only_sync.not_reproduced() == []
+    with_it = KnownMatcher(known, scope, get_target("ext2"), {"pc-0": "sync", "pc-1": "fdatasync"})
+    assert [e.id for e in with_it.applicable] == ["only-fdatasync"]
+    assert [r["id"] for r in with_it.not_reproduced()] == ["only-fdatasync"]

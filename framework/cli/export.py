@@ -1,0 +1,105 @@
+"""``powercut export``: a failing crash state as a shell reproducer or an fstests test."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from crashcases.export import (
+    DEFAULT_TEST_NAME,
+    load_export_state,
+    write_fstests,
+    write_script,
+)
+
+DESCRIPTION = """\
+Turn failing state STATE of the crash run RUN_DIR into a reproducer that
+needs no powercut, in one of two forms (no guest is booted; nothing is
+written if the input is bad):
+
+--script OUT.sh   a POSIX shell script, and the state's disk image beside it
+                  (OUT.img.gz). As root it attaches the image read-only to a
+                  loop device under a non-persistent dm-snapshot (COW on a
+                  temporary file), recovers it as powercut does for the target
+                  (read-only fsck first where the kernel does not replay a
+                  journal), mounts it and checks each broken promise with
+                  plain shell: test -e, stat -c %s, sha256 of 4 KiB blocks.
+                  It prints "ok: ..." or "FAIL: ..." per check and exits 1
+                  if the finding reproduces, 0 if not, 2 if it cannot run.
+                  It needs dmsetup, losetup, the filesystem's checker and
+                  coreutils; it touches no device but those it creates.
+                  Works for every variant (prefix, subset, torn, lying).
+
+--fstests DIR     an fstests test, DIR/tests/generic/999 and its golden
+                  999.out (--test-name to choose), written like fstests'
+                  dm-log-writes tests: the workload runs again through
+                  $XFS_IO_PROG and coreutils on log-writes over dm-thin, with
+                  _log_writes_mark pc-N after every durability operation,
+                  then _log_writes_replay_log replays to the state's mark and
+                  the same checks run. The golden output is what a filesystem
+                  that keeps every promise prints. Only prefix states at a
+                  mark can be replayed so; other variants need --script.
+                  If DIR is a built checkout, the test is added to its
+                  tests/generic/group.list too.
+
+The state's image comes from the run (state-*.img.gz) or is rebuilt from
+its log.img. A state that passed, is not in the run, or whose image cannot
+be rebuilt is a one-line error; so is an output that already exists,
+unless --force.
+"""
+
+EPILOG = """\
+examples:
+  powercut crash --target ext4/nobarrier --case hand:write-fsync-rename
+  powercut export results/crash-.../ 41/prefix --script repro.sh
+  sudo sh repro.sh                  # ok:/FAIL: lines; exit 1 = reproduced
+  powercut export results/crash-.../ 57/lying:1234 --script lying.sh
+  powercut export results/crash-.../ 41/prefix --fstests ~/xfstests-dev
+  cd ~/xfstests-dev && ./check generic/999
+  powercut export results/crash-.../ 41/prefix --fstests ~/xfstests-dev --test-name ext4/900
+
+exit status: 0 written; 2 bad input (nothing written).
+"""
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    state = load_export_state(Path(args.run_dir), args.state)
+    if args.script:
+        script, image = write_script(state, Path(args.script), force=args.force)
+        size_mib = image.stat().st_size / (1 << 20)
+        print(f"wrote {script}")
+        print(f"  and {image} ({size_mib:.1f} MiB), which it reads")
+        print(f"run as root: sh {_shown(script)}   (exit 1: reproduced, 0: not)")
+    else:
+        test, out = write_fstests(state, Path(args.fstests), args.test_name, force=args.force)
+        print(f"wrote {test}")
+        print(f"  and {out} (the golden output)")
+        print(f"run: cd {_shown(Path(args.fstests).resolve())} && ./check {args.test_name}   "
+              "(needs SCRATCH_DEV and LOGWRITES_DEV in local.config)")
+    return 0
+
+
+def _shown(path: Path) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else os.fspath(path)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="turn a failing crash state into a shell or fstests reproducer",
+                       description=DESCRIPTION, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a crash run directory (results/crash-...)")
+    p.add_argument("state", metavar="STATE",
+                   help="a failing state POINT/VARIANT of that run, e.g. 41/prefix or 57/lying:1234")
+    form = p.add_mutually_exclusive_group(required=True)
+    form.add_argument("--script", metavar="OUT.sh",
+                      help="write a standalone shell reproducer here, and the state's image "
+                           "beside it (OUT.img.gz)")
+    form.add_argument("--fstests", metavar="DIR",
+                      help="write an fstests test into this fstests checkout (prefix states at "
+                           "a mark only)")
+    p.add_argument("--test-name", default=DEFAULT_TEST_NAME, metavar="DIR/NUM",
+                   help=f"the fstests test to write (default: {DEFAULT_TEST_NAME})")
+    p.add_argument("--force", action="store_true", help="replace outputs that already exist")
+    p.set_defaults(func=cmd_export)
