@@ -549,6 +549,35 @@ def load_plan(run_dir: Path) -> CrashPlan:
     return CrashPlan(**raw)
 
 
+def load_checked(run_dir: Path, key: str, needs: Sequence[str] = ("plan.json", "results.json")
+                 ) -> tuple[CrashPlan, dict[str, Any]]:
+    """The plan of a finished crash run and state ``key``'s entry in its results.json (with a
+    ``result``), after checking that ``needs`` are there; bad input is a one-line ConfigError."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: no such run directory")
+    for name in needs:
+        if not (run_dir / name).is_file():
+            raise ConfigError(f"{run_dir}: not a finished crash run directory (no {name})")
+    try:
+        states = json.loads((run_dir / "results.json").read_text())["states"]
+        by_key = {s["key"]: s for s in states}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{run_dir / 'results.json'}: not a crash run's results ({exc})") from None
+    if key not in by_key:
+        failing = [k for k, s in by_key.items() if s.get("result") and s["result"]["outcome"] != "ok"]
+        hint = (f"failing states: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}"
+                if failing else "it has no failing state")
+        raise ConfigError(f"state {key!r}: not a state of {run_dir} ({hint})")
+    entry = by_key[key]
+    if not entry.get("result"):
+        raise ConfigError(f"state {key!r}: never checked (the run stopped before it)")
+    try:
+        plan = load_plan(run_dir)
+    except TypeError as exc:
+        raise ConfigError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
+    return plan, entry
+
+
 def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
     """Rebuild a state of an earlier run from its key (``POINT/VARIANT``)."""
     plan = load_plan(run_dir)

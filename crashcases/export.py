@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import logging
 import os
 import re
@@ -54,7 +53,7 @@ from crashcases.engine import (
     CrashPlan,
     disk_sizes,
     image_name,
-    load_plan,
+    load_checked,
     load_state,
     timeouts_for,
     validate_plan,
@@ -159,29 +158,11 @@ RUN_FILES = ("plan.json", "results.json", "oracle.json")
 def load_export_state(run_dir: Path, key: str) -> ExportState:
     """Read state ``key`` of ``run_dir``; bad input is a one-line ExportError."""
     run_dir = run_dir.resolve()
-    if not run_dir.is_dir():
-        raise ExportError(f"{run_dir}: no such run directory")
-    for name in RUN_FILES:
-        if not (run_dir / name).is_file():
-            raise ExportError(f"{run_dir}: not a finished crash run directory (no {name})")
     try:
-        states = json.loads((run_dir / "results.json").read_text())["states"]
-        by_key = {s["key"]: s for s in states}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ExportError(f"{run_dir / 'results.json'}: not a crash run's results ({exc})") from None
-    if key not in by_key:
-        failing = [k for k, s in by_key.items() if s.get("result") and s["result"]["outcome"] != "ok"]
-        hint = (f"failing states: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}"
-                if failing else "it has no failing state")
-        raise ExportError(f"state {key!r}: not a state of {run_dir} ({hint})")
-    entry = by_key[key]
-    result = entry.get("result")
-    if not result:
-        raise ExportError(f"state {key!r}: never checked (the run stopped before it)")
-    try:
-        plan = load_plan(run_dir)
-    except TypeError as exc:
-        raise ExportError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
+        plan, entry = load_checked(run_dir, key, RUN_FILES)
+    except ConfigError as exc:
+        raise ExportError(str(exc)) from None
+    result = entry["result"]
     target, workload = validate_plan(plan)
     try:
         outcome = Outcome(result["outcome"])

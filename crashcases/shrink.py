@@ -35,7 +35,6 @@ state that matched.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Callable, Sequence
@@ -48,7 +47,7 @@ from crashcases.engine import (
     CrashPlan,
     CrashRunResult,
     MachineFactory,
-    load_plan,
+    load_checked,
     reproducer_command,
     run_crash,
     run_spec,
@@ -143,28 +142,8 @@ class Failure:
 def load_failure(run_dir: Path, key: str) -> Failure:
     """Read the failing state ``key`` of ``run_dir``; bad input is a one-line ConfigError."""
     run_dir = run_dir.resolve()  # candidates' plans and printed reproducers need full paths
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: no such run directory")
-    for name in RUN_FILES:
-        if not (run_dir / name).is_file():
-            raise ConfigError(f"{run_dir}: not a finished crash run directory (no {name})")
-    try:
-        states = json.loads((run_dir / "results.json").read_text())["states"]
-        by_key = {s["key"]: s for s in states}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{run_dir / 'results.json'}: not a crash run's results ({exc})") from None
-    if key not in by_key:
-        failing = [k for k, s in by_key.items() if s.get("result") and s["result"]["outcome"] != "ok"]
-        hint = f"failing states: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}" \
-            if failing else "it has no failing state"
-        raise ConfigError(f"state {key!r}: not a state of {run_dir} ({hint})")
-    result = by_key[key].get("result")
-    if not result:
-        raise ConfigError(f"state {key!r}: never checked (the run stopped before it)")
-    try:
-        plan = load_plan(run_dir)
-    except TypeError as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
+    plan, entry = load_checked(run_dir, key, RUN_FILES)
+    result = entry["result"]
     try:
         signature = Signature.of(key, result)
     except (ValueError, KeyError, TypeError) as exc:
