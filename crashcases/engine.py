@@ -29,7 +29,7 @@ from typing import Any
 
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts
-from crashcases.known import KnownList, KnownMatcher, guest_kernel, mark_ops
+from crashcases.known import KnownList, KnownMatcher, guest_kernel, recorded_marks
 from crashcases.operations import Workload
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
@@ -484,7 +484,7 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         # The recording guest has booted: its kernel release is in the run's environment.
         result.known = known.matcher(
             run="crash", target=checked[0], case=plan.case, kernel=guest_kernel(run.environment),
-            marks=mark_ops(checked[1]), variants=[k.value for k in parse_variants(plan.variants)])
+            marks=recorded_marks(OracleLog.from_json(engine.oracle_path.read_text())), variants=[k.value for k in parse_variants(plan.variants)])
         if sink is not None:
             sink.known = result.known
     entries: list[LogEntry] = []

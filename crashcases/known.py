@@ -56,7 +56,7 @@ from typing import Any
 
 from crashcases.check import LOSS_KINDS, CheckResult, outcome_of
 from crashcases.operations import DURABILITY_OPS, Workload, mark_name
-from crashcases.oracle import FindingKind
+from crashcases.oracle import FindingKind, OracleLog
 from crashcases.outcomes import Outcome, fails
 from crashcases.points import VariantKind
 from framework.core.errors import ConfigError
@@ -340,8 +340,14 @@ def load_known(paths: Iterable[str | os.PathLike[str]] = (), *, shipped: bool = 
 # --- matching states -------------------------------------------------------------------
 
 
+def recorded_marks(oracle: OracleLog) -> dict[str, str]:
+    """Mark name -> kind of the durability op it follows, as the recording placed them."""
+    return {m.name: m.kind for m in oracle.mark_records}
+
+
 def mark_ops(workload: Workload) -> dict[str, str]:
-    """Mark name -> kind of the durability op it follows, as execute() numbers the marks."""
+    """Mark name -> kind of the durability op it follows, as execute() numbers the marks
+    (for runs without a recorded oracle on the host: power cuts)."""
     durable = [op for op in workload.ops if op.kind in DURABILITY_OPS]
     return {mark_name(i): str(op.kind) for i, op in enumerate(durable)}
 

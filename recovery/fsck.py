@@ -50,22 +50,23 @@ def run_fsck(
     """
     adapter = adapter_for(target.fstype)
     argv = adapter.fsck_argv(dev, repair=repair, journal_dev=journal_dev)
+    return _run_checker(runner, target, dev, argv, repair=repair, timeout_s=timeout_s,
+                        what="repair" if repair else "check")
+
+
+def _run_checker(runner: CommandRunner, target: Target, dev: str, argv: list[str], *,
+                 repair: bool, timeout_s: float, what: str) -> FsckResult:
+    """Run one checker command and turn its exit status into the adapter's verdict."""
+    adapter = adapter_for(target.fstype)
     # ok_status=None: "errors found" and "errors corrected" are results.
     # No input: stdin is closed, so a checker that still asks gets EOF.
     result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
     verdict = adapter.classify_fsck(result.status, result.stdout, result.stderr, repair=repair)
-    log.info(
-        "%s %s on %s: %s (status %d, %.3f s)",
-        "repair" if repair else "check", target.name, dev, verdict, result.status, result.duration_s,
-    )
-    return FsckResult(
-        verdict=verdict,
-        status=result.status,
-        duration_s=result.duration_s,
-        output_tail=output_tail(result.stdout, result.stderr),
-        argv=result.argv,
-        repair=repair,
-    )
+    log.info("%s %s on %s: %s (status %d, %.3f s)",
+             what, target.name, dev, verdict, result.status, result.duration_s)
+    return FsckResult(verdict=verdict, status=result.status, duration_s=result.duration_s,
+                      output_tail=output_tail(result.stdout, result.stderr), argv=result.argv,
+                      repair=repair)
 
 
 def run_log_replay(
@@ -82,14 +83,8 @@ def run_log_replay(
     mount). The verdict is the checker's: a replay that also had to repair
     says so in its exit status.
     """
-    adapter = adapter_for(target.fstype)
-    argv = adapter.journal_replay_argv(dev, journal_dev=journal_dev)
+    argv = adapter_for(target.fstype).journal_replay_argv(dev, journal_dev=journal_dev)
     if argv is None:
         return None
-    result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
-    verdict = adapter.classify_fsck(result.status, result.stdout, result.stderr, repair=True)
-    log.info("journal replay %s on %s: %s (status %d, %.3f s)",
-             target.name, dev, verdict, result.status, result.duration_s)
-    return FsckResult(verdict=verdict, status=result.status, duration_s=result.duration_s,
-                      output_tail=output_tail(result.stdout, result.stderr), argv=result.argv,
-                      repair=True)
+    return _run_checker(runner, target, dev, argv, repair=True, timeout_s=timeout_s,
+                        what="journal replay")

@@ -24,8 +24,9 @@ from crashcases.engine import (
     run_spec,
     validate_plan,
 )
-from crashcases.known import KnownList, KnownMatcher, load_known, mark_ops
+from crashcases.known import KnownList, KnownMatcher, load_known, recorded_marks
 from crashcases.operations import Workload
+from crashcases.oracle import OracleLog
 from crashcases.outcomes import KNOWN, Outcome, fails
 from crashcases.points import Variant
 from framework.cli import (
@@ -259,8 +260,9 @@ def cmd_recheck(args: argparse.Namespace) -> int:
 
     target, result = recheck(Path(args.run_dir), args.state, factory)
     plan = load_plan(Path(args.run_dir))
+    oracle = OracleLog.from_json((Path(args.run_dir) / "oracle.json").read_text())
     matcher = known.matcher(run="crash", target=target, case=plan.case,
-                            kernel=guest.get("kernel"), marks=mark_ops(validate_plan(plan)[1]),
+                            kernel=guest.get("kernel"), marks=recorded_marks(oracle),
                             variants=[variant])
     verdict = matcher.judge(args.state, result.outcome, result, variant)
     print(f"{args.state}: {result.outcome.value}"

@@ -25,7 +25,7 @@ from crashcases.known import (
     parse_known,
     release_key,
 )
-from crashcases.operations import Op, OpKind, Workload
+from crashcases.operations import Op, OpKind, Workload, execute
 from crashcases.outcomes import Outcome
 from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
 from framework.cli import crash as crash_cli
@@ -47,6 +47,13 @@ WORKLOAD = Workload("w", 0, (
     Op(OpKind.CREAT, "b"), Op(OpKind.SYNC), Op(OpKind.APPEND, "a", length=5),
     Op(OpKind.FDATASYNC, "a"),
 ))
+
+def write_oracle(path: Path) -> None:
+    """The oracle a recording of WORKLOAD leaves in a run directory (marks pc-0..pc-2)."""
+    root = path.parent / "oracle-tree"
+    root.mkdir()
+    path.write_text(execute(WORKLOAD, root, lambda name: None).to_json())
+
 
 ENTRY = """
 [[known]]
@@ -471,6 +478,7 @@ def test_results_json_and_the_store_keep_the_raw_outcome_and_the_ids(tmp_path: P
     results = crash_result(tmp_path, KnownList()).results
 
     def record(self):  # type: ignore[no-untyped-def]
+        write_oracle(self.oracle_path)  # as the real record() copies the guest's oracle
         return FakeMachine(rundir=tmp_path / "vm"), {"entries": 10, "marks": 3}
 
     def check_all(self, todo, machine):  # type: ignore[no-untyped-def]
@@ -657,6 +665,7 @@ def test_recheck_reports_a_known_state_and_exits_0(tmp_path: Path, monkeypatch: 
         factory([], tmp_path / "vm", ("jfs",)).close()
         return get_target("jfs"), check(key, Outcome.DATA_LOSS, finding())
 
+    write_oracle(tmp_path / "oracle.json")
     monkeypatch.setattr(crash_cli, "recheck", recheck)
     monkeypatch.setattr(crash_cli, "load_plan",
                         lambda run_dir: CrashPlan(target="jfs", case="hand:write-fsync-rename"))
