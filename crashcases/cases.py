@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from crashcases.operations import (
+    ASSUMED_CAPABILITIES,
     CLASSIC_FALLOC_MODES,
     DURABILITY_OPS,
     FallocMode,
@@ -171,7 +172,11 @@ class OpSelection:
 
     def capable(self, op: Op) -> bool:
         need = required_capability(op)
-        return need is None or need in (self.capabilities or frozenset())
+        if need is None:
+            return True
+        if self.capabilities is None:
+            return need in ASSUMED_CAPABILITIES
+        return need in self.capabilities
 
     def allows(self, op: Op) -> bool:
         """Whether ``op`` may be one of the generated operations."""
@@ -533,7 +538,7 @@ def random_ops(
     ]
     if selection.extended:
         makers, durable_makers = _newer_makers(
-            selection, rng, path, anything, B, makers, durable_makers
+            selection, rng, path, anything, B, makers, durable_makers, bool(falloc_modes)
         )
     while len(ops) < n_ops:
         pool = durable_makers if rng.random() < 0.25 or not makers else makers
@@ -566,8 +571,12 @@ def _newer_makers(
     B: int,
     makers: list[Callable[[], Op]],
     durable_makers: list[Callable[[], Op]],
+    falloc: bool = True,
 ) -> tuple[list[Callable[[], Op]], list[Callable[[], Op]]]:
-    """random_ops' makers with the newer ops and argument partitions, as ``selection`` allows."""
+    """random_ops' makers with the newer ops and argument partitions, as ``selection`` allows.
+
+    ``falloc``: whether the filesystem has any fallocate mode (else that maker goes).
+    """
     K = OpKind
     # Partitions: below, at and across a page and block, unaligned, and zero where allowed.
     sizes = (0, 1, B - 1, B, B + 1, 2 * B + 5)
@@ -608,7 +617,8 @@ def _newer_makers(
     keep = (lambda k: True) if kinds is None else (lambda k: k in kinds or k in _SETUP_KINDS)
     durable_named = kinds is not None and bool(kinds & DURABILITY_OPS)
     keep_durable = (lambda k: True) if not durable_named else (lambda k: k in (kinds or ()))
-    out = [m for k, m in zip(_CLASSIC_MAKER_KINDS, makers, strict=True) if keep(k)]
+    out = [m for k, m in zip(_CLASSIC_MAKER_KINDS, makers, strict=True)
+           if keep(k) and (falloc or k is not K.FALLOCATE)]
     out += [m for k, m in newer if keep(k)]
     out_durable = [m for k, m in zip(_CLASSIC_DURABLE_KINDS, durable_makers, strict=True)
                    if keep_durable(k)]

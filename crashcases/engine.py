@@ -30,7 +30,7 @@ from typing import Any
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts
 from crashcases.known import KnownList, KnownMatcher, guest_kernel, recorded_marks
-from crashcases.operations import Workload
+from crashcases.operations import ASSUMED_CAPABILITIES, Workload
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
 from crashcases.points import (
@@ -94,9 +94,11 @@ class CrashPlan:
     ops: tuple[str, ...] = ()
     #: Which generator made the workload: 1 = the classic operations only (plans
     #: written before the capability-driven operations), 2 = every operation the
-    #: target's filesystem supports. Kept so that an old run's plan regenerates
-    #: its own workload (shrink, export) byte for byte.
-    generator: int = 2
+    #: target's filesystem supports but fallocate, punch hole and zero range taken
+    #: as everywhere, 3 = those too only where the filesystem has them. Kept so
+    #: that an old run's plan regenerates its own workload (shrink, export) byte
+    #: for byte.
+    generator: int = 3
 
     @property
     def spec(self) -> Target:
@@ -123,7 +125,7 @@ class CrashRunResult:
         return out
 
 
-GENERATORS = (1, 2)
+GENERATORS = (1, 2, 3)
 
 
 def disk_sizes(target: Target, data_mib: int | None) -> dict[str, int]:
@@ -153,6 +155,9 @@ def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
                           f"({', '.join(map(str, GENERATORS))}); upgrade powercut")
     capabilities = (adapter_for(target.fstype).target_capabilities(target)
                     if plan.generator >= 2 else None)
+    if capabilities is not None and plan.generator == 2:
+        # Generator 2 took every filesystem to have these and let the guest skip them.
+        capabilities |= ASSUMED_CAPABILITIES
     return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences,
                              capabilities=capabilities, ops=plan.ops or None)
 

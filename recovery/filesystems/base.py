@@ -61,10 +61,12 @@ def classify_fsck8_status(status: int, *, repair: bool) -> FsckVerdict:
 #: - direct-io: open(2) with O_DIRECT (the address space has ->direct_IO;
 #:   do_dentry_open() in fs/open.c refuses it with EINVAL otherwise);
 #: - reflink: the FICLONE and FICLONERANGE ioctls (->remap_file_range);
-#: - collapse-range, insert-range: those fallocate(2) modes;
+#: - fallocate: fallocate(2) allocating a range (mode 0 and FALLOC_FL_KEEP_SIZE);
+#: - punch-hole, zero-range, collapse-range, insert-range: those fallocate(2) modes;
 #: - rename-exchange: renameat2(2) RENAME_EXCHANGE (->rename accepts the flag).
 CAPABILITIES = frozenset(
-    {"direct-io", "reflink", "collapse-range", "insert-range", "rename-exchange"}
+    {"direct-io", "reflink", "fallocate", "punch-hole", "zero-range", "collapse-range",
+     "insert-range", "rename-exchange"}
 )
 
 

@@ -37,7 +37,8 @@ _DAMAGE_REPORTED = re.compile(
 class BtrfsAdapter(FilesystemAdapter):
     family = "btrfs"
     fstypes = ("btrfs",)
-    capabilities = frozenset({"direct-io", "reflink", "rename-exchange"})  # no collapse/insert: btrfs_fallocate()
+    capabilities = frozenset({"direct-io", "reflink", "rename-exchange", "fallocate", "punch-hole",
+                              "zero-range"})  # no collapse/insert: btrfs_fallocate()
     kernel_modules = ("btrfs",)
     tools = (Tool("mkfs.btrfs", "btrfs-progs", ("--version",), required=False),
              Tool("btrfs", "btrfs-progs", ("--version",), required=False))

@@ -105,7 +105,8 @@ def ext_mode(target: Target, *, where: str) -> ExtMode:
 class ExtAdapter(FilesystemAdapter):
     family = "ext"
     fstypes = ("ext2", "ext3", "ext4")
-    capabilities = frozenset({"direct-io", "rename-exchange", "collapse-range", "insert-range"})
+    capabilities = frozenset({"direct-io", "rename-exchange", "fallocate", "punch-hole", "zero-range",
+                              "collapse-range", "insert-range"})
     # One driver serves all three: Debian's kernel has CONFIG_EXT4_USE_FOR_EXT2=y
     # and neither CONFIG_EXT2_FS nor CONFIG_EXT3_FS.
     kernel_modules = ("ext4",)
@@ -146,17 +147,18 @@ class ExtAdapter(FilesystemAdapter):
                 f"and this {target.fstype} has none")
 
     def target_capabilities(self, target: Target) -> frozenset[str]:
-        # Collapse and insert range shift extents: ext4_collapse_range() and
-        # ext4_insert_range() (fs/ext4/extents.c, Linux 6.1) return EOPNOTSUPP
-        # for a file without EXT4_INODE_EXTENTS. mke2fs gives ext4 the extent
-        # feature and ext2 and ext3 none, unless -O edits say otherwise.
+        # ext4_fallocate() (fs/ext4/extents.c, Linux 6.1) punches holes in any
+        # file, but ext4_collapse_range(), ext4_insert_range(), ext4_zero_range()
+        # and plain allocation return EOPNOTSUPP for a file without
+        # EXT4_INODE_EXTENTS. mke2fs gives ext4 the extent feature and ext2 and
+        # ext3 none, unless -O edits say otherwise.
         extents = target.fstype == "ext4"
         for feature in _features(target.mkfs_options):
             if feature.lstrip("^-+") in ("extent", "extents"):
                 extents = feature[:1] not in ("^", "-")
         if extents:
             return self.capabilities
-        return self.capabilities - {"collapse-range", "insert-range"}
+        return self.capabilities - {"fallocate", "zero-range", "collapse-range", "insert-range"}
 
     def persistence_rules(self, target: Target) -> PersistenceRules:
         mode = ext_mode(target, where=f"targets.{target.name!r}")

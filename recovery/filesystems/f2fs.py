@@ -26,7 +26,8 @@ _NO_FILESYSTEM = re.compile(
 class F2fsAdapter(FilesystemAdapter):
     family = "f2fs"
     fstypes = ("f2fs",)
-    capabilities = frozenset({"direct-io", "collapse-range", "insert-range", "rename-exchange"})
+    capabilities = frozenset({"direct-io", "fallocate", "punch-hole", "zero-range", "collapse-range",
+                              "insert-range", "rename-exchange"})  # f2fs_fallocate()
     kernel_modules = ("f2fs",)
     tools = (
         Tool("mkfs.f2fs", "f2fs-tools", ("-V",), required=False),

@@ -19,7 +19,8 @@ MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
 class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
-    capabilities = frozenset({"direct-io", "reflink", "collapse-range", "insert-range", "rename-exchange"})
+    capabilities = frozenset({"direct-io", "reflink", "fallocate", "punch-hole", "zero-range",
+                              "collapse-range", "insert-range", "rename-exchange"})  # xfs_file_fallocate()
     kernel_modules = ("xfs",)
     tools = (
         Tool("mkfs.xfs", "xfsprogs", ("-V",), required=False),

@@ -226,7 +226,8 @@ def test_gen_cases_retire_and_stay_small() -> None:
 # -- capabilities and --ops ----------------------------------------------------
 
 EVERYTHING = frozenset(CAPABILITIES)
-EXT4_CAPS = frozenset({"direct-io", "rename-exchange", "collapse-range", "insert-range"})
+EXT4_CAPS = frozenset({"direct-io", "rename-exchange", "fallocate", "punch-hole", "zero-range",
+                       "collapse-range", "insert-range"})
 NEWER_KINDS = set(OpKind) - CLASSIC_KINDS
 
 

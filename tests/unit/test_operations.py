@@ -167,7 +167,11 @@ def test_capabilities_name_what_adapters_declare() -> None:
     assert required_capability(Op(K.FALLOCATE, "a", length=B, falloc=FallocMode.INSERT_RANGE)) == (
         "insert-range"
     )
-    assert required_capability(Op(K.FALLOCATE, "a", length=B)) is None
+    assert required_capability(Op(K.FALLOCATE, "a", length=B)) == "fallocate"
+    assert required_capability(Op(K.FALLOCATE, "a", length=B, falloc=FallocMode.PUNCH_HOLE)) == (
+        "punch-hole"
+    )
+    assert required_capability(Op(K.PWRITE, "a", length=B)) is None
     assert required_capability(Op(K.WRITE_OSYNC, "a", length=1)) is None
 
 
