@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
 from framework.cli.study import builtin_studies, load_study, run_study
 from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.lifecycle import RunSpec, run_lifecycle, steps_of
 from framework.core.machine.kernel import kernel_spec
+from framework.core.store import Store
 
 
 def machine_argv(args: argparse.Namespace) -> list[str]:
@@ -50,8 +53,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         except SystemExit as exc:  # argparse rejected a step's options
             return int(exc.code or 2)
 
-    results = run_study(study, run_step)
-    print(f"\n== study {study.name}: summary")
+    spec = RunSpec("study", f"study {study.name}", plan={
+        "study": study.name, "source": study.source, "description": study.description,
+        "steps": [{"argv": list(s.argv), "expect": s.expect, "title": s.title}
+                  for s in study.steps]})
+    with Store(args.db) as store, run_lifecycle(spec, Path(args.results), store) as run:
+        # Every step's run is a child of this study run in the store.
+        with steps_of(run):
+            results = run_study(study, run_step)
+        run.save_json("steps.json", [{"argv": list(r.step.argv), "status": r.status,
+                                      "as_expected": r.as_expected} for r in results])
+    print(f"\n== study {study.name}: summary (run {run.run_id} in {args.db})")
     ok = True
     for i, r in enumerate(results, 1):
         verdict = "as expected" if r.as_expected else "UNEXPECTED"

@@ -20,6 +20,7 @@ release, kernel config hash, accelerator and qemu version.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -46,7 +47,7 @@ M = TypeVar("M", bound=Describable)
 class RunSpec:
     """What a run is, as the store and its run directory record it."""
 
-    kind: str  # crash, cut, bench: the run directory's prefix
+    kind: str  # crash, cut, bench, study: the run directory's prefix
     title: str  # one line a person reads in listings
     plan: Mapping[str, Any] = field(default_factory=dict)  # JSON-ready
     seeds: Mapping[str, int] = field(default_factory=dict)
@@ -96,9 +97,13 @@ class Run:
         write_json_atomic(self.run_dir / "plan.json", dict(self.spec.plan))
         if self.store is None:
             return
+        parent = _STUDY.get()
+        parent_id = (parent[1] if parent is not None
+                     and parent[0] == self.store.path.resolve() else None)
         self.run_id = self.store.start_run(
             command_line=self.environment["command_line"], study=self.spec.title,
-            environment=self.environment, git_revision=self.environment["git_revision"])
+            environment=self.environment, git_revision=self.environment["git_revision"],
+            kind=self.spec.kind, parent_id=parent_id)
         for name, config in self.spec.targets.items():
             self.store.add_target(self.run_id, name, config)
 
@@ -127,6 +132,24 @@ class Run:
     def finish(self, status: RunStatus) -> None:
         if self.store is not None and self.run_id is not None:
             self.store.finish_run(self.run_id, status)
+
+
+#: The study run that runs opened now are steps of: (its database, its id).
+_STUDY: contextvars.ContextVar[tuple[Path, int] | None] = contextvars.ContextVar(
+    "powercut_study_run", default=None)
+
+
+@contextlib.contextmanager
+def steps_of(run: Run) -> Iterator[None]:
+    """Inside this block, runs recorded in ``run``'s database are its steps (child runs)."""
+    if run.store is None or run.run_id is None:
+        yield
+        return
+    token = _STUDY.set((run.store.path.resolve(), run.run_id))
+    try:
+        yield
+    finally:
+        _STUDY.reset(token)
 
 
 @contextlib.contextmanager

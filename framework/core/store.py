@@ -140,6 +140,18 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE checks ADD COLUMN known TEXT;
     ALTER TABLE recoveries ADD COLUMN known TEXT;
     """,
+    # 2 -> 3: what a run is (crash, cut, bench, study) and the study run it is a step of.
+    # Runs from before are top-level; their kind is read from their command line.
+    """
+    ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+    ALTER TABLE runs ADD COLUMN parent_id INTEGER REFERENCES runs(id) ON DELETE CASCADE;
+    UPDATE runs SET kind = CASE
+        WHEN command_line LIKE 'powercut crash%' THEN 'crash'
+        WHEN command_line LIKE 'powercut cut%' THEN 'cut'
+        WHEN command_line LIKE 'powercut bench%' THEN 'bench'
+        ELSE '' END;
+    CREATE INDEX runs_by_parent ON runs(parent_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -158,6 +170,13 @@ class Run:
     status: RunStatus
     git_revision: str | None
     environment: dict[str, Any]
+    kind: str = ""  # crash, cut, bench, study ('' for a run of unknown kind)
+    parent_id: int | None = None  # the study run this run is a step of
+
+    @property
+    def label(self) -> str:
+        """How listings and reports name the run: id, kind and title."""
+        return f"run {self.id} ({self.kind or 'run'}: {self.study})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,14 +351,21 @@ class Store:
 
     def start_run(self, *, command_line: str, study: str,
                   environment: Mapping[str, Any] | None = None,
-                  git_revision: str | None = None, uuid: str | None = None) -> int:
-        """Record a new run and return its id; ``uuid`` lets CI shards share one run."""
+                  git_revision: str | None = None, uuid: str | None = None,
+                  kind: str = "", parent_id: int | None = None) -> int:
+        """Record a new run and return its id; ``uuid`` lets CI shards share one run.
+
+        ``parent_id``: the study run this run is a step of."""
         with self.transaction() as db:
+            if parent_id is not None and db.execute(
+                    "SELECT 1 FROM runs WHERE id = ?", (parent_id,)).fetchone() is None:
+                raise StoreError(f"{self.path}: no run with id {parent_id} to be a step of")
             cur = db.execute(
                 "INSERT INTO runs (uuid, started_at, command_line, study, status, git_revision,"
-                " environment) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " environment, kind, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (uuid or str(uuidlib.uuid4()), clock.timestamp(), command_line, study,
-                 RunStatus.RUNNING.value, git_revision, _json(dict(environment or {}))),
+                 RunStatus.RUNNING.value, git_revision, _json(dict(environment or {})), kind,
+                 parent_id),
             )
             return int(cur.lastrowid or 0)
 
@@ -382,11 +408,49 @@ class Store:
         row = self._db.execute("SELECT * FROM runs WHERE uuid = ?", (uuid,)).fetchone()
         return None if row is None else self._run(row)
 
+    def children(self, run_id: int) -> list[Run]:
+        """The step runs of study run ``run_id``, in the order they started."""
+        rows = self._db.execute("SELECT * FROM runs WHERE parent_id = ? ORDER BY id",
+                                (run_id,)).fetchall()
+        return [self._run(r) for r in rows]
+
+    def resolve(self, ref: str) -> Run:
+        """The run ``ref`` names: an id, a uuid (or a unique prefix of one, 8+ characters),
+        or ``latest`` (the newest top-level run: a study, or a command run on its own)."""
+        text = ref.strip()
+        if text == "latest":
+            row = self._db.execute("SELECT * FROM runs WHERE parent_id IS NULL"
+                                   " ORDER BY id DESC LIMIT 1").fetchone()
+            if row is None:
+                raise StoreError(f"{self.path}: no runs yet")
+            return self._run(row)
+        if text.isdigit():
+            row = self._db.execute("SELECT * FROM runs WHERE id = ?", (int(text),)).fetchone()
+            if row is None:
+                raise StoreError(f"run {ref!r}: no run with that id in {self.path} "
+                                 f"({self._id_range()})")
+            return self._run(row)
+        if len(text) >= 8:
+            rows = self._db.execute("SELECT * FROM runs WHERE uuid LIKE ? ORDER BY id",
+                                    (text.replace("%", "").replace("_", "") + "%",)).fetchall()
+            if len(rows) == 1:
+                return self._run(rows[0])
+            if len(rows) > 1:
+                raise StoreError(f"run {ref!r}: {len(rows)} runs in {self.path} have uuids "
+                                 "starting so; give more of it")
+        raise StoreError(f"run {ref!r}: not a run id, uuid or 'latest' in {self.path} "
+                         f"({self._id_range()})")
+
+    def _id_range(self) -> str:
+        row = self._db.execute("SELECT min(id), max(id) FROM runs").fetchone()
+        return "it has no runs" if row[0] is None else f"ids {row[0]} to {row[1]}"
+
     @staticmethod
     def _run(row: sqlite3.Row) -> Run:
         return Run(row["id"], row["uuid"], row["started_at"], row["finished_at"],
                    row["command_line"], row["study"], RunStatus(row["status"]),
-                   row["git_revision"], json.loads(row["environment"]))
+                   row["git_revision"], json.loads(row["environment"]), row["kind"],
+                   row["parent_id"])
 
     def add_target(self, run_id: int, name: str, config: Mapping[str, Any] | None = None) -> int:
         """The target's id in this run, recording it (with its config) the first time."""
@@ -618,12 +682,19 @@ class Store:
                 mine = db.execute("SELECT id, status, finished_at FROM runs WHERE uuid = ?",
                                   (run.uuid,)).fetchone()
                 if mine is None:
+                    parent = None
+                    if run.parent_id is not None:
+                        # Runs are copied in id order, so a study run is here before its steps.
+                        p = db.execute("SELECT id FROM runs WHERE uuid = ?",
+                                       (other.run(run.parent_id).uuid,)).fetchone()
+                        parent = None if p is None else int(p["id"])
                     cur = db.execute(
                         "INSERT INTO runs (uuid, started_at, finished_at, command_line, study,"
-                        " status, git_revision, environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        " status, git_revision, environment, kind, parent_id)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (run.uuid, run.started_at, run.finished_at, run.command_line,
                          run.study, run.status.value, run.git_revision,
-                         _json(run.environment)))
+                         _json(run.environment), run.kind, parent))
                     run_id = int(cur.lastrowid or 0)
                 else:
                     run_id = int(mine["id"])

@@ -278,3 +278,60 @@ def test_store_creates_its_directory(tmp_path):
 
     with Store(tmp_path / "new" / "dir" / "powercut.sqlite") as store:
         assert store.runs() == []
+
+
+def test_study_runs_have_their_steps_as_children(tmp_path: Path) -> None:
+    from framework.core.lifecycle import RunSpec, run_lifecycle, steps_of
+
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        lone = store.start_run(command_line="powercut crash", study="crash x", kind="crash")
+        with run_lifecycle(RunSpec("study", "study tiny"), tmp_path, store) as study:
+            with steps_of(study), Store(db) as step_store:  # a step opens the db itself
+                with run_lifecycle(RunSpec("crash", "crash ext4"), tmp_path, step_store):
+                    pass
+                with run_lifecycle(RunSpec("bench", "bench a,b"), tmp_path, step_store):
+                    pass
+            with run_lifecycle(RunSpec("cut", "cut after"), tmp_path, store):  # not a step
+                pass
+        assert study.run_id is not None
+        kids = store.children(study.run_id)
+        assert [(r.kind, r.study, r.parent_id) for r in kids] == [
+            ("crash", "crash ext4", study.run_id), ("bench", "bench a,b", study.run_id)]
+        assert store.run(study.run_id).kind == "study"
+        assert store.resolve("latest").study == "cut after"  # newest top-level run
+        assert store.resolve(str(lone)).id == lone
+        assert store.resolve(kids[0].uuid[:8]).id == kids[0].id
+        for bad, message in [("999", r"run '999': no run with that id .*\(ids 1 to 5\)"),
+                             ("nonsense", r"run 'nonsense': not a run id, uuid or 'latest'")]:
+            with pytest.raises(StoreError, match=message):
+                store.resolve(bad)
+        with pytest.raises(StoreError, match="no run with id 77 to be a step of"):
+            store.start_run(command_line="x", study="x", parent_id=77)
+    # Merged into another database, the study keeps its steps.
+    into = tmp_path / "into.db"
+    with Store(into) as other:
+        other.start_run(command_line="powercut bench", study="older", kind="bench")
+    merge(into, [db])
+    with Store(into) as merged:
+        copy = next(r for r in merged.runs() if r.kind == "study")
+        assert [r.study for r in merged.children(copy.id)] == ["crash ext4", "bench a,b"]
+    with Store(tmp_path / "empty.db") as empty, pytest.raises(StoreError, match="no runs yet"):
+        empty.resolve("latest")
+
+
+def test_a_version_2_database_migrates_with_kinds_from_command_lines(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    db = sqlite3.connect(path)
+    for statement in ";".join(MIGRATIONS[:2]).split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 2")
+    db.execute("INSERT INTO runs (uuid, started_at, command_line, study, status, environment)"
+               " VALUES ('u1', 't', 'powercut cut --target xfs', 'cut xfs', 'finished', '{}')")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        (run,) = store.runs()
+        assert (run.kind, run.parent_id) == ("cut", None)

@@ -1,0 +1,130 @@
+"""A run's results as tables, read from the store: what report, compare and ci work on.
+
+A run reference names a study run (then its steps are read) or a single
+crash, cut or bench run. Every table carries the id and kind of the run a
+row came from, so a study with two bench steps keeps them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from framework.core.store import Run, Store
+
+#: Outcomes that are not failures (crashcases.outcomes: ok, and a state fsck repaired
+#: silently on a filesystem whose fsck is expected to repair).
+PASSING = ("ok", "recovered")
+
+CHECK_COLUMNS = ["run_id", "target", "case", "seed", "entry", "point_kind", "last_mark",
+                 "variant", "variant_seed", "outcome", "known", "mount_s", "fsck_s",
+                 "findings", "reproducer"]
+RECOVERY_COLUMNS = ["run_id", "target", "trial", "seed", "outcome", "known", "mount_s",
+                    "fsck_s", "recovery_s", "in_flight_bytes", "in_flight_ops"]
+#: What every bench repetition also records about itself (framework.bench.engine.StoreRecorder).
+SETUP_METRICS = ("mkfs_s", "mount_s", "trial_wall_s")
+BENCH_COLUMNS = ["run_id", "target", "workload", "metric", "unit", "higher_is_better",
+                 "repetition", "trial_order", "value"]
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What one bench run compared: its targets, baseline, primary metric and level."""
+
+    run_id: int
+    workload: str
+    targets: tuple[str, ...]
+    baseline: str
+    metric: str | None  # None: "total" if reported, else the first metric
+    level: float
+
+
+@dataclass(frozen=True)
+class Results:
+    """Everything a run (or a study's steps) recorded, one DataFrame per kind of result."""
+
+    top: Run
+    runs: tuple[Run, ...]  # the runs the rows come from: a study's steps, or the run itself
+    checks: pd.DataFrame
+    recoveries: pd.DataFrame
+    bench: pd.DataFrame
+    benches: tuple[BenchPlan, ...]
+    #: target name -> its configuration as the store keeps it (Target.to_dict())
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def is_study(self) -> bool:
+        return self.top.kind == "study"
+
+    @property
+    def study(self) -> str:
+        """What the run was: the study's name, or the command run on its own."""
+        return self.top.study.removeprefix("study ") if self.is_study else self.top.study
+
+    def environment(self) -> dict[str, Any]:
+        """The run's environment, with the first booted guest's facts of any step."""
+        env = dict(self.top.environment)
+        for run in self.runs:
+            if "guest" in run.environment and "guest" not in env:
+                env["guest"] = run.environment["guest"]
+        return env
+
+    def failing_checks(self) -> pd.DataFrame:
+        """Checked crash states that fail and no known behaviour explains."""
+        c = self.checks
+        return c[~c["outcome"].isin(PASSING) & c["known"].isna()]
+
+    def known_checks(self) -> pd.DataFrame:
+        c = self.checks
+        return c[~c["outcome"].isin(PASSING) & c["known"].notna()]
+
+
+def load(store: Store, ref: str) -> Results:
+    """The results of run ``ref`` (id, uuid or 'latest'); StoreError names a bad one."""
+    top = store.resolve(ref)
+    runs = tuple(store.children(top.id)) if top.kind == "study" else (top,)
+    checks, recoveries, bench, benches = [], [], [], []
+    targets: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        targets.update(store.targets(run.id))
+        for c in store.checks(run.id):
+            checks.append([run.id, c.target, c.case_spec, c.seed, c.entry_index, c.kind,
+                           c.last_mark, c.variant, c.variant_seed, c.outcome,
+                           tuple(c.known) if c.known is not None else None, c.mount_s,
+                           c.fsck_s, c.findings, c.reproducer])
+        for v in store.recoveries(run.id):
+            total = None if v.mount_s is None else v.mount_s + (v.fsck_s or 0.0)
+            recoveries.append([run.id, v.target, v.trial, v.seed, v.outcome,
+                               tuple(v.known) if v.known is not None else None, v.mount_s,
+                               v.fsck_s, total, v.in_flight_bytes, v.in_flight_ops])
+        samples = store.bench_samples(run.id)
+        for b in samples:
+            bench.append([run.id, b.target, b.workload, b.metric, b.unit, b.higher_is_better,
+                          b.repetition, b.trial_order, b.value])
+        if samples or run.kind == "bench":
+            plan = run.environment.get("plan", {})
+            names = tuple(plan.get("targets") or dict.fromkeys(s.target for s in samples))
+            if names:
+                benches.append(BenchPlan(run.id, str(plan.get("workload", samples[0].workload
+                                                             if samples else "")),
+                                         names, str(plan.get("baseline") or names[0]),
+                                         plan.get("metric"), float(plan.get("level", 0.95))))
+    return Results(top, runs,
+                   pd.DataFrame(checks, columns=CHECK_COLUMNS),
+                   pd.DataFrame(recoveries, columns=RECOVERY_COLUMNS),
+                   pd.DataFrame(bench, columns=BENCH_COLUMNS),
+                   tuple(benches), targets)
+
+
+def primary_metric(bench: pd.DataFrame, plan: BenchPlan) -> str | None:
+    """The metric a bench run's verdicts use: its --metric, else "total", else the first."""
+    rows = bench[bench["run_id"] == plan.run_id]
+    names = list(dict.fromkeys(rows["metric"]))
+    if plan.metric:
+        return plan.metric
+    measured = [n for n in names if n not in SETUP_METRICS] or names
+    if "total" in measured:
+        return "total"
+    return measured[0] if measured else None
