@@ -11,6 +11,7 @@ per target are in ``crashcases.cutsummary``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import random
@@ -285,6 +286,37 @@ class CutEngine:
             replay_messages=result.check.replay_messages if result.check else (), known=known)
 
 
+def load_cut_plan(run_dir: Path) -> CutPlan:
+    """The plan of an earlier power-cut run (its plan.json), user targets included."""
+    path = run_dir / "plan.json"
+    try:
+        raw: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir}: not a powercut cut run directory (no plan.json)") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    try:
+        raw["targets"] = tuple(raw["targets"])
+        raw["mode"] = FlakeyMode(raw.get("mode", FlakeyMode.DROP_WRITES.value))
+        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        return CutPlan(**raw)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{path}: not a power-cut plan ({exc})") from None
+
+
+def earlier_trials(run_dir: Path) -> dict[tuple[str, int], TrialResult]:
+    """The trials an interrupted run saved in its results.json, by (target, trial)."""
+    path = run_dir / "results.json"
+    if not path.exists():
+        return {}
+    try:
+        rows = json.loads(path.read_text())["trials"]
+        trials = [TrialResult.from_dict(r) for r in rows]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a power-cut run's results ({exc})") from None
+    return {(t.target, t.trial): t for t in trials}
+
+
 def run_spec(plan: CutPlan) -> RunSpec:
     """How a power-cut run of ``plan`` is recorded (see framework.core.lifecycle)."""
     plan_doc = asdict(plan)
@@ -299,13 +331,16 @@ def run_spec(plan: CutPlan) -> RunSpec:
 def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             progress: Callable[[TrialResult], None] | None = None,
             checked: tuple[list[Target], Workload] | None = None,
-            known: KnownList | None = None) -> CutRunResult:
+            known: KnownList | None = None, resume: bool = False) -> CutRunResult:
     """All trials of ``plan`` inside ``run``; each is stored and saved as soon as it is known.
 
-    ``known``: the known-behaviour list that trials are judged against."""
+    ``known``: the known-behaviour list that trials are judged against. ``resume``:
+    ``run`` is an interrupted run reopened; the trials its results.json holds are kept
+    (each is saved there as it finishes) and the others are run."""
     start = clock.monotonic()
     checked = checked or validate_cut_plan(plan)
     result = CutRunResult(run.run_dir, plan, run_id=run.run_id)
+    earlier = earlier_trials(run.run_dir) if resume else {}
     marks = mark_ops(checked[1]) if known is not None else {}
 
     def judged(tr: TrialResult) -> tuple[str, ...] | None:
@@ -329,7 +364,7 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
                            progress=progress, checked=checked)
         for target in plan.targets:
             for trial in range(plan.trials):
-                tr = engine.run_trial(target, trial)
+                tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
                 result.trials.append(tr)
                 engine.store_trial(tr, known=judged(tr))
                 run.save_json("results.json", result.to_dict())

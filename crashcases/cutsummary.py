@@ -53,6 +53,15 @@ class TrialResult:
                 "checked_mark": self.checked_mark, "notes": list(self.notes),
                 "mount_s": self.mount_s, "fsck_s": self.fsck_s}
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrialResult:
+        """A trial as to_dict() wrote it (results.json), for a resumed run."""
+        return cls(raw["target"], int(raw["trial"]), CutPoint.from_dict(raw["point"]),
+                   Outcome(raw["outcome"]),
+                   DriveResult.from_dict(raw["drive"]) if raw.get("drive") else None,
+                   CheckResult.from_dict(raw["check"]) if raw.get("check") else None,
+                   raw.get("checked_mark"), list(raw.get("notes", [])))
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework.core import agent, clock
 from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
-from framework.core.lifecycle import Run, RunSpec
+from framework.core.lifecycle import Run, RunSpec, write_json_atomic
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import disk_bytes
@@ -68,6 +68,17 @@ MiB = 1 << 20
 #: In a guest's run directory: the oracle it checks against, the results it appends to.
 GUEST_ORACLE = "oracle.json"
 GUEST_RESULTS = "results.jsonl"
+#: In the run directory: what the recording reported (written once it is whole) and the
+#: results a resumed run found from before.
+RECORD_FILE = "record.json"
+HARVEST_FILE = "resumed-results.jsonl"
+
+
+def write_json_lines(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """One JSON object per line, replacing ``path`` atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    os.replace(tmp, path)
 CHUNK = 100  # states per agent call: each call starts python and loads the oracle and log index;
 # a hang costs nothing extra, since the watchdog spots it per state and results are per state
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
@@ -205,10 +216,54 @@ class CrashEngine:
         try:
             recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600)
             shutil.copyfile(machine.rundir / GUEST_ORACLE, self.oracle_path)
+            info = {**recorded.to_dict(), "workload": workload.name, "ops": len(workload.ops)}
+            # Written last: its presence says the recording is whole (what --resume reuses).
+            write_json_atomic(self.run_dir / RECORD_FILE, info)
         except BaseException:
             machine.close()
             raise
-        return machine, {**recorded.to_dict(), "workload": workload.name, "ops": len(workload.ops)}
+        return machine, info
+
+    # -- resuming -----------------------------------------------------------
+
+    def saved_record(self) -> dict[str, Any] | None:
+        """The whole recording an interrupted run left (its info), or None: record again."""
+        kept = self.run_dir / "log.img"
+        if kept.exists() and not self.log_path.exists():  # killed while keeping artifacts
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(kept, self.log_path)
+        if not (self.log_path.exists() and self.oracle_path.exists()
+                and (self.run_dir / RECORD_FILE).exists()):
+            return None
+        info: dict[str, Any] = json.loads((self.run_dir / RECORD_FILE).read_text())
+        return info
+
+    def harvest(self) -> dict[str, CheckResult]:
+        """Every state result an interrupted run left on disk (by key), gathered into one file.
+
+        The guests append a line per state to their results files, so a run killed with
+        SIGKILL still has everything its guests finished; results.json holds what an
+        interrupted run saved. Guest directories are cleared for the guests to come."""
+        found: dict[str, CheckResult] = {}
+        saved = self.run_dir / "results.json"
+        if saved.exists():
+            try:
+                for s in json.loads(saved.read_text()).get("states", []):
+                    if s.get("result"):
+                        found[s["key"]] = CheckResult.from_dict(s["result"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                log.warning("%s: unreadable, its results are checked again", saved)
+        for path in (self.run_dir / HARVEST_FILE, *sorted(self.run_dir.glob(f"vm-*/{GUEST_RESULTS}"))):
+            for r in parse_results(path):
+                found[r.key] = r
+        write_json_lines(self.run_dir / HARVEST_FILE, [r.to_dict() for r in found.values()])
+        for vm in self.run_dir.glob("vm-*"):
+            if vm.name == "vm-0":  # the recording's disks, the log among them
+                for name in (GUEST_RESULTS, GUEST_ORACLE):
+                    (vm / name).unlink(missing_ok=True)
+            else:
+                shutil.rmtree(vm, ignore_errors=True)
+        return found
 
     @property
     def log_path(self) -> Path:
@@ -297,7 +352,10 @@ class CrashEngine:
                 self.sink(result)
         self.progress(done, total, result)
 
-    def check(self, states: list[CrashState], first_machine: Machine | None) -> None:
+    def check(self, states: list[CrashState], first_machine: Machine | None,
+              total: int | None = None) -> None:
+        """Check ``states`` (of ``total`` in the run: a resumed run has some already)."""
+        total = len(states) if total is None else total
         # Fault injection (tests of the hang handling): "#N" is the N-th state.
         inject = self.plan.inject_hang
         if inject and inject.startswith("#") and inject[1:].isdigit() and 0 < int(inject[1:]) <= len(states):
@@ -309,13 +367,13 @@ class CrashEngine:
         size = -(-len(states) // jobs) if states else 0
         shards = [states[i * size:(i + 1) * size] for i in range(jobs)]
         if jobs == 1:
-            self.check_shard(0, shards[0], first_machine, len(states))
+            self.check_shard(0, shards[0], first_machine, total)
             return
         if first_machine is not None:
             first_machine.close()
         pool = concurrent.futures.ThreadPoolExecutor(jobs)
         try:
-            futures = [pool.submit(self.check_shard, i, shard, None, len(states))
+            futures = [pool.submit(self.check_shard, i, shard, None, total)
                        for i, shard in enumerate(shards) if shard]
             for f in futures:
                 f.result()
@@ -466,12 +524,14 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
               progress: Callable[[int, int, CheckResult | None], None] | None = None,
               on_planned: Callable[[int], None] | None = None,
               checked: tuple[Target, Workload] | None = None,
-              known: KnownList | None = None) -> CrashRunResult:
+              known: KnownList | None = None, resume: bool = False) -> CrashRunResult:
     """Record, plan and check inside ``run``; every result is stored as soon as it is known.
 
     ``checked``: what validate_plan() returned, when the caller validated
     before opening the run (so that bad options create no run). ``known``:
-    the known-behaviour list that states are judged against."""
+    the known-behaviour list that states are judged against. ``resume``: ``run``
+    is an interrupted run reopened; its whole recording is reused (else made
+    again) and states it checked are not checked again."""
     start = clock.monotonic()
     checked = checked or validate_plan(plan)
     sink: StoreSink | None = None
@@ -482,8 +542,15 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         return run.started(factory(disks, rundir, fstypes))
 
     engine = CrashEngine(plan, run.run_dir, booted, progress, sink, checked)
-    recorder, info = engine.record()
-    machine: Machine | None = recorder
+    saved = engine.saved_record() if resume else None
+    machine: Machine | None = None
+    if saved is not None:
+        info = saved
+    else:
+        for stale in (engine.run_dir / HARVEST_FILE, engine.run_dir / "results.json"):
+            stale.unlink(missing_ok=True)  # results of another recording mean nothing here
+        shutil.rmtree(engine.run_dir / "vm-0", ignore_errors=True)
+        machine, info = engine.record()
     result = CrashRunResult(run.run_dir, plan, info, [], run_id=run.run_id)
     if known is not None:
         # The recording guest has booted: its kernel release is in the run's environment.
@@ -500,7 +567,16 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
             sink.recorded(info, result.states)
         if on_planned:
             on_planned(len(result.states))
-        engine.check(result.states, machine)
+        todo = result.states
+        if saved is not None:
+            earlier = engine.harvest()
+            for s in result.states:
+                if s.key in earlier:
+                    engine._store(earlier[s.key], len(result.states))
+            todo = [s for s in result.states if s.key not in engine.results]
+            log.info("resuming: %d of %d states checked before", len(result.states) - len(todo),
+                     len(result.states))
+        engine.check(todo, machine, total=len(result.states))
         machine = None
     finally:
         if machine is not None:
@@ -547,11 +623,16 @@ def load_plan(run_dir: Path) -> CrashPlan:
         raw: dict[str, Any] = json.loads((run_dir / "plan.json").read_text())
     except FileNotFoundError:
         raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
-    raw["variants"] = tuple(raw["variants"])
-    raw["ops"] = tuple(raw.get("ops", ()))
-    raw.setdefault("generator", 1)  # plans without the key predate generator 2
-    raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
-    return CrashPlan(**raw)
+    except ValueError as exc:
+        raise ConfigError(f"{run_dir / 'plan.json'}: not valid JSON ({exc})") from None
+    try:
+        raw["variants"] = tuple(raw.get("variants", ("prefix",)))
+        raw["ops"] = tuple(raw.get("ops", ()))
+        raw.setdefault("generator", 1)  # plans without the key predate generator 2
+        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        return CrashPlan(**raw)
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise ConfigError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
 
 
 def load_checked(run_dir: Path, key: str, needs: Sequence[str] = ("plan.json", "results.json")
@@ -576,10 +657,7 @@ def load_checked(run_dir: Path, key: str, needs: Sequence[str] = ("plan.json", "
     entry = by_key[key]
     if not entry.get("result"):
         raise ConfigError(f"state {key!r}: never checked (the run stopped before it)")
-    try:
-        plan = load_plan(run_dir)
-    except TypeError as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
+    plan = load_plan(run_dir)
     return plan, entry
 
 

@@ -21,6 +21,7 @@ as a second factor.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -28,6 +29,7 @@ import random
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from framework.bench.report import format_anova
@@ -279,11 +281,16 @@ def run_bench(
     *,
     recorder: Recorder | None = None,
     progress: Progress | None = None,
+    earlier: Mapping[int, Sample] | None = None,
 ) -> BenchRun:
     """Run every trial in the seeded order; each sample is recorded before the next trial.
 
     A KeyboardInterrupt propagates after the samples measured so far were recorded.
+    ``earlier``: samples an interrupted run of the same config measured, by position in
+    the run order; those trials are taken, not run again (the order depends only on the
+    seed and on the measurements, so it is the same order again).
     """
+    earlier = earlier or {}
     config.validate()
     scheduler = Scheduler(config)
     state = BenchState(config, clock.monotonic())
@@ -292,6 +299,14 @@ def run_bench(
     state.planned = len(pending)
     while pending:
         for trial in pending:
+            before = earlier.get(trial.seq)
+            if before is not None and before.trial == trial:
+                state.samples.append(before)
+                if state.primary is None:
+                    state.primary = choose_primary(before.result, config.metric)
+                if progress is not None:
+                    progress(before, state)
+                continue
             start = clock.monotonic()
             result = execute(trial)
             if result.target != trial.target:
@@ -321,13 +336,38 @@ def _load_average() -> float | None:
         return None
 
 
-class StoreRecorder:
-    """Writes each sample to the results store, one transaction per sample."""
+#: In a bench run directory: one line per finished trial (what --resume takes over).
+SAMPLES_FILE = "samples.jsonl"
 
-    def __init__(self, store: Store, run_id: int, config: BenchConfig) -> None:
+
+def earlier_samples(run_dir: Path) -> dict[int, Sample]:
+    """The samples an interrupted bench run wrote to its SAMPLES_FILE, by run-order position."""
+    out: dict[int, Sample] = {}
+    path = run_dir / SAMPLES_FILE
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            raw = json.loads(line)
+            trial = Trial(int(raw["seq"]), str(raw["target"]), int(raw["rep"]),
+                          bool(raw["warmup"]))
+            out[trial.seq] = Sample(trial, RepetitionResult.from_dict(raw["result"]),
+                                    float(raw["wall_s"]))
+        except (ValueError, KeyError, TypeError):
+            break  # a torn last line: killed while writing it
+    return out
+
+
+class StoreRecorder:
+    """Writes each sample to the results store, one transaction per sample, and to the
+    run directory's SAMPLES_FILE (whole results, for --resume) when given one."""
+
+    def __init__(self, store: Store, run_id: int, config: BenchConfig,
+                 run_dir: Path | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.config = config
+        self.run_dir = run_dir
         self._described: set[str] = set()
 
     def add(self, sample: Sample) -> None:
@@ -346,6 +386,40 @@ class StoreRecorder:
         self.store.add_bench_samples(self.run_id, r.target, self.config.workload,
                                      repetition=sample.trial.rep, metrics=[*r.metrics, *setup],
                                      trial_order=sample.trial.seq, warmup=sample.trial.warmup)
+        # After the store: a trial in the file is in the store too; one in the store only
+        # (killed in between) is run again by --resume and replaces its rows.
+        if self.run_dir is not None:
+            line = json.dumps({"seq": sample.trial.seq, "target": sample.trial.target,
+                               "rep": sample.trial.rep, "warmup": sample.trial.warmup,
+                               "wall_s": sample.wall_s, "result": sample.result.to_dict()},
+                              sort_keys=True)
+            with open(self.run_dir / SAMPLES_FILE, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+
+def config_from_plan(run_dir: Path) -> BenchConfig:
+    """The config of an earlier bench run, from the plan.json plan_document() wrote."""
+    path = run_dir / "plan.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir}: not a powercut bench run directory (no plan.json)") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    try:
+        config = BenchConfig(
+            targets=tuple(doc["targets"]), workload=str(doc["workload"]),
+            scale=Scale(doc["scale"]), reps=int(doc["reps"]), warmup=bool(doc["warmup"]),
+            until_ci_pct=doc["until_ci_pct"], max_reps=int(doc["max_reps"]),
+            seed=int(doc["seed"]), baseline=doc["baseline"], metric=doc["metric"],
+            level=float(doc["level"]),
+            user_targets=tuple(Target.from_dict(t) for t in doc.get("user_targets", ())))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a bench plan ({exc})") from None
+    config.validate()
+    return config
 
 
 def plan_document(config: BenchConfig) -> dict[str, Any]:

@@ -90,9 +90,9 @@ class _TargetNames(argparse.Action):
         setattr(namespace, self.dest, list(dict.fromkeys(names)))
 
 
-def add_target_options(p: argparse.ArgumentParser, *, what: str) -> None:
+def add_target_options(p: argparse.ArgumentParser, *, what: str, required: bool = True) -> None:
     """--target (alias --targets) and --targets-file, the same on every command."""
-    p.add_argument("--target", "--targets", dest="target", action=_TargetNames, required=True,
+    p.add_argument("--target", "--targets", dest="target", action=_TargetNames, required=required,
                    metavar="NAME[,NAME...]",
                    help=f"{what}; repeat the option or give a comma list "
                         "(names: 'powercut targets')")

@@ -18,7 +18,8 @@ from framework.cli import (
     print_json,
 )
 from framework.core import command, junit
-from framework.core.lifecycle import RunSpec, run_lifecycle
+from framework.core.errors import ConfigError
+from framework.core.lifecycle import RunSpec, resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.store import Store
 from recovery.filesystems import tool_versions
 
@@ -97,10 +98,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         resolve_kernel,
     )
 
-    config = config_from_args(args)
+    resume_dir = Path(args.resume) if args.resume else None
+    if resume_dir is not None:
+        if args.target or args.workload:
+            raise ConfigError("--resume takes the targets, workload and every option from the "
+                              "run's plan.json; drop --target and --workload")
+        config = bench.config_from_plan(resume_dir)
+    elif not (args.target and args.workload):
+        raise ConfigError("name targets and a workload (--target A,B --workload NAME) or a run "
+                          "to carry on (--resume RUN_DIR)")
+    else:
+        config = config_from_args(args)
     targets = bench.resolve_targets(config)
     get_workload(config.workload)  # an unknown name fails before the guest boots
     resolve_kernel(args)  # a missing kernel fails before the run is opened
+    if resume_dir is not None:
+        with Store(args.db) as store:
+            resumable_run(store, resume_dir, "bench")
     disks = bench.disks_for(targets, config.scale)
     fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
     spec = RunSpec("bench", f"bench {','.join(config.targets)} {config.workload}",
@@ -110,13 +124,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                   **benchmark_versions(config.workload)})
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(Store(args.db))
-        run = stack.enter_context(run_lifecycle(spec, Path(args.results), store))
+        run = stack.enter_context(
+            run_lifecycle(spec, Path(args.results), store) if resume_dir is None
+            else resumed_lifecycle(spec, resume_dir, store))
+        earlier = bench.earlier_samples(run.run_dir) if resume_dir is not None else {}
         machine = stack.enter_context(machine_from_args(args, disks=disks, fstypes=fstypes))
         run.started(machine.start())
         assert run.run_id is not None
-        recorder = bench.StoreRecorder(store, run.run_id, config)
+        recorder = bench.StoreRecorder(store, run.run_id, config, run.run_dir)
         done = bench.run_bench(config, bench.GuestExecutor(machine, config), recorder=recorder,
-                               progress=None if args.quiet else bench.print_progress)
+                               progress=None if args.quiet else bench.print_progress,
+                               earlier=earlier)
         analysis = bench.analyse(done)
         report = bench.report_json(done, analysis)
         run.save_json("results.json", report)
@@ -177,8 +195,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "bench", help="throughput overhead of journalling per target, with intervals",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_target_options(p, what="targets to compare, e.g. ext2,ext4/ordered,ext4/journal")
-    p.add_argument("--workload", required=True, metavar="NAME",
+    add_target_options(p, what="targets to compare, e.g. ext2,ext4/ordered,ext4/journal",
+                       required=False)
+    p.add_argument("--workload", metavar="NAME",
                    help=f"benchmark workload: {', '.join(list_workloads())}")
     p.add_argument("--scale", choices=[s.value for s in Scale], default=Scale.TINY.value,
                    help="work per repetition: tiny (seconds in an emulated guest), small, full "
@@ -211,6 +230,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default: results/powercut.sqlite)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="carry on a bench run that was interrupted (Ctrl-C, kill, a guest that "
+                        "died) in its own directory and store row: its plan, seed included, is "
+                        "read from RUN_DIR/plan.json; trials it finished are kept and the rest "
+                        "run in the same order")
     add_machine_options(p)
     p.set_defaults(func=cmd_bench)
 

@@ -36,7 +36,8 @@ from framework.cli import (
 )
 from framework.cli.vm import machine_from_args, resolve_kernel
 from framework.core import junit
-from framework.core.lifecycle import run_lifecycle
+from framework.core.errors import ConfigError
+from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.targets import Target
@@ -183,8 +184,17 @@ def ops_from_args(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def cmd_crash(args: argparse.Namespace) -> int:
-    user = named_user_targets(args)  # the targets file is read once
-    plans = [plan_from_args(args, name, user) for name in args.target]
+    resume_dir = Path(args.resume) if args.resume else None
+    if resume_dir is not None:
+        if args.target:
+            raise ConfigError("--resume takes the target and every option from the run's "
+                              "plan.json; drop --target")
+        plans = [load_plan(resume_dir)]
+    elif not args.target:
+        raise ConfigError("name a target (--target NAME) or a run to carry on (--resume RUN_DIR)")
+    else:
+        user = named_user_targets(args)  # the targets file is read once
+        plans = [plan_from_args(args, name, user) for name in args.target]
     # Every plan is checked (and its workload built) before a run directory,
     # a store row or a guest exists: bad options create nothing.
     checked = [validate_plan(plan) for plan in plans]
@@ -193,8 +203,10 @@ def cmd_crash(args: argparse.Namespace) -> int:
     suites: list[tuple[str, list[junit.Case]]] = []
     failed = False
     with Store(Path(args.db)) as store:
+        if resume_dir is not None:
+            resumable_run(store, resume_dir, "crash")  # before any progress bar
         for plan, plan_checked in zip(plans, checked):
-            result = crash_one(args, store, plan, plan_checked, known)
+            result = crash_one(args, store, plan, plan_checked, known, resume_dir)
             cases = junit_cases(result, plan.spec)
             suites.append((f"powercut crash {plan.target} {plan.case}", cases))
             junit.write(result.run_dir / "junit.xml", *suites[-1])
@@ -205,8 +217,9 @@ def cmd_crash(args: argparse.Namespace) -> int:
 
 
 def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
-              checked: tuple[Target, Workload], known: KnownList | None = None) -> CrashRunResult:
-    """One target's crash run, with its progress bar and summary."""
+              checked: tuple[Target, Workload], known: KnownList | None = None,
+              resume_dir: Path | None = None) -> CrashRunResult:
+    """One target's crash run (or the rest of an interrupted one), with progress and summary."""
     target = checked[0]
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -223,9 +236,12 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
                 bad["n"] += 1
             progress.update(task, completed=done, status=f"{bad['n']} failing")
 
-        with run_lifecycle(run_spec(plan), Path(args.results), store) as run:
+        lifecycle = (run_lifecycle(run_spec(plan), Path(args.results), store)
+                     if resume_dir is None else resumed_lifecycle(run_spec(plan), resume_dir, store))
+        with lifecycle as run:
             result = run_crash(plan, run, machine_factory(args), progress=step,
-                               on_planned=planned, checked=checked, known=known)
+                               on_planned=planned, checked=checked, known=known,
+                               resume=resume_dir is not None)
     out = Console()
     out.print(summary_table(result))
     failing = [s for s in result.states
@@ -296,7 +312,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "fsck time are measured for every state. Exits 1 if any state fails.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_target_options(p, what="filesystem configurations to check, e.g. ext4/ordered; "
-                               "one crash run each")
+                               "one crash run each", required=False)
     p.add_argument("--case", default="hand:write-fsync-rename",
                    help=f"workload: {', '.join(list_cases())}, random:N (default: hand:write-fsync-rename)")
     p.add_argument("--max-sequences", type=int, metavar="N",
@@ -327,6 +343,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="sqlite results store; every state is written as soon as it is checked "
                         "(default: results/powercut.sqlite)")
     p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="carry on a crash run that was interrupted (Ctrl-C, kill, a guest or "
+                        "host that died) in its own directory and store row: its plan is "
+                        "read from RUN_DIR/plan.json, a whole recording is reused, and states "
+                        "already checked are not checked again")
     p.add_argument("--inject-hang", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)

@@ -18,6 +18,7 @@ from crashcases.cut import (
     CutRunResult,
     TargetSummary,
     TrialResult,
+    load_cut_plan,
     run_cut,
     run_spec,
     summarize,
@@ -29,7 +30,8 @@ from devicemapper.flakey import FlakeyMode
 from framework.cli import add_machine_options, add_target_options, named_user_targets
 from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
 from framework.core import junit
-from framework.core.lifecycle import run_lifecycle
+from framework.core.errors import ConfigError
+from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.store import Store
 
 EPILOG = """\
@@ -152,16 +154,28 @@ def plan_from_args(args: argparse.Namespace) -> CutPlan:
 
 
 def cmd_cut(args: argparse.Namespace) -> int:
-    plan = plan_from_args(args)
+    resume_dir = Path(args.resume) if args.resume else None
+    if resume_dir is not None:
+        if args.target:
+            raise ConfigError("--resume takes the targets and every option from the run's "
+                              "plan.json; drop --target")
+        plan = load_cut_plan(resume_dir)
+    elif not args.target:
+        raise ConfigError("name a target (--target NAME) or a run to carry on (--resume RUN_DIR)")
+    else:
+        plan = plan_from_args(args)
     targets = plan.targets
     checked = validate_cut_plan(plan)  # bad options fail before the progress bar appears
     known = known_list(args)  # so does a bad known-behaviour list
     factory = machine_factory(args)  # and a missing kernel
+    if resume_dir is not None:
+        with Store(Path(args.db)) as store:
+            resumable_run(store, resume_dir, "cut")  # and a run that cannot be carried on
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
                   console=err, transient=False, disable=args.quiet or args.json) as progress:
-        task = progress.add_task(f"power cuts on {', '.join(targets)}", total=len(targets) * args.trials,
+        task = progress.add_task(f"power cuts on {', '.join(targets)}", total=len(targets) * plan.trials,
                                  status="")
         bad = {"n": 0}
 
@@ -172,8 +186,10 @@ def cmd_cut(args: argparse.Namespace) -> int:
                                                     f"{bad['n']} failing")
 
         with Store(Path(args.db)) as store, \
-                run_lifecycle(run_spec(plan), Path(args.results), store) as run:
-            result = run_cut(plan, run, factory, progress=step, checked=checked, known=known)
+                (run_lifecycle(run_spec(plan), Path(args.results), store) if resume_dir is None
+                 else resumed_lifecycle(run_spec(plan), resume_dir, store)) as run:
+            result = run_cut(plan, run, factory, progress=step, checked=checked, known=known,
+                             resume=resume_dir is not None)
     failing = failing_trials(result)
     junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"
     junit.write(junit_path, f"powercut cut {result.plan.case}", junit_cases(result))
@@ -210,7 +226,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "before the cut survived. Several trials per target give a recovery-time "
                     "distribution. Exits 1 if any trial broke a promise.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_target_options(p, what="filesystem configurations, e.g. ext4/ordered")
+    add_target_options(p, what="filesystem configurations, e.g. ext4/ordered", required=False)
     p.add_argument("--case", default="random:200",
                    help=f"workload: {', '.join(list_cases())}, random:N (default: random:200)")
     p.add_argument("--max-sequences", type=int, metavar="N", help="gen:* cases: a seeded sample of N sequences")
@@ -239,6 +255,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
                    help="sqlite results store, one row per trial (default: results/powercut.sqlite)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="carry on a power-cut run that was interrupted (Ctrl-C, kill, a guest "
+                        "that died) in its own directory and store row: its plan is read from "
+                        "RUN_DIR/plan.json and trials it saved are not run again")
     p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)

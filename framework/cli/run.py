@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
-from framework.cli.study import builtin_studies, load_study, run_study
+from framework.cli.study import Step, StepResult, Study, builtin_studies, load_study, run_study
 from framework.core.errors import ConfigError, MissingPrerequisite
-from framework.core.lifecycle import RunSpec, run_lifecycle, steps_of
+from framework.core.lifecycle import (
+    RunSpec,
+    current_study_step,
+    resumable_run,
+    resumed_lifecycle,
+    run_lifecycle,
+    steps_of,
+)
 from framework.core.machine.kernel import kernel_spec
-from framework.core.store import Store
+from framework.core.store import RunStatus, Store
 
 
 def machine_argv(args: argparse.Namespace) -> list[str]:
@@ -31,7 +39,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             study = load_study(name)
             print(f"{name:<20} {study.description} ({len(study.steps)} steps)")
         return 0
-    study = load_study(args.study)
+    resume_dir = Path(args.resume).resolve() if args.resume else None
+    study = load_study(args.study) if resume_dir is None else study_of_run(resume_dir)
     if args.targets_file and study.targets_file:
         raise ConfigError(f"{study.source} names a targets_file already ({study.targets_file}); "
                           "drop --targets-file or the study's targets_file")
@@ -41,28 +50,55 @@ def cmd_run(args: argparse.Namespace) -> int:
     if bad:
         doctor.render(bad)
         raise MissingPrerequisite(f"{len(bad)} required item(s) missing; see 'powercut doctor'")
+    if resume_dir is not None:
+        with Store(args.db) as store:
+            resumable_run(store, resume_dir, "study")
     print(f"study {study.name}: {study.description} ({len(study.steps)} steps)")
     from framework.cli import main as powercut
-
-    def run_step(argv: Sequence[str]) -> int:
-        extra = [*machine_argv(args), "--results", args.results, "--db", args.db]
-        if args.targets_file:
-            extra += ["--targets-file", args.targets_file]
-        try:
-            return powercut([*argv, *extra])
-        except SystemExit as exc:  # argparse rejected a step's options
-            return int(exc.code or 2)
 
     spec = RunSpec("study", f"study {study.name}", plan={
         "study": study.name, "source": study.source, "description": study.description,
         "steps": [{"argv": list(s.argv), "expect": s.expect, "title": s.title}
                   for s in study.steps]})
-    with Store(args.db) as store, run_lifecycle(spec, Path(args.results), store) as run:
+    with Store(args.db) as store, \
+            (run_lifecycle(spec, Path(args.results), store) if resume_dir is None
+             else resumed_lifecycle(spec, resume_dir, store)) as run:
+        assert run.run_id is not None
+        done = finished_steps(run.run_dir) if resume_dir is not None else {}
+        study_id = run.run_id
+
+        def run_step(argv: Sequence[str]) -> int:
+            index = current_study_step()
+            assert index is not None
+            if index in done:
+                print(f"   done before (exit {done[index]}): not run again")
+                return done[index]
+            extra = [*machine_argv(args), "--results", args.results, "--db", args.db]
+            if args.targets_file:
+                extra += ["--targets-file", args.targets_file]
+            if resume_dir is not None:
+                earlier = [r for r in store.children(study_id)
+                           if r.environment.get("study_step") == index]
+                if any(r.status is RunStatus.FINISHED for r in earlier):
+                    status = status_from_store(store, earlier[-1].id)
+                    print(f"   finished before (exit {status} from its stored results)")
+                    return status
+                if earlier and earlier[-1].environment.get("run_dir"):
+                    argv = resume_argv(argv, earlier[-1].environment["run_dir"])
+                    print(f"   carrying on run {earlier[-1].id}: powercut {' '.join(argv)}")
+            try:
+                return powercut([*argv, *extra])
+            except SystemExit as exc:  # argparse rejected a step's options
+                return int(exc.code or 2)
+
+        def progress(results: list[StepResult]) -> None:
+            run.save_json("steps.json", [
+                {"step": i, "argv": list(r.step.argv), "status": r.status,
+                 "as_expected": r.as_expected} for i, r in enumerate(results, 1)])
+
         # Every step's run is a child of this study run in the store.
         with steps_of(run):
-            results = run_study(study, run_step)
-        run.save_json("steps.json", [{"argv": list(r.step.argv), "status": r.status,
-                                      "as_expected": r.as_expected} for r in results])
+            results = run_study(study, run_step, after=progress)
     print(f"\n== study {study.name}: summary (run {run.run_id} in {args.db})")
     ok = True
     for i, r in enumerate(results, 1):
@@ -72,6 +108,57 @@ def cmd_run(args: argparse.Namespace) -> int:
         ok &= r.as_expected
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
     return 0 if ok else 1
+
+
+def study_of_run(run_dir: Path) -> Study:
+    """The study an earlier study run ran, from its plan.json (its steps' command lines)."""
+    path = run_dir / "plan.json"
+    try:
+        plan = json.loads(path.read_text())
+        steps = tuple(Step(s["argv"][0], tuple(s["argv"]), s.get("expect", "pass"),
+                           s.get("title", "")) for s in plan["steps"])
+        return Study(plan["study"], plan.get("description", ""), steps, plan.get("source", ""))
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir}: not a powercut study run directory (no plan.json)") from None
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise ConfigError(f"{path}: not a study run's plan ({exc})") from None
+
+
+def finished_steps(run_dir: Path) -> dict[int, int]:
+    """Step number -> exit status, for the steps an earlier study run saved as done."""
+    path = run_dir / "steps.json"
+    if not path.exists():
+        return {}
+    try:
+        return {int(s["step"]): int(s["status"]) for s in json.loads(path.read_text())}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a study's step list ({exc})") from None
+
+
+#: Options of a step that a resumed step still needs (its plan has the others).
+_KEPT_ON_RESUME = {"--known": True, "-q": False, "--quiet": False, "--json": False}
+
+
+def resume_argv(argv: Sequence[str], run_dir: str) -> list[str]:
+    """The step's command carrying on its interrupted run: its plan comes from the run."""
+    out = [argv[0], "--resume", run_dir]
+    i = 1
+    while i < len(argv):
+        takes_value = _KEPT_ON_RESUME.get(argv[i])
+        if takes_value is None:
+            i += 1
+            continue
+        out += argv[i:i + 2] if takes_value else argv[i:i + 1]
+        i += 2 if takes_value else 1
+    return out
+
+
+def status_from_store(store: Store, run_id: int) -> int:
+    """A finished step's exit status when the study was killed before saving it: 1 when a
+    crash state or power-cut trial failed and no known behaviour explains it, else 0."""
+    rows = [(c.outcome, c.known) for c in store.checks(run_id)]
+    rows += [(v.outcome, v.known) for v in store.recoveries(run_id)]
+    return 1 if any(o not in ("ok", "recovered") and k is None for o, k in rows) else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -85,6 +172,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("study", nargs="?", default="quick", help="built-in study name or TOML file (default: quick)")
     p.add_argument("--list", action="store_true", help="list the built-in studies")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="carry on a study run that was interrupted (Ctrl-C, kill, a guest that "
+                        "died): steps it finished are not run again, the step it was in carries "
+                        "on its own run (crash, cut and bench --resume), the rest run as usual")
     p.add_argument("--targets-file", metavar="FILE",
                    help="your own targets in TOML (format of recovery/builtin_targets.toml), "
                         "passed to every step; steps may name them")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.core.errors import ConfigError
+from framework.core.lifecycle import study_step
 
 COMMANDS = ("crash", "cut", "bench")
 STEP_KEYS = {"command", "targets", "options", "expect", "title"}
@@ -186,12 +187,19 @@ class StepResult:
 
 
 def run_study(study: Study, run_step: Callable[[Sequence[str]], int],
-              echo: Callable[[str], None] = print, extra_argv: Sequence[str] = ()) -> list[StepResult]:
-    results = []
+              echo: Callable[[str], None] = print, extra_argv: Sequence[str] = (),
+              after: Callable[[list[StepResult]], None] | None = None) -> list[StepResult]:
+    """Run the steps in order; runs a step opens record its number (``study_step``).
+
+    ``after`` sees the results so far after each step (to save progress)."""
+    results: list[StepResult] = []
     for i, step in enumerate(study.steps, 1):
         argv = [*step.argv, *extra_argv]
         label = f" ({step.title})" if step.title else ""
         control = "  [positive control: must find failures]" if step.expect == "fail" else ""
         echo(f"\n== step {i}/{len(study.steps)}{label}: powercut {' '.join(argv)}{control}")
-        results.append(StepResult(step, run_step(argv)))
+        with study_step(i):
+            results.append(StepResult(step, run_step(argv)))
+        if after is not None:
+            after(results)
     return results

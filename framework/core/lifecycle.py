@@ -33,6 +33,8 @@ from typing import Any, Protocol, TypeVar
 from framework import __version__
 from framework.core import clock
 from framework.core.environment import command_line, git_revision, host_facts
+from framework.core.errors import ConfigError
+from framework.core.store import Run as StoredRun
 from framework.core.store import RunStatus, Store
 
 
@@ -100,6 +102,8 @@ class Run:
         parent = _STUDY.get()
         parent_id = (parent[1] if parent is not None
                      and parent[0] == self.store.path.resolve() else None)
+        if parent_id is not None and _STEP.get() is not None:
+            self.environment["study_step"] = _STEP.get()
         self.run_id = self.store.start_run(
             command_line=self.environment["command_line"], study=self.spec.title,
             environment=self.environment, git_revision=self.environment["git_revision"],
@@ -137,6 +141,9 @@ class Run:
 #: The study run that runs opened now are steps of: (its database, its id).
 _STUDY: contextvars.ContextVar[tuple[Path, int] | None] = contextvars.ContextVar(
     "powercut_study_run", default=None)
+#: Which step of the study runs now (from 1); kept in each step run's environment.
+_STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("powercut_study_step",
+                                                                  default=None)
 
 
 @contextlib.contextmanager
@@ -152,14 +159,70 @@ def steps_of(run: Run) -> Iterator[None]:
         _STUDY.reset(token)
 
 
+def current_study_step() -> int | None:
+    """The study step running now (from 1), or None outside a study."""
+    return _STEP.get()
+
+
+@contextlib.contextmanager
+def study_step(index: int) -> Iterator[None]:
+    """Runs opened inside are step ``index`` of the study (``study_step`` in their environment)."""
+    token = _STEP.set(index)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
 @contextlib.contextmanager
 def run_lifecycle(spec: RunSpec, results_dir: Path, store: Store | None) -> Iterator[Run]:
     """Open a run (directory, store row, environment); mark how it ended, whatever happens."""
     run = Run(spec, new_run_dir(results_dir, spec.kind), store)
     run.open()
+    with _ended(run):
+        yield run
+
+
+def resumable_run(store: Store, run_dir: Path, kind: str) -> StoredRun:
+    """The unfinished ``kind`` run whose files are in ``run_dir``; ConfigError when there is
+    none in ``store`` or it finished (there is nothing to resume then). Commands ask this
+    before they start anything."""
+    run_dir = run_dir.resolve()
+    row = store.run_by_dir(run_dir)
+    if row is None:
+        raise ConfigError(f"{run_dir}: no run in {store.path} has its files there "
+                          "(give the run directory a run of this database printed)")
+    if row.kind and row.kind != kind:
+        raise ConfigError(f"{run_dir}: a {row.kind} run, not a {kind} run")
+    if row.status is RunStatus.FINISHED:
+        raise ConfigError(f"{run_dir}: run {row.id} finished; there is nothing to resume")
+    return row
+
+
+@contextlib.contextmanager
+def resumed_lifecycle(spec: RunSpec, run_dir: Path, store: Store) -> Iterator[Run]:
+    """Carry on an interrupted run in its own directory and store row (``--resume``).
+
+    ConfigError as resumable_run() says."""
+    run_dir = run_dir.resolve()
+    row = resumable_run(store, run_dir, spec.kind)
+    run = Run(spec, run_dir, store)
+    run.run_id = row.id
+    run.environment = {**row.environment, "resumed": [*row.environment.get("resumed", []),
+                                                      clock.timestamp()]}
+    run._guest_seen = "guest" in row.environment
+    store.resume_run(row.id)
+    store.update_environment(row.id, {"resumed": run.environment["resumed"]})
+    with _ended(run):
+        yield run
+
+
+@contextlib.contextmanager
+def _ended(run: Run) -> Iterator[None]:
+    """Mark how the run ended: finished, interrupted (Ctrl-C, SIGTERM) or failed."""
     status = RunStatus.FAILED
     try:
-        yield run
+        yield
         status = RunStatus.FINISHED
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED

@@ -404,6 +404,13 @@ class Store:
             raise StoreError(f"{self.path}: no run with id {run_id}")
         return self._run(row)
 
+    def run_by_dir(self, run_dir: str | os.PathLike[str]) -> Run | None:
+        """The run whose files are in ``run_dir`` (its environment's run_dir), if any."""
+        row = self._db.execute(
+            "SELECT * FROM runs WHERE json_extract(environment, '$.run_dir') = ?"
+            " ORDER BY id DESC LIMIT 1", (os.fspath(run_dir),)).fetchone()
+        return None if row is None else self._run(row)
+
     def run_by_uuid(self, uuid: str) -> Run | None:
         row = self._db.execute("SELECT * FROM runs WHERE uuid = ?", (uuid,)).fetchone()
         return None if row is None else self._run(row)

@@ -458,3 +458,53 @@ def test_junit_fails_only_targets_whose_whole_overhead_interval_is_above_the_bou
     bounded = {c.name.split()[0]: c for c in junit_cases(analysis, 20.0)}
     assert bounded["ext4/ordered"].failure is None
     assert "above the bound of 20%" in (bounded["ext4/journal"].failure or "")
+
+
+def test_a_resumed_bench_takes_the_finished_trials_and_runs_the_rest_in_the_same_order(tmp_path):
+    """Interrupted at trial 5 of an until-CI bench: --resume keeps trials 0-4 as measured,
+    runs the rest in the order an uninterrupted run takes, and ends with the same samples."""
+    import dataclasses
+    import json
+
+    from framework.core.store import Store
+
+    config = BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark", reps=3, seed=5,
+                         warmup=True, until_ci_pct=1.0, max_reps=6)
+    means, stdevs = {"ext2": 100.0, "ext4/ordered": 90.0}, {"ext2": 3.0, "ext4/ordered": 3.0}
+    whole = bench.run_bench(config, FakeExecute(means, stdevs))
+
+    fake = FakeExecute(means, stdevs)
+
+    def stopped(trial: Trial) -> RepetitionResult:
+        if trial.seq == 5:
+            raise KeyboardInterrupt
+        return fake(trial)
+
+    run_dir = tmp_path / "bench-run"
+    run_dir.mkdir()
+    (run_dir / "plan.json").write_text(json.dumps(bench.plan_document(config)))
+    with Store(tmp_path / "results.db") as store:
+        run_id = store.start_run(command_line="powercut bench", study="bench")
+        recorder = bench.StoreRecorder(store, run_id, config, run_dir)
+        with pytest.raises(KeyboardInterrupt):
+            bench.run_bench(config, stopped, recorder=recorder)
+        # The plan names the baseline it used (the first target when none was given).
+        assert bench.config_from_plan(run_dir) == dataclasses.replace(config, baseline="ext2")
+        earlier = bench.earlier_samples(run_dir)
+        assert sorted(earlier) == [0, 1, 2, 3, 4]
+        rest: list[Trial] = []
+
+        def carry_on(trial: Trial) -> RepetitionResult:
+            rest.append(trial)
+            return fake(trial)  # the same draws an uninterrupted run would make
+
+        resumed = bench.run_bench(config, carry_on, recorder=recorder, earlier=earlier)
+        stored = store.bench_samples(run_id, metric="files", include_warmup=True)
+    assert [t.seq for t in rest] == list(range(5, len(whole.samples)))
+    assert [s.trial for s in resumed.samples] == [s.trial for s in whole.samples]
+    assert [s.result for s in resumed.samples] == [s.result for s in whole.samples]
+    assert len(stored) == len(whole.samples)  # each repetition once
+    lines = (run_dir / bench.SAMPLES_FILE).read_text().splitlines()
+    assert [json.loads(x)["seq"] for x in lines] == list(range(len(whole.samples)))
+    (run_dir / bench.SAMPLES_FILE).write_text("\n".join(lines[:3]) + "\n{\"seq\": 3, \"tar")
+    assert sorted(bench.earlier_samples(run_dir)) == [0, 1, 2]  # a torn last line is dropped

@@ -400,3 +400,56 @@ def test_trial_requests_and_outcomes_round_trip_through_json() -> None:
     assert t.drive is not None and t.check is not None
     seen = TrialOutcome(t.drive, t.check, "pc-1")
     assert TrialOutcome.from_dict(json.loads(json.dumps(seen.to_dict()))) == seen
+
+
+def test_a_resumed_cut_run_keeps_saved_trials_and_runs_only_the_rest(tmp_path: Path) -> None:
+    """Killed after trial 0 of 3 was saved: --resume keeps it as it was and runs 1 and 2."""
+    from framework.core.lifecycle import resumed_lifecycle, run_lifecycle
+    from framework.core.store import RunStatus
+
+    workload = small_workload()
+    target = get_target("ext4/ordered")
+    trials_run: list[str] = []
+
+    def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+        raw = json.loads(text or "{}")
+        task = raw.pop("task")
+        if task == "cut-oracle":
+            return 0, agent.frame({"result": OracleResult(4, len(workload.ops), 0.1).to_dict()}), ""
+        trial = TrialRequest.from_dict(raw)
+        trials_run.append(trial.key)
+        drive = _trial("ext4/ordered", 0, Outcome.OK, 0.2, 0.3).drive
+        assert drive is not None
+        outcome = TrialOutcome(drive, CheckResult(key=trial.key, mount_s=0.25), "pc-1")
+        return 0, agent.frame({"result": outcome.to_dict()}), ""
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        rundir.mkdir(parents=True, exist_ok=True)
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
+
+    plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", trials=3, cut_after_ops=2)
+    checked = ([target], workload)
+    with Store(tmp_path / "db.sqlite") as store:
+        with pytest.raises(KeyboardInterrupt), \
+                run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
+            saved = cut.CutRunResult(run.run_dir, plan, [_trial("ext4/ordered", 0, Outcome.OK,
+                                                                0.5, 0.7)], run_id=run.run_id)
+            run.save_json("results.json", saved.to_dict())  # what a run stopped here leaves
+            raise KeyboardInterrupt
+        assert store.run(run.run_id or 0).status is RunStatus.INTERRUPTED
+        assert cut.load_cut_plan(run.run_dir) == plan
+        with resumed_lifecycle(cut.run_spec(plan), run.run_dir, store) as again:
+            assert again.run_id == run.run_id
+            result = cut.run_cut(plan, again, factory, checked=checked, resume=True)
+        assert store.run(run.run_id or 0).status is RunStatus.FINISHED
+        rows = store.recoveries(run.run_id or 0)
+    assert trials_run == ["ext4/ordered#1", "ext4/ordered#2"]
+    assert [t.trial for t in result.trials] == [0, 1, 2]
+    assert result.trials[0].mount_s == 0.5  # kept as saved, not run again
+    assert [r.trial for r in rows] == [0, 1, 2]
+    on_disk = json.loads((run.run_dir / "results.json").read_text())
+    assert [t["trial"] for t in on_disk["trials"]] == [0, 1, 2]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "plan.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"bad/plan.json: not a power-cut plan"):
+        cut.load_cut_plan(tmp_path / "bad")

@@ -442,7 +442,7 @@ def test_cmd_crash_exits_0_when_every_failure_is_known(tmp_path: Path, monkeypat
     mine.write_text(known(id="mine-loss", findings='["data-loss", "corrupt"]'))
     seen: list[KnownList | None] = []
 
-    def crash_one(args, store, plan, checked, known_list=None):  # type: ignore[no-untyped-def]
+    def crash_one(args, store, plan, checked, known_list=None, resume_dir=None):  # type: ignore[no-untyped-def]
         seen.append(known_list)
         run_dir = tmp_path / f"run-{len(seen)}"
         run_dir.mkdir()
@@ -481,7 +481,7 @@ def test_results_json_and_the_store_keep_the_raw_outcome_and_the_ids(tmp_path: P
         write_oracle(self.oracle_path)  # as the real record() copies the guest's oracle
         return FakeMachine(rundir=tmp_path / "vm"), {"entries": 10, "marks": 3}
 
-    def check_all(self, todo, machine):  # type: ignore[no-untyped-def]
+    def check_all(self, todo, machine, total=None):  # type: ignore[no-untyped-def]
         for s in todo:
             self._store(results[s.key], len(todo))
 
