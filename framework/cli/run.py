@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import uuid as uuidlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
-from framework.cli.study import Step, StepResult, Study, builtin_studies, load_study, run_study
+from framework.cli.study import (
+    Step,
+    StepResult,
+    Study,
+    builtin_studies,
+    load_study,
+    parse_shard,
+    run_study,
+    shard,
+)
 from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.lifecycle import (
     RunSpec,
@@ -41,6 +51,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     resume_dir = Path(args.resume).resolve() if args.resume else None
     study = load_study(args.study) if resume_dir is None else study_of_run(resume_dir)
+    run_uuid = None
+    if args.shard and resume_dir is None:
+        index, count = parse_shard(args.shard)
+        if not args.run_uuid:
+            raise ConfigError("--shard: shards of one study share its run; give them all the "
+                              "same --run-uuid (e.g. the CI job's id) and merge their databases")
+        study = shard(study, index, count)
+        run_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"powercut:{args.run_uuid}"))
+        if not study.steps:
+            print(f"study {study.name}, shard {args.shard}: no step falls to this shard")
+            return 0
+    elif args.run_uuid and resume_dir is None:
+        run_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"powercut:{args.run_uuid}"))
     if args.targets_file and study.targets_file:
         raise ConfigError(f"{study.source} names a targets_file already ({study.targets_file}); "
                           "drop --targets-file or the study's targets_file")
@@ -56,10 +79,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"study {study.name}: {study.description} ({len(study.steps)} steps)")
     from framework.cli import main as powercut
 
-    spec = RunSpec("study", f"study {study.name}", plan={
+    spec = RunSpec("study", f"study {study.name}", uuid=run_uuid, plan={
         "study": study.name, "source": study.source, "description": study.description,
-        "steps": [{"argv": list(s.argv), "expect": s.expect, "title": s.title}
-                  for s in study.steps]})
+        "shard": args.shard, "steps": [{"argv": list(s.argv), "expect": s.expect,
+                                        "title": s.title, "number": s.number}
+                                       for s in study.steps]})
     with Store(args.db) as store, \
             (run_lifecycle(spec, Path(args.results), store) if resume_dir is None
              else resumed_lifecycle(spec, resume_dir, store)) as run:
@@ -93,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         def progress(results: list[StepResult]) -> None:
             run.save_json("steps.json", [
-                {"step": i, "argv": list(r.step.argv), "status": r.status,
+                {"step": r.step.number or i, "argv": list(r.step.argv), "status": r.status,
                  "as_expected": r.as_expected} for i, r in enumerate(results, 1)])
 
         # Every step's run is a child of this study run in the store.
@@ -104,7 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for i, r in enumerate(results, 1):
         verdict = "as expected" if r.as_expected else "UNEXPECTED"
         want = "must find failures" if r.step.expect == "fail" else "must pass"
-        print(f"  {i}. {verdict:<11} exit {r.status}  ({want})  powercut {' '.join(r.step.argv)}")
+        print(f"  {r.step.number or i}. {verdict:<11} exit {r.status}  ({want})  "
+              f"powercut {' '.join(r.step.argv)}")
         ok &= r.as_expected
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
     return 0 if ok else 1
@@ -116,7 +141,7 @@ def study_of_run(run_dir: Path) -> Study:
     try:
         plan = json.loads(path.read_text())
         steps = tuple(Step(s["argv"][0], tuple(s["argv"]), s.get("expect", "pass"),
-                           s.get("title", "")) for s in plan["steps"])
+                           s.get("title", ""), int(s.get("number", 0))) for s in plan["steps"])
         return Study(plan["study"], plan.get("description", ""), steps, plan.get("source", ""))
     except FileNotFoundError:
         raise ConfigError(f"{run_dir}: not a powercut study run directory (no plan.json)") from None
@@ -172,6 +197,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("study", nargs="?", default="quick", help="built-in study name or TOML file (default: quick)")
     p.add_argument("--list", action="store_true", help="list the built-in studies")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run only shard I of N (from 0): every N-th step, numbered as in the "
+                        "whole study; give every shard the same --run-uuid and its own --db, "
+                        "then 'powercut merge' the databases into the whole study")
+    p.add_argument("--run-uuid", metavar="ID",
+                   help="name the study run (any text, e.g. a CI run id; the run's uuid is "
+                        "derived from it): shards of one study share it")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="carry on a study run that was interrupted (Ctrl-C, kill, a guest that "
                         "died): steps it finished are not run again, the step it was in carries "

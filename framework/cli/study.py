@@ -23,6 +23,7 @@ step can be rerun by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Step:
     argv: tuple[str, ...]  # the whole powercut command line, without 'powercut'
     expect: str = "pass"
     title: str = ""
+    number: int = 0  # its place in the whole study, from 1 (0: its place in this list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,26 @@ def _known_files(value: Any, source: str, base: Path | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (shard I of N, from 0) as (I, N); ConfigError names a bad one."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit()) or not 0 <= int(index) < int(count):
+        raise ConfigError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/3")
+    return int(index), int(count)
+
+
+def shard(study: Study, index: int, count: int) -> Study:
+    """Shard ``index`` of ``count``: every count-th step (one target's crash or cut run, or a
+    bench), numbered as in the whole study, so the shards' databases merge into the study.
+
+    A step is the unit: a crash run's states all come from its one recording (a shard that
+    recorded again would get other log entries), and a bench compares its targets in one
+    guest, in one seeded order."""
+    steps = tuple(dataclasses.replace(s, number=i)
+                  for i, s in enumerate(study.steps, 1) if (i - 1) % count == index)
+    return dataclasses.replace(study, steps=steps)
+
+
 @dataclass(frozen=True, slots=True)
 class StepResult:
     step: Step
@@ -193,12 +215,14 @@ def run_study(study: Study, run_step: Callable[[Sequence[str]], int],
 
     ``after`` sees the results so far after each step (to save progress)."""
     results: list[StepResult] = []
+    total = max([len(study.steps), *(s.number for s in study.steps)])
     for i, step in enumerate(study.steps, 1):
+        number = step.number or i
         argv = [*step.argv, *extra_argv]
         label = f" ({step.title})" if step.title else ""
         control = "  [positive control: must find failures]" if step.expect == "fail" else ""
-        echo(f"\n== step {i}/{len(study.steps)}{label}: powercut {' '.join(argv)}{control}")
-        with study_step(i):
+        echo(f"\n== step {number}/{total}{label}: powercut {' '.join(argv)}{control}")
+        with study_step(number):
             results.append(StepResult(step, run_step(argv)))
         if after is not None:
             after(results)

@@ -56,6 +56,8 @@ class RunSpec:
     #: target name -> its configuration (``Target.to_dict()``), stored per target
     targets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tool_versions: Mapping[str, str] = field(default_factory=dict)
+    #: The run's uuid (None: a new one); CI shards of one study run share it.
+    uuid: str | None = None
 
 
 def new_run_dir(results_dir: Path, kind: str) -> Path:
@@ -107,7 +109,7 @@ class Run:
         self.run_id = self.store.start_run(
             command_line=self.environment["command_line"], study=self.spec.title,
             environment=self.environment, git_revision=self.environment["git_revision"],
-            kind=self.spec.kind, parent_id=parent_id)
+            kind=self.spec.kind, parent_id=parent_id, uuid=self.spec.uuid)
         for name, config in self.spec.targets.items():
             self.store.add_target(self.run_id, name, config)
 

@@ -360,6 +360,10 @@ class Store:
             if parent_id is not None and db.execute(
                     "SELECT 1 FROM runs WHERE id = ?", (parent_id,)).fetchone() is None:
                 raise StoreError(f"{self.path}: no run with id {parent_id} to be a step of")
+            if uuid is not None and db.execute("SELECT 1 FROM runs WHERE uuid = ?",
+                                               (uuid,)).fetchone() is not None:
+                raise StoreError(f"{self.path}: it has a run with uuid {uuid} already "
+                                 "(each shard writes its own database; merge them after)")
             cur = db.execute(
                 "INSERT INTO runs (uuid, started_at, command_line, study, status, git_revision,"
                 " environment, kind, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -335,3 +335,21 @@ def test_a_version_2_database_migrates_with_kinds_from_command_lines(tmp_path: P
         assert store.schema_version == SCHEMA_VERSION
         (run,) = store.runs()
         assert (run.kind, run.parent_id) == ("cut", None)
+
+
+def test_merge_command_combines_databases_and_names_a_missing_one(tmp_path: Path, capsys) -> None:
+    from framework.cli import main
+
+    make_shard(tmp_path / "a.db", uuid="ci-9", target="ext4", status=RunStatus.FINISHED)
+    make_shard(tmp_path / "b.db", uuid="ci-9", target="xfs", status=RunStatus.FINISHED)
+    assert main(["merge", str(tmp_path / "all.db"), str(tmp_path / "a.db"),
+                 str(tmp_path / "b.db")]) == 0
+    out = capsys.readouterr().out
+    assert "all.db: 1 runs (1 top-level) from 2 database(s)" in out
+    with Store(tmp_path / "all.db") as store:
+        (run,) = store.runs()
+        assert set(store.targets(run.id)) == {"ext4", "xfs"}
+    assert main(["merge", str(tmp_path / "all.db"), str(tmp_path / "nope.db")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("nope.db: no such results database") and "\n" not in err
+    assert main(["merge", str(tmp_path / "a.db"), str(tmp_path / "a.db")]) == 2

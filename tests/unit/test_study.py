@@ -111,3 +111,127 @@ def test_a_study_targets_file_reaches_every_step(tmp_path):
         ("bench", "--target", "ext2,mine", "--targets-file", path)]
     with pytest.raises(ConfigError, match=r"s.toml: \[study\] targets_file 'gone.toml': no such file"):
         parse_study('[study]\ntargets_file = "gone.toml"\n', source="s.toml", base=tmp_path)
+
+
+SHARDED = """
+[study]
+name = "sharded"
+description = "five units of work"
+
+[[step]]
+command = "crash"
+targets = ["ext2", "ext4/ordered", "xfs"]
+options = { case = "gen:seq1", max-sequences = 4 }
+
+[[step]]
+command = "cut"
+targets = ["ext4/ordered"]
+options = { case = "random:50", trials = 2 }
+
+[[step]]
+command = "bench"
+targets = ["ext2", "ext4/ordered"]
+options = { workload = "fsmark", reps = 2 }
+"""
+
+
+def fake_powercut(argv: list[str]) -> int:
+    """Stands in for a step's command: records a run with results that depend only on the
+    step's command line, through the same lifecycle and store the real commands use."""
+    import hashlib
+    from pathlib import Path
+
+    from crashcases.points import CrashPointKind
+    from framework.bench.workloads import Metric
+    from framework.core.lifecycle import RunSpec, run_lifecycle
+    from framework.core.store import Store
+
+    command, target = argv[0], argv[argv.index("--target") + 1]
+    seed = int(hashlib.sha256(" ".join(argv[:argv.index("--accel")]).encode()).hexdigest(), 16)
+    db, results = Path(argv[argv.index("--db") + 1]), Path(argv[argv.index("--results") + 1])
+    with Store(db) as store, run_lifecycle(RunSpec(command, f"{command} {target}"), results,
+                                           store) as run:
+        assert run.run_id is not None
+        if command == "crash":
+            rec = store.add_recording(run.run_id, target, case_spec="gen:seq1", seed=0,
+                                      log_path=None, entries=50, marks=4)
+            for i in range(4):
+                cp = store.add_crash_point(rec, entry_index=10 * i, kind=CrashPointKind.MARK,
+                                           last_mark=f"pc-{i}")
+                store.add_check(cp, variant="prefix", variant_seed=0,
+                                outcome="ok" if (seed >> i) % 3 else "data-loss", mount_s=0.1)
+        elif command == "cut":
+            for trial in range(2):
+                store.add_recovery(run.run_id, target, trial=trial, outcome="ok",
+                                   mount_s=(seed >> trial) % 100 / 10)
+        else:
+            for t in target.split(","):
+                for rep in (1, 2):
+                    store.add_bench_samples(run.run_id, t, "fsmark", repetition=rep, metrics=[
+                        Metric("files", float((seed >> rep) % 1000), "files/s", True)])
+    return 0
+
+
+def study_results(db, uuid_text: str) -> list[tuple]:
+    """Everything the study's steps stored, keyed by step and without row ids."""
+    from framework.core.store import Store
+
+    with Store(db) as store:
+        (study,) = [r for r in store.runs() if r.kind == "study"]
+        assert study.uuid == uuid_text
+        out = []
+        for kid in store.children(study.id):
+            checks = sorted((c.target, c.entry_index, c.last_mark, c.outcome)
+                            for c in store.checks(kid.id))
+            recoveries = sorted((v.target, v.trial, v.mount_s) for v in store.recoveries(kid.id))
+            samples = sorted((b.target, b.repetition, b.value) for b in store.bench_samples(kid.id))
+            out.append((kid.environment["study_step"], kid.kind, kid.study, kid.status.value,
+                        checks, recoveries, samples))
+        return sorted(out)
+
+
+def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
+    import uuid
+
+    import framework.cli as cli
+    from framework.cli import doctor
+    from framework.core.store import merge
+
+    monkeypatch.setattr(doctor, "failed", lambda checks: [])
+    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+    study = tmp_path / "sharded.toml"
+    study.write_text(SHARDED)
+    real_main = cli.main
+
+    def main(argv):
+        return real_main(argv) if argv[0] == "run" else fake_powercut(list(argv))
+
+    monkeypatch.setattr(cli, "main", main)
+    common = [str(study), "--run-uuid", "ci-42", "--results", str(tmp_path / "r")]
+    assert real_main(["run", *common, "--db", str(tmp_path / "whole.sqlite")]) == 0
+    shards = [tmp_path / f"shard{i}.sqlite" for i in range(3)]
+    for i, db in enumerate(shards):
+        assert real_main(["run", *common, "--shard", f"{i}/3", "--db", str(db)]) == 0
+    merge(tmp_path / "merged.sqlite", shards)
+    expected = str(uuid.uuid5(uuid.NAMESPACE_URL, "powercut:ci-42"))
+    whole = study_results(tmp_path / "whole.sqlite", expected)
+    assert [w[0] for w in whole] == [1, 2, 3, 4, 5]  # every unit of work, once
+    assert study_results(tmp_path / "merged.sqlite", expected) == whole
+    # Each shard did only its own steps.
+    assert [[s[0] for s in study_results(db, expected)] for db in shards] == [[1, 4], [2, 5], [3]]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shard", "3/3", "--run-uuid", "x"], r"--shard '3/3': expected I/N with 0 <= I < N"),
+    (["--shard", "a/b", "--run-uuid", "x"], r"--shard 'a/b': expected I/N"),
+    (["--shard", "0/2"], r"--shard: shards of one study share its run; give them all the same"),
+])
+def test_bad_shards_are_one_line_errors(argv, message, capsys):
+    from framework.cli import main
+
+    assert main(["run", "quick", *argv, "--db", "/nonexistent/never.sqlite"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    import re
+
+    assert re.search(message, err)
