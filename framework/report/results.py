@@ -12,10 +12,13 @@ from typing import Any
 
 import pandas as pd
 
+from crashcases.outcomes import fails
+from framework.core.errors import ConfigError
 from framework.core.store import Run, Store
+from recovery.targets import Target
 
-#: Outcomes that are not failures (crashcases.outcomes: ok, and a state fsck repaired
-#: silently on a filesystem whose fsck is expected to repair).
+#: Outcomes that never fail a target (a "recovered" state fails a journalled one only:
+#: crashcases.outcomes.fails).
 PASSING = ("ok", "recovered")
 
 CHECK_COLUMNS = ["run_id", "target", "case", "seed", "entry", "point_kind", "last_mark",
@@ -71,14 +74,37 @@ class Results:
                 env["guest"] = run.environment["guest"]
         return env
 
+    def fails(self, outcome: str, target: str) -> bool:
+        """Whether ``outcome`` fails ``target`` (fsck repairs fail a journalled one)."""
+        config = self.targets.get(target)
+        if config:
+            # Runs keep a target's definition (Target.to_dict()) with extras of their own.
+            known = ("fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib")
+            try:
+                return fails(outcome, Target.from_dict(
+                    {"name": target, **{k: v for k, v in config.items() if k in known}}))
+            except (ConfigError, KeyError, TypeError, ValueError):
+                pass  # a configuration this powercut cannot read: by outcome alone
+        return outcome not in PASSING
+
+    def _failing(self, frame: pd.DataFrame) -> pd.Series:
+        return pd.Series([self.fails(o, t) for o, t in zip(frame["outcome"], frame["target"])],
+                         index=frame.index, dtype=bool)
+
     def failing_checks(self) -> pd.DataFrame:
         """Checked crash states that fail and no known behaviour explains."""
         c = self.checks
-        return c[~c["outcome"].isin(PASSING) & c["known"].isna()]
+        return c[self._failing(c) & c["known"].isna()]
 
     def known_checks(self) -> pd.DataFrame:
+        """Failing crash states that known behaviour explains."""
         c = self.checks
-        return c[~c["outcome"].isin(PASSING) & c["known"].notna()]
+        return c[self._failing(c) & c["known"].notna()]
+
+    def failing_recoveries(self) -> pd.DataFrame:
+        """Power-cut trials that fail and no known behaviour explains."""
+        v = self.recoveries
+        return v[self._failing(v) & v["known"].isna()]
 
 
 def load(store: Store, ref: str) -> Results:

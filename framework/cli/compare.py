@@ -1,0 +1,139 @@
+"""``powercut compare A B``: what changed from run A to run B, and whether it is a regression."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from framework.cli import print_json
+from framework.core.store import Store, StoreError
+from framework.report.compare import Comparison, Rule, StateStatus, Verdict, compare_results
+from framework.report.results import load
+
+DESCRIPTION = """\
+Compare run B with run A (runs or study runs, by id, uuid or 'latest') and
+say what changed:
+
+- every benchmark metric (per workload and target) and the recovery times
+  of power-cut trials (per target): A's and B's mean with its interval, the
+  relative change, and a verdict. By default a change is significant when
+  the two confidence intervals do not overlap and the change is at least
+  10% (--rel-threshold), the rule seed 002 uses for its figures;
+  --test welch asks Welch's t-test instead (p < 1 - level), with the same
+  threshold on the size of the change. A significant change for the worse
+  (less throughput, more time) is a regression.
+- crash states, matched by target, case, seed, last mark and variant (log
+  entry numbers differ between recordings, marks do not): new in B (fails
+  in B, passed or was not checked in A), gone in B, still failing, and
+  known (explained by the known-behaviour list the run was judged with).
+- power-cut trials per target: failing in B where A had none.
+
+Exit status: 0 no regression, 1 a regression (a metric, a new failing
+state or new failing power cuts), 2 bad input (an unknown run, runs of
+different studies without --force).
+"""
+
+EPILOG = """\
+examples:
+  powercut compare 12 15                           # two runs in results/powercut.sqlite
+  powercut compare latest latest --db base.sqlite --db-b candidate.sqlite
+  powercut compare 3 9 --test welch --level 0.99 --json
+  powercut compare 4 5 --rel-threshold 0.05        # flag changes of 5% and more
+"""
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    rule = Rule(args.test, args.rel_threshold, args.level)
+    db_b = Path(args.db_b or args.db)
+    for path in {Path(args.db), db_b}:
+        if not path.is_file():
+            raise StoreError(f"{path}: no such results database")
+    with contextlib.ExitStack() as stack:
+        store_a = stack.enter_context(Store(args.db))
+        store_b = store_a if db_b == Path(args.db) else stack.enter_context(Store(db_b))
+        a, b = load(store_a, args.a), load(store_b, args.b)
+    result = compare_results(a, b, rule, force=args.force)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        render(result, Console(width=None if Console().is_terminal else 160))
+    return 1 if result.regressed else 0
+
+
+def render(c: Comparison, out: Console) -> None:
+    def name(r: object) -> str:
+        from framework.report.results import Results
+
+        assert isinstance(r, Results)
+        kernel = r.environment().get("guest", {}).get("kernel")
+        return f"run {r.top.id} ({r.study}{', ' + kernel if kernel else ''})"
+
+    out.print(f"A: {name(c.a)}\nB: {name(c.b)}\nsignificant: {c.rule.describe()}",
+              markup=False)
+    if c.metrics:
+        table = Table(title="metrics, B against A")
+        for col in ("group", "target", "metric", "A", "B", "change", "verdict"):
+            table.add_column(col, justify="right" if col in ("A", "B", "change") else "left")
+        for m in c.metrics:
+            style = {Verdict.REGRESSION: "bold red", Verdict.IMPROVEMENT: "green"}.get(
+                m.verdict, "")
+            change = "-" if m.change is None else f"{100 * m.change:+.1f}%"
+            p = f" (p={m.p_value:.3g})" if m.p_value is not None else ""
+            table.add_row(m.group, m.target, m.metric, m.a.describe(m.unit),
+                          m.b.describe(m.unit), change, m.verdict.value + p, style=style)
+        out.print(table)
+    else:
+        out.print("metrics: no benchmark or power-cut metric in both runs")
+    failing = [s for s in c.states if s.status is not StateStatus.GONE]
+    gone = [s for s in c.states if s.status is StateStatus.GONE]
+    counts = {st: sum(1 for s in c.states if s.status is st) for st in StateStatus}
+    out.print(f"crash states: {counts[StateStatus.NEW]} new in B, {counts[StateStatus.GONE]} "
+              f"gone in B, {counts[StateStatus.STILL]} still failing, "
+              f"{counts[StateStatus.KNOWN]} known")
+    for s in failing:
+        if s.status is StateStatus.KNOWN:
+            continue
+        out.print(f"  {s.status.value.upper():<13} {s.target} {s.case} {s.last_mark} "
+                  f"{s.variant}: {s.outcome_b}{': ' + s.findings if s.findings else ''}",
+                  markup=False)
+        if s.reproducer:
+            out.print(f"                reproduce: {s.reproducer}", markup=False)
+    for s in gone[:10]:
+        out.print(f"  gone          {s.target} {s.case} {s.last_mark} {s.variant}: was "
+                  f"{s.outcome_a}", markup=False)
+    for cut in c.cuts:
+        if cut.failing_a or cut.failing_b:
+            mark = "NEW " if cut.new_failures else ""
+            out.print(f"  {mark}power cuts on {cut.target}: {cut.failing_a}/{cut.trials_a} "
+                      f"failing in A, {cut.failing_b}/{cut.trials_b} in B "
+                      f"({cut.known_b} known)", markup=False)
+    verdict = "REGRESSION" if c.regressed else "no regression"
+    out.print(f"verdict: {verdict} ({len(c.regressions)} metrics, {len(c.new_states)} new "
+              f"failing states, {len(c.new_cut_failures)} targets with new failing power cuts)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="what changed from run A to run B; exit 1 on a regression",
+                       description=DESCRIPTION, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", metavar="A", help="the baseline run: id, uuid (prefix) or 'latest'")
+    p.add_argument("b", metavar="B", help="the run to judge: id, uuid (prefix) or 'latest'")
+    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+                   help="results database of A (and of B without --db-b) "
+                        "(default: results/powercut.sqlite)")
+    p.add_argument("--db-b", metavar="PATH", help="results database of B, if another")
+    p.add_argument("--test", choices=("intervals", "welch"), default="intervals",
+                   help="what makes a change significant: non-overlapping intervals (default) "
+                        "or Welch's t-test")
+    p.add_argument("--rel-threshold", type=float, default=0.10, metavar="FRACTION",
+                   help="smallest relative change that counts (default: 0.10, i.e. 10%%)")
+    p.add_argument("--level", type=float, default=0.95,
+                   help="confidence level of the intervals and the test (default: 0.95)")
+    p.add_argument("--force", action="store_true",
+                   help="compare runs of different studies (what they have in common)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,367 @@
+"""Two runs (or study runs) side by side: which metrics changed significantly, which crash
+states fail anew. Pure functions over framework.report.results.Results; no printing.
+
+A metric's change is significant, by default, when the two confidence intervals of the
+mean do not overlap and the relative difference is at least a threshold (10%): the rule
+seed 002 uses for its benchmark figures. ``test="welch"`` asks Welch's t-test instead
+(p below 1 - level), with the same threshold on the size of the change. A significant
+change for the worse is a regression.
+
+Crash states are matched by (target, case, seed, last mark, variant): the index of a
+log entry depends on the recording, the marks do not. A key fails when any of its
+checked states fails; a failing key whose states known behaviour explains is known.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import pandas as pd
+
+from framework.core.errors import ConfigError
+from framework.core.stats import StatsError, summarize
+from framework.core.stats import compare as welch
+from framework.report.results import SETUP_METRICS, Results
+
+
+class Verdict(StrEnum):
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NO_CHANGE = "no change"
+    TOO_FEW = "too few samples"
+
+
+class StateStatus(StrEnum):
+    NEW = "new"  # fails in B, passed or was not checked in A
+    GONE = "gone"  # failed in A, passes in B
+    STILL = "still failing"
+    KNOWN = "known"  # fails in B, explained by known behaviour
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One run's sample of a metric: its size, mean and interval half width."""
+
+    n: int
+    mean: float | None
+    half_width: float | None
+
+    def describe(self, unit: str) -> str:
+        if self.mean is None:
+            return f"n={self.n}"
+        hw = f" ± {self.half_width:.4g}" if self.half_width is not None else ""
+        return f"{self.mean:.4g}{hw} {unit} (n={self.n})".replace("  ", " ")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricChange:
+    group: str  # "bench fsmark" or "recovery"
+    target: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    a: Side
+    b: Side
+    change: float | None  # (mean B - mean A) / mean A
+    verdict: Verdict
+    p_value: float | None = None  # Welch's, when that test was asked for
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "target": self.target, "metric": self.metric,
+                "unit": self.unit, "higher_is_better": self.higher_is_better,
+                "a": {"n": self.a.n, "mean": self.a.mean, "half_width": self.a.half_width},
+                "b": {"n": self.b.n, "mean": self.b.mean, "half_width": self.b.half_width},
+                "change": self.change, "verdict": self.verdict.value, "p_value": self.p_value}
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    target: str
+    case: str
+    seed: int
+    last_mark: str | None
+    variant: str
+    status: StateStatus
+    outcome_a: str | None  # None: not checked in A
+    outcome_b: str | None
+    reproducer: str | None  # B's (A's for a state gone in B)
+    findings: str = ""
+    known: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "case": self.case, "seed": self.seed,
+                "last_mark": self.last_mark, "variant": self.variant,
+                "status": self.status.value, "outcome_a": self.outcome_a,
+                "outcome_b": self.outcome_b, "reproducer": self.reproducer,
+                "findings": self.findings, "known": list(self.known)}
+
+
+@dataclass(frozen=True, slots=True)
+class CutChange:
+    target: str
+    trials_a: int
+    failing_a: int
+    trials_b: int
+    failing_b: int
+    known_b: int
+
+    @property
+    def new_failures(self) -> bool:
+        return self.failing_b > 0 and self.failing_a == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "trials_a": self.trials_a, "failing_a": self.failing_a,
+                "trials_b": self.trials_b, "failing_b": self.failing_b,
+                "known_b": self.known_b, "new_failures": self.new_failures}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    test: str = "intervals"  # or "welch"
+    rel_threshold: float = 0.10
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.test not in ("intervals", "welch"):
+            raise ConfigError(f"--test {self.test!r}: expected intervals or welch")
+        if not 0 <= self.rel_threshold < 10:
+            raise ConfigError(f"--rel-threshold {self.rel_threshold}: expected a fraction "
+                              "such as 0.10 for 10%")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"--level {self.level}: expected a confidence level "
+                              "between 0 and 1, such as 0.95")
+
+    def describe(self) -> str:
+        pct = f"{100 * self.rel_threshold:g}%"
+        if self.test == "welch":
+            return (f"Welch's t-test at p < {1 - self.level:g} and a change of at least "
+                    f"{pct}")
+        return (f"{100 * self.level:g}% intervals that do not overlap and a change of at "
+                f"least {pct}")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Results
+    b: Results
+    rule: Rule
+    metrics: tuple[MetricChange, ...] = ()
+    states: tuple[StateChange, ...] = ()
+    cuts: tuple[CutChange, ...] = field(default_factory=tuple)
+
+    @property
+    def regressions(self) -> list[MetricChange]:
+        return [m for m in self.metrics if m.verdict is Verdict.REGRESSION]
+
+    @property
+    def new_states(self) -> list[StateChange]:
+        return [s for s in self.states if s.status is StateStatus.NEW]
+
+    @property
+    def new_cut_failures(self) -> list[CutChange]:
+        return [c for c in self.cuts if c.new_failures]
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions or self.new_states or self.new_cut_failures)
+
+    def to_dict(self) -> dict[str, Any]:
+        def run(r: Results) -> dict[str, Any]:
+            return {"id": r.top.id, "uuid": r.top.uuid, "kind": r.top.kind, "study": r.study,
+                    "kernel": r.environment().get("guest", {}).get("kernel")}
+
+        return {"a": run(self.a), "b": run(self.b), "rule": self.rule.describe(),
+                "regressed": self.regressed,
+                "counts": {"regressions": len(self.regressions),
+                           "improvements": sum(1 for m in self.metrics
+                                               if m.verdict is Verdict.IMPROVEMENT),
+                           "new_states": len(self.new_states),
+                           "gone_states": sum(1 for s in self.states
+                                              if s.status is StateStatus.GONE),
+                           "known_states": sum(1 for s in self.states
+                                               if s.status is StateStatus.KNOWN),
+                           "new_cut_failures": len(self.new_cut_failures)},
+                "metrics": [m.to_dict() for m in self.metrics],
+                "states": [s.to_dict() for s in self.states],
+                "cuts": [c.to_dict() for c in self.cuts]}
+
+
+def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
+                    force: bool = False) -> Comparison:
+    """B against A. ConfigError when they ran different studies (unless ``force``)."""
+    rule = rule or Rule()
+    if not force and (a.top.kind, a.study) != (b.top.kind, b.study):
+        raise ConfigError(
+            f"run {a.top.id} ({a.top.kind or 'run'} {a.study!r}) and run {b.top.id} "
+            f"({b.top.kind or 'run'} {b.study!r}) ran different things; --force compares "
+            "what they have in common")
+    metrics = [*_bench_changes(a, b, rule), *_recovery_changes(a, b, rule)]
+    return Comparison(a, b, rule, tuple(metrics), tuple(_state_changes(a, b)),
+                      tuple(_cut_changes(a, b)))
+
+
+# ---- metrics -------------------------------------------------------------------------
+
+
+def judge(values_a: Sequence[float], values_b: Sequence[float], *, higher_is_better: bool,
+          rule: Rule) -> tuple[Side, Side, float | None, Verdict, float | None]:
+    """Both sides, the relative change and the verdict on one metric."""
+    side_a, side_b = _side(values_a, rule.level), _side(values_b, rule.level)
+    if side_a.mean is None or side_b.mean is None:
+        return side_a, side_b, None, Verdict.TOO_FEW, None
+    change = ((side_b.mean - side_a.mean) / abs(side_a.mean)) if side_a.mean else (
+        0.0 if side_b.mean == side_a.mean else math.copysign(math.inf, side_b.mean))
+    if side_a.n < 2 or side_b.n < 2:
+        return side_a, side_b, change, Verdict.TOO_FEW, None
+    p_value = None
+    if rule.test == "welch":
+        try:
+            p_value = welch(list(values_b), list(values_a), rule.level).p_value
+        except StatsError:
+            return side_a, side_b, change, Verdict.TOO_FEW, None
+        differs = p_value < 1 - rule.level
+    else:
+        assert side_a.half_width is not None and side_b.half_width is not None
+        differs = (side_a.mean + side_a.half_width < side_b.mean - side_b.half_width
+                   or side_b.mean + side_b.half_width < side_a.mean - side_a.half_width)
+    if not differs or abs(change) < rule.rel_threshold:
+        return side_a, side_b, change, Verdict.NO_CHANGE, p_value
+    worse = side_b.mean < side_a.mean if higher_is_better else side_b.mean > side_a.mean
+    return side_a, side_b, change, Verdict.REGRESSION if worse else Verdict.IMPROVEMENT, p_value
+
+
+def _side(values: Sequence[float], level: float) -> Side:
+    xs = [float(v) for v in values if v is not None and not math.isnan(v)]
+    if not xs:
+        return Side(0, None, None)
+    if len(xs) < 2:
+        return Side(1, xs[0], None)
+    s = summarize(xs)
+    ci = s.ci(level)
+    return Side(s.n, s.mean, (ci.high - ci.low) / 2)
+
+
+def _bench_changes(a: Results, b: Results, rule: Rule) -> Iterable[MetricChange]:
+    def groups(r: Results) -> dict[tuple[str, str, str], tuple[str, bool, list[float]]]:
+        out: dict[tuple[str, str, str], tuple[str, bool, list[float]]] = {}
+        for row in _records(r.bench):
+            value = row["value"]
+            if row["metric"] in SETUP_METRICS or value is None or pd.isna(value):
+                continue
+            key = (str(row["workload"]), str(row["target"]), str(row["metric"]))
+            out.setdefault(key, (str(row["unit"]), bool(row["higher_is_better"]), []))[2].append(
+                float(value))
+        return out
+
+    ga, gb = groups(a), groups(b)
+    for key in sorted(set(ga) & set(gb)):
+        workload, target, metric = key
+        unit, hib, values_a = ga[key]
+        side_a, side_b, change, verdict, p = judge(values_a, gb[key][2],
+                                                   higher_is_better=hib, rule=rule)
+        yield MetricChange(f"bench {workload}", target, metric, unit, hib, side_a, side_b,
+                           change, verdict, p)
+
+
+def _recovery_changes(a: Results, b: Results, rule: Rule) -> Iterable[MetricChange]:
+    targets = sorted(set(a.recoveries["target"]) & set(b.recoveries["target"]))
+    for target in targets:
+        for metric in ("recovery_s", "mount_s", "fsck_s"):
+            def values(r: Results, t: str = target, m: str = metric) -> list[float]:
+                rows = r.recoveries[r.recoveries["target"] == t][m]
+                return [float(v) for v in rows if v is not None and not pd.isna(v)]
+
+            side_a, side_b, change, verdict, p = judge(values(a), values(b),
+                                                       higher_is_better=False, rule=rule)
+            yield MetricChange("recovery", target, metric, "s", False, side_a, side_b,
+                               change, verdict, p)
+
+
+# ---- crash states and power cuts ---------------------------------------------------------
+
+
+StateKey = tuple[str, str, int, str | None, str]
+
+
+def _states(r: Results) -> dict[StateKey, dict[str, Any]]:
+    """Per key: whether it fails, whether every failing state is known, and an example."""
+    out: dict[StateKey, dict[str, Any]] = {}
+    for row in _records(r.checks):
+        key: StateKey = (str(row["target"]), str(row["case"]), int(row["seed"]),
+                         None if row["last_mark"] is None else str(row["last_mark"]),
+                         str(row["variant"]))
+        failing = r.fails(str(row["outcome"]), str(row["target"]))
+        known = tuple(row["known"]) if failing and row["known"] is not None else ()
+        entry = out.setdefault(key, {"fails": False, "unknown": False,
+                                     "outcome": row["outcome"], "reproducer": row["reproducer"],
+                                     "findings": "", "known": ()})
+        example = {"outcome": row["outcome"], "reproducer": row["reproducer"],
+                   "findings": _findings_text(row["findings"])}
+        if failing and not entry["fails"]:
+            entry.update(fails=True, **example)
+        if failing:
+            entry["known"] = tuple(dict.fromkeys((*entry["known"], *known)))
+            if not known:
+                entry["unknown"] = True
+                entry.update(example)
+    return out
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain dicts (a NaN left by pandas in an object column read as None)."""
+    return [{str(k): (None if isinstance(v, float) and math.isnan(v) else v)
+             for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _findings_text(findings: Any) -> str:
+    if not findings:
+        return ""
+    parts = []
+    for f in findings[:3]:
+        if isinstance(f, dict):
+            parts.append(f"{f.get('kind', '?')}: {f.get('path', '?')}: {f.get('detail', '')}")
+        else:
+            parts.append(str(f))
+    more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
+    return "; ".join(parts)[:400] + more
+
+
+def _state_changes(a: Results, b: Results) -> Iterable[StateChange]:
+    sa, sb = _states(a), _states(b)
+    for key in sorted(set(sa) | set(sb), key=lambda k: tuple(str(x) for x in k)):
+        ea, eb = sa.get(key), sb.get(key)
+        fails_a = bool(ea and ea["fails"])
+        fails_b = bool(eb and eb["fails"])
+        if not (fails_a or fails_b):
+            continue
+        if fails_b and eb is not None and not eb["unknown"]:
+            status = StateStatus.KNOWN
+        elif fails_b:
+            status = StateStatus.STILL if fails_a else StateStatus.NEW
+        else:
+            status = StateStatus.GONE
+        shown = eb if fails_b else ea
+        assert shown is not None
+        yield StateChange(*key, status=status,
+                          outcome_a=None if ea is None else str(ea["outcome"]),
+                          outcome_b=None if eb is None else str(eb["outcome"]),
+                          reproducer=shown["reproducer"], findings=shown["findings"],
+                          known=tuple(eb["known"]) if eb is not None else ())
+
+
+def _cut_changes(a: Results, b: Results) -> Iterable[CutChange]:
+    for target in sorted(set(a.recoveries["target"]) | set(b.recoveries["target"])):
+        def counts(r: Results, t: str = target) -> tuple[int, int, int]:
+            rows = r.recoveries[r.recoveries["target"] == t]
+            failing = [r.fails(str(o), t) for o in rows["outcome"]]
+            unknown = sum(1 for f, k in zip(failing, rows["known"]) if f and k is None)
+            known = sum(1 for f, k in zip(failing, rows["known"]) if f and k is not None)
+            return len(rows), unknown, known
+
+        ta, fa, _ = counts(a)
+        tb, fb, kb = counts(b)
+        yield CutChange(target, ta, fa, tb, fb, kb)
