@@ -11,7 +11,7 @@ STAMPS := .stamps
 # Debian packages: the guest kernel and its tools, filesystems, benchmarks.
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
 	dmsetup kmod cpio e2fsprogs xfsprogs btrfs-progs f2fs-tools jfsutils \
-	reiserfsprogs fio bonnie++ postmark dbench fsmark attr
+	reiserfsprogs fio bonnie++ postmark dbench fsmark attr chromium
 
 # Another Debian kernel to compare with (--kernel-release): the newest 6.12 build.
 KERNEL_612 = $$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64$$' \

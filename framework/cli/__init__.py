@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("framework.cli.bench", "throughput overhead of journalling per target, with intervals"),
     "compare": ("framework.cli.compare", "what changed from run A to run B; exit 1 on a regression"),
     "merge": ("framework.cli.merge", "combine results databases (CI shards) into one"),
+    "ci": ("framework.cli.ci", "run a study on a kernel and judge it against a baseline"),
     "log": ("framework.cli.log", "inspect and replay dm-log-writes logs"),
     "vm": ("framework.cli.vm", "run commands in a fresh guest"),
 }

@@ -1,0 +1,279 @@
+"""``powercut ci``: a verdict on a kernel against a baseline, for CI on kernel patches."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from framework.cli import add_machine_options
+from framework.cli.compare import render
+from framework.cli.study import load_study
+from framework.core import junit
+from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.store import Store
+from framework.report.compare import Comparison, Rule, StateChange, Verdict, compare_results
+from framework.report.results import load
+
+DESCRIPTION = """\
+Run a study (default: ci, about 10 to 15 minutes under TCG) on a candidate
+kernel and judge it against a baseline:
+
+1. the baseline is a run already in a database (--baseline RUN, or
+   --baseline DB.sqlite for that database's latest run), or a kernel the
+   same study runs on first (--baseline-kernel-release R, or
+   --baseline-kernel BZIMAGE with --baseline-modules DIR);
+2. the study runs on the candidate (--kernel/--modules or --kernel-release);
+3. powercut compare judges the candidate against the baseline (metrics
+   with intervals, crash states by mark, power cuts; the known-behaviour
+   list the runs were judged with);
+4. every crash state that fails anew is checked again up to --reruns times
+   on the candidate: it is reliable if it fails every time, flaky if only
+   sometimes;
+5. a JUnit file and a markdown summary are written.
+
+Exit status: 0 no regression; 1 regression (new failing states, named with
+their reproducers and whether they are flaky, slower metrics, a positive
+control of the study that stopped firing); 2 harness error (bad options, a
+kernel that is missing or does not boot, a step that could not run).
+"""
+
+EPILOG = """\
+examples:
+  powercut ci --kernel-release 6.12.107+deb12-amd64 --baseline-kernel-release 6.1.0-56-amd64
+  powercut ci --kernel arch/x86/boot/bzImage --modules /tmp/mods --baseline results/ci.sqlite
+  powercut ci --kernel-release 6.1.0-56-amd64 --baseline 12 --study quick --reruns 5
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    state: StateChange
+    runs: int
+    failed: int
+
+    @property
+    def label(self) -> str:
+        if self.runs == 0:
+            return "not rerun"
+        if self.failed == self.runs:
+            return f"reliable ({self.failed}/{self.runs} reruns fail)"
+        if self.failed == 0:
+            return f"did not reproduce (0/{self.runs} reruns fail)"
+        return f"flaky ({self.failed}/{self.runs} reruns fail)"
+
+
+def kernel_argv(kernel: str | None, modules: str | None, release: str | None) -> list[str]:
+    argv: list[str] = []
+    if kernel:
+        argv += ["--kernel", kernel]
+    if modules:
+        argv += ["--modules", modules]
+    if release:
+        argv += ["--kernel-release", release]
+    return argv
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    """The verdict; every harness error (a missing kernel included) is exit 2 here."""
+    try:
+        return judge_kernel(args)
+    except MissingPrerequisite as exc:
+        raise ConfigError(f"missing prerequisite: {exc}") from exc
+
+
+def judge_kernel(args: argparse.Namespace) -> int:
+    from framework.cli import main as powercut
+    from framework.cli.vm import resolve_kernel
+
+    baseline_kernel = kernel_argv(args.baseline_kernel, args.baseline_modules,
+                                  args.baseline_kernel_release)
+    if bool(args.baseline) == bool(baseline_kernel):
+        raise ConfigError("name one baseline: --baseline RUN|DB, or a kernel to run it on "
+                          "(--baseline-kernel-release R, --baseline-kernel BZIMAGE)")
+    if args.baseline_modules and not args.baseline_kernel:
+        raise ConfigError("--baseline-modules goes with --baseline-kernel")
+    if args.reruns < 0:
+        raise ConfigError(f"--reruns {args.reruns}: must be 0 or more")
+    rule = Rule(args.test, args.rel_threshold, args.level)
+    study = load_study(args.study)
+    resolve_kernel(args)  # a missing candidate kernel: a one-line error before anything runs
+    if baseline_kernel:
+        resolve_kernel(argparse.Namespace(kernel=args.baseline_kernel,
+                                          modules=args.baseline_modules,
+                                          kernel_release=args.baseline_kernel_release))
+    db, results = Path(args.db), Path(args.results)
+    common = ["--accel", args.accel, "--memory-mib", str(args.memory_mib), "--db", str(db),
+              "--results", str(results)]
+
+    def run_study_on(label: str, kernel: list[str], targets_file: str | None) -> int:
+        extra = [*kernel, *(["--targets-file", targets_file] if targets_file else [])]
+        print(f"\n=== ci: the {label}: powercut run {args.study} {shlex.join(extra)}", flush=True)
+        status = powercut(["run", args.study, *extra, *common])
+        if status >= 2:
+            raise ConfigError(f"{label}: the study could not run (exit {status}); see above")
+        with Store(db) as store:
+            top = store.resolve("latest")
+            steps = json.loads((Path(top.environment["run_dir"]) / "steps.json").read_text())
+        broken = [s for s in steps if s["status"] >= 2]
+        if broken:
+            raise ConfigError(f"{label}: step {broken[0]['step']} could not run (exit "
+                              f"{broken[0]['status']}: powercut {shlex.join(broken[0]['argv'])});"
+                              f" see its output above")
+        return top.id
+
+    if baseline_kernel:
+        base_db, base_ref = db, str(run_study_on("baseline", baseline_kernel,
+                                                 args.baseline_targets_file or args.targets_file))
+    elif Path(args.baseline).is_file():
+        base_db, base_ref = Path(args.baseline), "latest"
+    else:
+        base_db, base_ref = db, args.baseline
+    with Store(base_db) as store:
+        store.resolve(base_ref)  # an unknown baseline fails before the candidate runs
+    candidate = run_study_on("candidate", kernel_argv(args.kernel, args.modules,
+                                                      args.kernel_release), args.targets_file)
+    with Store(base_db) as store_a, Store(db) as store_b:
+        comparison = compare_results(load(store_a, base_ref), load(store_b, str(candidate)),
+                                     rule)
+        top = store_b.run(candidate)
+    steps = json.loads((Path(top.environment["run_dir"]) / "steps.json").read_text())
+    expect = {i: s.expect for i, s in enumerate(study.steps, 1)}
+    quiet = [s for s in steps if expect.get(s["step"]) == "fail" and s["status"] != 1]
+    reruns = [rerun(s, args.reruns, kernel_argv(args.kernel, args.modules, args.kernel_release), powercut)
+              for s in comparison.new_states[:args.max_reruns]]
+    regressed = comparison.regressed or bool(quiet)
+    out = Console()
+    render(comparison, out)
+    for s in quiet:
+        out.print(f"  CONTROL QUIET step {s['step']}: powercut {shlex.join(s['argv'])} found "
+                  "nothing on the candidate (it must fail)", markup=False)
+    for r in reruns:
+        out.print(f"  {r.state.target} {r.state.case} {r.state.last_mark} {r.state.variant}: "
+                  f"{r.label}", markup=False)
+    summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / "ci.md"
+    summary.write_text(markdown(comparison, reruns, quiet, regressed))
+    junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / "ci.xml"
+    junit.write(junit_path, f"powercut ci {args.study}", junit_cases(comparison, reruns, quiet))
+    print(f"verdict: {'REGRESSION' if regressed else 'no regression'}; summary: {summary}; "
+          f"junit: {junit_path}")
+    return 1 if regressed else 0
+
+
+def rerun(state: StateChange, times: int, kernel: Sequence[str], powercut: object) -> Rerun:
+    """Check a new failing state again ``times`` times on the candidate kernel."""
+    if times == 0 or not state.reproducer:
+        return Rerun(state, 0, 0)
+    words = shlex.split(state.reproducer)  # powercut recheck RUN_DIR KEY
+    assert callable(powercut)
+    failed = sum(1 for _ in range(times)
+                 if powercut(["recheck", *words[2:], *kernel]) == 1)
+    return Rerun(state, times, failed)
+
+
+def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, object]],
+             regressed: bool) -> str:
+    env_b = c.b.environment().get("guest", {})
+    env_a = c.a.environment().get("guest", {})
+    lines = [f"# powercut ci: {'regression' if regressed else 'no regression'}", "",
+             f"- candidate: run {c.b.top.id}, kernel {env_b.get('kernel', '?')}",
+             f"- baseline: run {c.a.top.id}, kernel {env_a.get('kernel', '?')}",
+             f"- significant: {c.rule.describe()}", ""]
+    if c.new_states:
+        lines += ["## New failing crash states", "",
+                  "| target | case | mark | variant | outcome | reruns | reproducer |",
+                  "|---|---|---|---|---|---|---|"]
+        labels = {id(r.state): r.label for r in reruns}
+        for s in c.new_states:
+            lines.append(f"| {s.target} | {s.case} | {s.last_mark} | {s.variant} | "
+                         f"{s.outcome_b} | {labels.get(id(s), 'not rerun')} | "
+                         f"`{s.reproducer}` |")
+        lines.append("")
+    changed = [m for m in c.metrics if m.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)]
+    if changed:
+        lines += ["## Metrics that changed", "", "| group | target | metric | A | B | change |"
+                  " verdict |", "|---|---|---|---|---|---|---|"]
+        for m in changed:
+            lines.append(f"| {m.group} | {m.target} | {m.metric} | {m.a.describe(m.unit)} | "
+                         f"{m.b.describe(m.unit)} | {100 * (m.change or 0):+.1f}% | "
+                         f"{m.verdict.value} |")
+        lines.append("")
+    if quiet:
+        lines += ["## Positive controls that stopped firing", ""]
+        lines += [f"- step {q['step']}: `powercut {shlex.join(map(str, q['argv']))}`"  # type: ignore[call-overload]
+                  for q in quiet]
+        lines.append("")
+    counts = c.to_dict()["counts"]
+    lines.append("Counts: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
+    return "\n".join(lines) + "\n"
+
+
+def junit_cases(c: Comparison, reruns: Sequence[Rerun],
+                quiet: Sequence[dict[str, object]]) -> list[junit.Case]:
+    cases = []
+    for m in c.metrics:
+        text = (f"A {m.a.describe(m.unit)}, B {m.b.describe(m.unit)}, "
+                f"change {'-' if m.change is None else f'{100 * m.change:+.1f}%'}: "
+                f"{m.verdict.value}")
+        cases.append(junit.Case(f"{m.target}: {m.metric}", f"powercut.ci.{m.group}", 0.0,
+                                text if m.verdict is Verdict.REGRESSION else None, text))
+    labels = {id(r.state): r.label for r in reruns}
+    for s in c.states:
+        failure = None
+        if s.status.value == "new":
+            failure = (f"{s.outcome_b}, new in the candidate; {labels.get(id(s), 'not rerun')}; "
+                       f"reproduce: {s.reproducer}")
+        cases.append(junit.Case(f"{s.target} {s.case} {s.last_mark} {s.variant}",
+                                "powercut.ci.crash", 0.0, failure,
+                                f"{s.status.value}: {s.findings}",
+                                skipped=f"known: {', '.join(s.known)}"
+                                if s.status.value == "known" else None))
+    for q in quiet:
+        cases.append(junit.Case(f"control step {q['step']}", "powercut.ci.controls", 0.0,
+                                "the positive control found nothing on the candidate"))
+    return cases
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ci", help="run a study on a kernel and judge it against a baseline",
+                       description=DESCRIPTION, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--baseline", metavar="RUN|DB",
+                   help="a run in --db (id, uuid or 'latest'), or a database file whose latest "
+                        "run is the baseline")
+    p.add_argument("--baseline-kernel-release", metavar="RELEASE",
+                   help="run the study on this installed Debian kernel first, as the baseline")
+    p.add_argument("--baseline-kernel", metavar="BZIMAGE",
+                   help="run the study on this kernel image first, as the baseline")
+    p.add_argument("--baseline-modules", metavar="DIR", help="modules for --baseline-kernel")
+    p.add_argument("--study", default="ci", help="built-in study or TOML file (default: ci)")
+    p.add_argument("--targets-file", metavar="FILE",
+                   help="your own targets for the candidate's study (and the baseline's, "
+                        "unless --baseline-targets-file): the same names defined otherwise "
+                        "judge a configuration instead of a kernel, e.g. barrier=0")
+    p.add_argument("--baseline-targets-file", metavar="FILE",
+                   help="your own targets for the baseline kernel's run of the study")
+    p.add_argument("--reruns", type=int, default=3, metavar="N",
+                   help="check each new failing state again N times on the candidate to call it "
+                        "reliable or flaky (default: 3)")
+    p.add_argument("--max-reruns", type=int, default=10, metavar="N",
+                   help="rerun at most N new failing states (default: 10)")
+    p.add_argument("--test", choices=("intervals", "welch"), default="intervals",
+                   help="what makes a metric's change significant (see powercut compare)")
+    p.add_argument("--rel-threshold", type=float, default=0.10, metavar="FRACTION",
+                   help="smallest relative change of a metric that counts (default: 0.10)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level (default: 0.95)")
+    p.add_argument("--db", default="results/ci.sqlite", metavar="PATH",
+                   help="results database the runs go to (default: results/ci.sqlite)")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="where run directories go (default: ./results)")
+    p.add_argument("--junit", metavar="PATH", help="JUnit file (default: ci.xml in the "
+                                                   "candidate's study run directory)")
+    p.add_argument("--summary", metavar="PATH", help="markdown summary (default: ci.md there)")
+    add_machine_options(p)
+    p.set_defaults(func=cmd_ci)

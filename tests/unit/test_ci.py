@@ -1,0 +1,146 @@
+"""powercut ci without a guest: the study's commands are stood in for by a fake that
+records results depending on the kernel it is given; the judging, the reruns, JUnit and
+the markdown summary are the real ones."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from crashcases.points import CrashPointKind
+from framework.core.lifecycle import RunSpec, run_lifecycle
+from framework.core.store import Store
+
+STUDY = """
+[study]
+name = "tiny-ci"
+description = "one crash step and a positive control"
+
+[[step]]
+command = "crash"
+targets = ["ext4/ordered"]
+options = { case = "gen:seq1", max-sequences = 3 }
+
+[[step]]
+command = "crash"
+targets = ["ext4/nobarrier"]
+options = { case = "hand:write-fsync-rename" }
+expect = "fail"
+"""
+
+EXT4 = {"name": "ext4/ordered", "fstype": "ext4", "mkfs_options": [], "mount_options": [],
+        "journal": "internal"}
+
+
+def kernel_of(argv: list[str]) -> str:
+    return argv[argv.index("--kernel-release") + 1] if "--kernel-release" in argv else "default"
+
+
+def fake_step(argv: list[str], rechecks: list[list[str]]) -> int:
+    """A crash step: on kernel 'broken' pc-1 of ext4/ordered loses data; on 'quiet' the
+    positive control finds nothing. A recheck fails again on 'broken' ('flaky': every
+    other time)."""
+    kernel = kernel_of(argv)
+    if argv[0] == "recheck":
+        rechecks.append(argv)
+        if kernel == "flaky":
+            return 1 if len(rechecks) % 2 else 0
+        return 1 if kernel in ("broken", "flaky") else 0
+    target = argv[argv.index("--target") + 1]
+    db, results = Path(argv[argv.index("--db") + 1]), Path(argv[argv.index("--results") + 1])
+    failing = {("ext4/ordered", "pc-1")} if kernel in ("broken", "flaky") else set()
+    if target == "ext4/nobarrier" and kernel != "quiet":
+        failing = {("ext4/nobarrier", "pc-0")}
+    with Store(db) as store, run_lifecycle(RunSpec("crash", f"crash {target}"), results,
+                                           store) as run:
+        assert run.run_id is not None
+        store.update_environment(run.run_id, {"guest": {"kernel": kernel}})
+        store.add_target(run.run_id, target, {**EXT4, "name": target})
+        rec = store.add_recording(run.run_id, target, case_spec="gen:seq1", seed=0,
+                                  log_path=None, entries=30, marks=3)
+        for i in range(3):
+            cp = store.add_crash_point(rec, entry_index=10 * i + len(kernel),
+                                       kind=CrashPointKind.MARK, last_mark=f"pc-{i}")
+            bad = (target, f"pc-{i}") in failing
+            store.add_check(cp, variant="prefix", variant_seed=0,
+                            outcome="data-loss" if bad else "ok",
+                            reproducer=f"powercut recheck {run.run_dir} {10 * i}/prefix")
+    return 1 if failing else 0
+
+
+@pytest.fixture
+def ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import framework.cli as cli
+    from framework.cli import doctor, vm
+    from framework.cli import run as run_command
+
+    monkeypatch.setattr(run_command, "kernel_spec", lambda *a: None)  # fake kernel names
+    monkeypatch.setattr(doctor, "failed", lambda checks: [])
+    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+    monkeypatch.setattr(vm, "resolve_kernel", lambda args: None)
+    real_main = cli.main
+    rechecks: list[list[str]] = []
+
+    def main(argv):  # type: ignore[no-untyped-def]
+        if argv[0] in ("run", "ci", "compare"):
+            return real_main(argv)
+        return fake_step(list(argv), rechecks)
+
+    monkeypatch.setattr(cli, "main", main)
+    study = tmp_path / "study.toml"
+    study.write_text(STUDY)
+
+    def run(*argv: str) -> int:
+        return real_main(["ci", "--study", str(study), "--db", str(tmp_path / "ci.sqlite"),
+                          "--results", str(tmp_path / "r"), "--accel", "tcg", *argv])
+
+    run.rechecks = rechecks  # type: ignore[attr-defined]
+    return run
+
+
+def test_the_same_kernel_against_itself_is_no_regression(ci, tmp_path: Path, capsys) -> None:
+    assert ci("--kernel-release", "good", "--baseline-kernel-release", "good") == 0
+    out = capsys.readouterr().out
+    assert "verdict: no regression" in out
+    summary = next((tmp_path / "r").glob("study-*/ci.md")).read_text()
+    assert summary.startswith("# powercut ci: no regression")
+
+
+def test_a_kernel_that_breaks_a_promise_is_a_regression_named_with_its_reproducer(
+        ci, tmp_path: Path, capsys) -> None:
+    assert ci("--kernel-release", "broken", "--baseline-kernel-release", "good") == 1
+    out = capsys.readouterr().out
+    assert "NEW" in out and "ext4/ordered gen:seq1 pc-1 prefix: reliable (3/3 reruns fail)" in out
+    assert len(ci.rechecks) == 3
+    assert all(r[r.index("--kernel-release") + 1] == "broken" for r in ci.rechecks)
+    (candidate,) = [p.parent for p in (tmp_path / "r").glob("study-*/ci.md")]
+    summary = (candidate / "ci.md").read_text()
+    assert "| ext4/ordered | gen:seq1 | pc-1 | prefix | data-loss | reliable (3/3 reruns fail)" in (
+        summary)
+    assert "`powercut recheck " in summary
+    suite = ET.parse(candidate / "ci.xml").getroot()
+    failures = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
+    assert [tc.get("name") for tc in failures] == ["ext4/ordered gen:seq1 pc-1 prefix"]
+
+
+def test_flaky_states_and_a_database_as_baseline(ci, tmp_path: Path, capsys) -> None:
+    assert ci("--kernel-release", "good", "--baseline-kernel-release", "good") == 0
+    base = tmp_path / "base.sqlite"
+    (tmp_path / "ci.sqlite").rename(base)
+    capsys.readouterr()
+    assert ci("--kernel-release", "flaky", "--baseline", str(base), "--reruns", "4") == 1
+    assert "flaky (2/4 reruns fail)" in capsys.readouterr().out
+
+
+def test_a_positive_control_that_stops_firing_fails_the_candidate(ci, capsys) -> None:
+    assert ci("--kernel-release", "quiet", "--baseline-kernel-release", "good") == 1
+    assert "CONTROL QUIET step 2" in capsys.readouterr().out
+
+
+def test_harness_errors_exit_2(ci, capsys) -> None:
+    assert ci("--kernel-release", "good") == 2
+    assert "name one baseline" in capsys.readouterr().err
+    assert ci("--kernel-release", "good", "--baseline", "42") == 2
+    assert "run '42': " in capsys.readouterr().err
