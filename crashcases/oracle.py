@@ -521,7 +521,9 @@ def _promises(oracle: OracleLog, rules: PersistenceRules) -> _Promises:
                 if eff is None:
                     continue
                 if eff.inode == ino and (
-                    (full and rules.fsync_file_persists_names)
+                    (full and rules.fsync_file_persists_names and eff.cause != "moved"
+                     and (eff.cause != "rename-exchange"
+                          or rules.fsync_file_persists_exchanged_names))
                     or (not full and rules.fdatasync_persists_new_names and eff.cause == "creat")
                 ):
                     promise_entry(path, m, d)

@@ -66,7 +66,21 @@ class PersistenceRules:
     # hard link, a rename (file_wrong_pino()) or a parent not yet
     # checkpointed; a new file's dentry is rebuilt by roll-forward
     # (recover_dentry(), fs/f2fs/recovery.c). All Linux 6.1.
+    # Only names whose change touched the inode: a name a file has because an
+    # ancestor directory was renamed is not owed, since that rename left the
+    # inode clean (ext4 waits only for i_sync_tid; xfs_fsync_seq() forces
+    # nothing for an unpinned inode; btrfs_sync_file() skips an inode already
+    # in the committed transaction).
     fsync_file_persists_names: bool = False
+    # ... and the names a RENAME_EXCHANGE gave it. ext4_cross_rename()
+    # (fs/ext4/namei.c) sets both inodes' ctime and marks them dirty in the
+    # rename's handle; btrfs_rename_exchange() (fs/btrfs/inode.c) updates both
+    # and logs the new names; f2fs_cross_rename() (fs/f2fs/namei.c) marks
+    # both with file_lost_pino(), which makes their fsync a checkpoint.
+    # xfs_cross_rename() (fs/xfs/xfs_inode.c) logs the exchanged inodes only
+    # when a directory changes parent, so fsync of a file finds it clean and
+    # forces nothing. All Linux 6.1.
+    fsync_file_persists_exchanged_names: bool = False
     # fdatasync(file) of a file created by creat makes its name (and
     # mkdir-created ancestors) durable: creating the inode is metadata needed
     # to read the data back. ext4: __ext4_new_inode() (fs/ext4/ialloc.c)
@@ -146,6 +160,8 @@ class PersistenceRules:
 RULE_SENTENCES: dict[str, str] = {
     "fsync_file_persists_names": "fsync of a file also makes its names (new, renamed, removed) and its "
                                  "new parent directories durable.",
+    "fsync_file_persists_exchanged_names": "fsync of a file also makes the names a RENAME_EXCHANGE "
+                                           "gave it durable.",
     "fdatasync_persists_new_names": "fdatasync of a newly created file also makes its name durable.",
     "rename_replace_flushes_data": "Replacing a file by rename writes the new file's data before the "
                                    "rename commits, so no fsync of the new file is needed.",
@@ -170,6 +186,7 @@ def journalled(name: str) -> PersistenceRules:
     return replace(
         posix_strict(name),
         fsync_file_persists_names=True,
+        fsync_file_persists_exchanged_names=True,
         fdatasync_persists_new_names=True,
         metadata_atomic=True,
         stale_data_after_extension=False,

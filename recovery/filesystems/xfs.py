@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from framework.core.command import Tool
@@ -40,8 +41,10 @@ class XfsAdapter(FilesystemAdapter):
         # inode's last change (xfs_file_fsync(), fs/xfs/xfs_file.c, Linux 6.1).
         # Data overwrites are in place (no data journal, no copy-on-write
         # without reflink sharing), so a torn in-flight block is legitimate.
-        # Wherever the log lives, the promises are the same.
-        return journalled("xfs")
+        # Wherever the log lives, the promises are the same. A RENAME_EXCHANGE
+        # of files logs neither inode (xfs_cross_rename(), fs/xfs/xfs_inode.c,
+        # Linux 6.1), so fsync of one does not make the exchange durable.
+        return replace(journalled("xfs"), fsync_file_persists_exchanged_names=False)
 
     def mkfs_argv(
         self,

@@ -259,6 +259,35 @@ def test_fsync_dir_owes_names_of_durable_inodes(tmp_path: Path) -> None:
     assert kinds(found) == {(FindingKind.DATA_LOSS, "d/kept"), (FindingKind.DATA_LOSS, "d/new")}
 
 
+def test_fsync_of_a_file_owes_only_names_whose_change_logged_the_inode(tmp_path: Path) -> None:
+    # Seen on xfs (Linux 6.1): after sync, RENAME_EXCHANGE f0 <-> d/f1 and fsync(d/f1)
+    # left the old names. xfs_cross_rename() (fs/xfs/xfs_inode.c) logs the exchanged
+    # inodes only when a directory changes parent, so the clean inode is not pinned and
+    # xfs_file_fsync() forces nothing. ext4_cross_rename() (fs/ext4/namei.c) marks both
+    # inodes dirty in the rename's handle, so ext4's fsync waits for it.
+    xfs, ext4 = (persistence_rules(get_target(n)) for n in ("xfs", "ext4/ordered"))
+    ops = [Op(K.MKDIR, "d"), Op(K.CREAT, "f0"), Op(K.WRITE, "f0", length=300),
+           Op(K.CREAT, "d/f1"), Op(K.WRITE, "d/f1", length=100), Op(K.SYNC),
+           Op(K.RENAME_EXCHANGE, "f0", dst="d/f1"), Op(K.FSYNC, "d/f1")]
+    _, oracle, marks = run(ops, tmp_path / "r")
+    root = tmp_path / "r"
+    os.rename(root / "f0", root / "swap")  # the exchange undone: the state xfs left
+    os.rename(root / "d/f1", root / "f0")
+    os.rename(root / "swap", root / "d/f1")
+    assert verify(oracle, root, last_mark=marks[-1], rules=xfs) == []
+    assert (FindingKind.DATA_LOSS, "d/f1") in kinds(
+        verify(oracle, root, last_mark=marks[-1], rules=ext4))
+    # A name that changed because an ancestor was renamed: the inode itself was not
+    # touched, so neither ext4 (i_sync_tid, ext4_fsync_journal()) nor xfs (no pinned
+    # inode) commits the rename for fsync(file); fsync of the new parent would.
+    ops = [Op(K.MKDIR, "a"), Op(K.CREAT, "a/f"), Op(K.WRITE, "a/f", length=100), Op(K.SYNC),
+           Op(K.RENAME, "a", dst="b"), Op(K.FSYNC, "b/f")]
+    _, oracle, marks = run(ops, tmp_path / "m")
+    os.rename(tmp_path / "m/b", tmp_path / "m/a")
+    for rules in (xfs, ext4):
+        assert verify(oracle, tmp_path / "m", last_mark=marks[-1], rules=rules) == []
+
+
 def test_deleted_promised_dentry_is_data_loss(promised: tuple[OracleLog, Path, str]) -> None:
     oracle, root, last = promised
     (root / "d/h").unlink()
