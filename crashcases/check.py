@@ -93,10 +93,13 @@ def outcome_of(result: CheckResult) -> Outcome:
         found.add(Outcome.CORRUPT)
     if not result.mount_ok:
         found.add(Outcome.UNMOUNTABLE)
-    if result.fsck_check == FsckVerdict.CORRUPT.value:
+    # A read-only check that stopped (e2fsck -n aborts at a directory it may not
+    # salvage without writing, exit 8) found damage as surely as one that listed it:
+    # if the repair then fixed it, the state was repairable, as after a check that
+    # reported errors. Found on ext2 by the findings study (gen:seq2, a directory
+    # block a crash left unwritten).
+    if result.fsck_check in (FsckVerdict.CORRUPT.value, FsckVerdict.FAILED.value):
         found.add(Outcome.RECOVERED if result.fsck_repair == FsckVerdict.REPAIRED.value else Outcome.CORRUPT)
-    elif result.fsck_check == FsckVerdict.FAILED.value:
-        found.add(Outcome.CORRUPT)
     if result.fsck_repair in (FsckVerdict.CORRUPT.value, FsckVerdict.FAILED.value):
         found.add(Outcome.CORRUPT)
     return worst(*found)
@@ -126,7 +129,7 @@ def _fsck(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
         result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
         result.fsck_repair_output = _tail(rep)
         if fck.verdict is FsckVerdict.FAILED:
-            result.notes.append(f"read-only fsck failed to run: {fck.output_tail}")
+            result.notes.append(f"read-only fsck stopped: {fck.output_tail}")
 
 
 def _replay_log(runner: CommandRunner, target: Target, dev: str, result: CheckResult,

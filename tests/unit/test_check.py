@@ -7,7 +7,7 @@ import pytest
 from crashcases.cases import load_case
 from crashcases.check import CheckResult, Timeouts, check_state, outcome_of
 from crashcases.operations import execute
-from crashcases.outcomes import Outcome
+from crashcases.outcomes import Outcome, fails
 from framework.core.errors import CommandTimeout
 from framework.core.machine.fake import FakeMachine
 from recovery.filesystems import persistence_rules
@@ -97,6 +97,17 @@ def test_outcome_picks_the_worst_step():
     r.mount_ok = False
     assert outcome_of(r) is Outcome.UNMOUNTABLE
     assert CheckResult.from_dict(r.to_dict()) == r
+
+
+def test_a_read_only_check_that_stopped_at_damage_the_repair_fixed_is_recovered():
+    # e2fsck -n: "Directory inode 26631, block #0, offset 0: directory corrupted /
+    # Salvage? no / e2fsck: aborted" (exit 8); e2fsck -y then repaired it.
+    r = CheckResult(key="k", mount_ok=True, fsck_check="failed", fsck_repair="repaired")
+    assert outcome_of(r) is Outcome.RECOVERED
+    assert fails(outcome_of(r), get_target("ext4/ordered"))  # a journal must not need it
+    assert not fails(outcome_of(r), get_target("ext2"))  # repair at boot is ext2's recovery
+    r.fsck_repair = "failed"
+    assert outcome_of(r) is Outcome.CORRUPT
 
 
 
