@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("framework.cli.export", "turn a failing crash state into a shell or fstests reproducer"),
     "cut": ("framework.cli.cut", "power cuts on a live workload (dm-flakey) and the recovery after them"),
     "bench": ("framework.cli.bench", "throughput overhead of journalling per target, with intervals"),
+    "report": ("framework.cli.report", "one self-contained HTML report of a run or study"),
     "compare": ("framework.cli.compare", "what changed from run A to run B; exit 1 on a regression"),
     "merge": ("framework.cli.merge", "combine results databases (CI shards) into one"),
     "ci": ("framework.cli.ci", "run a study on a kernel and judge it against a baseline"),

@@ -19,7 +19,7 @@ from framework.cli.study import (
     run_study,
     shard,
 )
-from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.errors import ConfigError, MissingPrerequisite, PowercutError
 from framework.core.lifecycle import (
     RunSpec,
     current_study_step,
@@ -132,7 +132,25 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"powercut {' '.join(r.step.argv)}")
         ok &= r.as_expected
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
+    if not args.no_report:
+        write_report(Path(args.db), run.run_id, run.run_dir / "report.html")
     return 0 if ok else 1
+
+
+def write_report(db: Path, run_id: int | None, out: Path) -> None:
+    """The study's HTML report (powercut report), printed as its path; a report that cannot
+    be made is a warning: the study's results are in the store either way."""
+    from framework.report.html import build, render_html
+    from framework.report.results import load
+
+    try:
+        with Store(db) as store:
+            report = build(load(store, str(run_id)))
+        out.write_text(render_html(report), encoding="utf-8")
+    except (PowercutError, OSError, ValueError) as exc:
+        print(f"report: not written ({exc}); try 'powercut report {run_id} --db {db}'")
+        return
+    print(f"report: {out}")
 
 
 def study_of_run(run_dir: Path) -> Study:
@@ -197,6 +215,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("study", nargs="?", default="quick", help="built-in study name or TOML file (default: quick)")
     p.add_argument("--list", action="store_true", help="list the built-in studies")
+    p.add_argument("--no-report", action="store_true",
+                   help="do not write the HTML report at the end (powercut report makes it later)")
     p.add_argument("--shard", metavar="I/N",
                    help="run only shard I of N (from 0): every N-th step, numbered as in the "
                         "whole study; give every shard the same --run-uuid and its own --db, "

@@ -7,7 +7,9 @@ row came from, so a study with two bench steps keeps them apart.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -136,12 +138,37 @@ def load(store: Store, ref: str) -> Results:
                 benches.append(BenchPlan(run.id, str(plan.get("workload", samples[0].workload
                                                              if samples else "")),
                                          names, str(plan.get("baseline") or names[0]),
-                                         plan.get("metric"), float(plan.get("level", 0.95))))
+                                         plan.get("metric") or _primary_of(run),
+                                         float(plan.get("level", 0.95))))
     return Results(top, runs,
                    pd.DataFrame(checks, columns=CHECK_COLUMNS),
                    pd.DataFrame(recoveries, columns=RECOVERY_COLUMNS),
                    pd.DataFrame(bench, columns=BENCH_COLUMNS),
                    tuple(benches), targets)
+
+
+def _primary_of(run: Run) -> str | None:
+    """The primary metric a finished bench run chose (its results.json), if it says."""
+    run_dir = run.environment.get("run_dir")
+    if not isinstance(run_dir, str):
+        return None
+    try:
+        primary = json.loads((Path(run_dir) / "results.json").read_text()).get("primary")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return primary if isinstance(primary, str) else None
+
+
+def controls(results: Results) -> set[int]:
+    """The runs of a study's positive-control steps (``expect = "fail"``): their failures
+    are what the study asks of them, not findings."""
+    steps = results.top.environment.get("plan", {}).get("steps", [])
+    expect = {i: s.get("expect", "pass") for i, s in enumerate(steps, 1) if isinstance(s, dict)}
+    numbered = {int(s["number"]): s.get("expect", "pass") for s in steps
+                if isinstance(s, dict) and s.get("number")}
+    expect.update(numbered)
+    return {r.id for r in results.runs
+            if expect.get(int(r.environment.get("study_step", 0) or 0)) == "fail"}
 
 
 def primary_metric(bench: pd.DataFrame, plan: BenchPlan) -> str | None:

@@ -1,0 +1,134 @@
+"""``powercut report``: one self-contained HTML file of a run or study, and its summary."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from framework.cli import print_json
+from framework.core.lifecycle import write_json_atomic
+from framework.core.store import Store, StoreError
+
+DESCRIPTION = """\
+Write the report of a run or a study run (default: the latest top-level run)
+as one HTML file that opens from disk: figures inline, nothing fetched.
+
+It shows, for what the run has: recovery time against journal overhead per
+target (overhead of the bench's primary metric against its baseline with
+its Fieller interval; recovery after power cuts as median, p90 and max; the
+crash verdict as the marker), recovery-time distributions, recovery against
+the data in flight at the cut, throughput with intervals and the ANOVA
+table, the crash outcome matrix (target x case) with every failing state and
+its reproducer, and the environment. A summary of the same goes to the
+terminal; --json prints the report's data instead.
+"""
+
+EPILOG = """\
+examples:
+  powercut report                               # latest run in results/powercut.sqlite
+  powercut report 12 -o study.html
+  powercut report latest --db ci.sqlite --json > report.json
+"""
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from framework.report.html import build, render_html
+    from framework.report.results import load
+
+    db = Path(args.db)
+    if not db.is_file():
+        raise StoreError(f"{db}: no such results database")
+    with Store(db) as store:
+        results = load(store, args.run)
+    report = build(results)
+    out = Path(args.output) if args.output else default_path(results.top.environment, db,
+                                                             results.top.id)
+    if not args.no_html:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(render_html(report), encoding="utf-8")
+        os.replace(tmp, out)
+        report.data["html"] = os.fspath(out)
+        if args.json_file:
+            write_json_atomic(Path(args.json_file), report.data)
+    if args.json:
+        print_json(report.data)
+    else:
+        summary(report.data, Console())
+        if not args.no_html:
+            print(f"report: {out}")
+    return 0
+
+
+def default_path(environment: dict[str, object], db: Path, run_id: int) -> Path:
+    run_dir = environment.get("run_dir")
+    if isinstance(run_dir, str) and Path(run_dir).is_dir():
+        return Path(run_dir) / "report.html"
+    return db.parent / f"report-{run_id}.html"
+
+
+def summary(d: dict[str, object], out: Console) -> None:
+    run = d["run"]
+    assert isinstance(run, dict)
+    out.print(f"{run['study']}: run {run['id']} ({run['kind']}), {run['status']}", markup=False)
+    for m in d.get("missing", []) or []:  # type: ignore[attr-defined]
+        out.print(f"  not in this run: {m}", markup=False)
+    trade = d.get("trade_off") or {}
+    assert isinstance(trade, dict)
+    if trade.get("points"):
+        t = Table(title=f"recovery against overhead ({trade['metric']})")
+        for col in ("target", "overhead %", "interval", "recovery s median", "p90", "max",
+                    "crash"):
+            t.add_column(col)
+        for p in trade["points"]:
+            t.add_row(p["target"], f"{p['overhead_pct']:+.1f}",
+                      f"[{p['overhead_low_pct']:+.1f}, {p['overhead_high_pct']:+.1f}]",
+                      f"{p['recovery_median_s']:.3g}", f"{p['recovery_p90_s']:.3g}",
+                      f"{p['recovery_max_s']:.3g}", p["verdict"])
+        out.print(t)
+    crash = d.get("crash")
+    if isinstance(crash, dict):
+        t = Table(title="crash states")
+        for col in ("target", "case", "states", "ok", "recovered", "known", "failing"):
+            t.add_column(col)
+        for m in crash["matrix"]:
+            c = m["counts"]
+            bad = sum(n for o, n in c.items() if o not in ("ok", "recovered", "known"))
+            t.add_row(m["target"], m["case"], str(m["states"]), str(c["ok"]),
+                      str(c["recovered"]), str(c["known"]), str(bad))
+        out.print(t)
+        for f in crash["failing"][:10]:
+            out.print(f"  {f['outcome']:<11} {f['target']} {f['state']}: {f['findings'][:200]}",
+                      markup=False)
+            out.print(f"              reproduce: {f['reproducer']}", markup=False)
+    cut = d.get("cut")
+    if isinstance(cut, list):
+        t = Table(title="power cuts")
+        for col in ("target", "trials", "outcomes", "recovery s median", "p90", "max"):
+            t.add_column(col)
+        for c in cut:
+            r = c["recovery_s"] or {}
+            t.add_row(c["target"], str(c["trials"]),
+                      ", ".join(f"{o} {n}" for o, n in c["counts"].items()),
+                      *(f"{r[k]:.3g}" if r else "-" for k in ("median", "p90", "max")))
+        out.print(t)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="one self-contained HTML report of a run or study",
+                       description=DESCRIPTION, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", nargs="?", default="latest",
+                   help="run id, uuid (prefix) or 'latest' (default: the latest top-level run)")
+    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+                   help="results database (default: results/powercut.sqlite)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="HTML file (default: report.html in the run's directory)")
+    p.add_argument("--json", action="store_true", help="print the report's data as JSON")
+    p.add_argument("--json-file", metavar="FILE", help="also write the report's data as JSON")
+    p.add_argument("--no-html", action="store_true", help="write no HTML file")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,277 @@
+"""The report of a run or study: its data (also the --json output), its figures, its HTML.
+
+The HTML is one self-contained file: figures are inline PNG data URIs, the
+style is inline, nothing is fetched from anywhere, so it opens from disk and
+can be attached to a CI job or a mail.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import jinja2
+
+from crashcases.cutsummary import percentile
+from framework.bench.engine import one_factor_design
+from framework.core.stats import StatsError, overhead, summarize
+from framework.report import figures
+from framework.report.results import Results, controls, primary_metric
+
+OUTCOME_ORDER = ("ok", "recovered", "known", "data-loss", "corrupt", "unmountable", "hang")
+
+
+@dataclass
+class Report:
+    """What the report says, as JSON-ready data, and its figures (PNG bytes by name)."""
+
+    data: dict[str, Any]
+    figures: dict[str, bytes] = field(default_factory=dict)
+
+
+def _label(results: Results, target: str) -> str:
+    """The target's name, with its journal placement when the journal has its own disk."""
+    config = results.targets.get(target, {})
+    journal = config.get("journal")
+    return f"{target} (journal: {journal})" if journal == "external" else target
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k in sorted(value):
+            _flatten(f"{prefix}.{k}" if prefix else str(k), value[k], out)
+    elif isinstance(value, list):
+        out[prefix] = ", ".join(map(str, value)) if value else "-"
+    else:
+        out[prefix] = "-" if value is None else str(value)
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    xs = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not xs:
+        return None
+    return {"n": len(xs), "median": statistics.median(xs), "p90": percentile(xs, 90),
+            "max": xs[-1]}
+
+
+def crash_verdicts(r: Results) -> dict[str, str]:
+    """Per target: ok (nothing failing), known (every failure explained) or fail; positive
+    controls left out."""
+    out: dict[str, str] = {}
+    checks = r.checks[~r.checks["run_id"].isin(controls(r))]
+    for target in dict.fromkeys(checks["target"]):
+        rows = checks[checks["target"] == target]
+        failing = [(o, k) for o, k in zip(rows["outcome"], rows["known"]) if r.fails(o, target)]
+        out[target] = ("ok" if not failing else
+                       "known" if all(k is not None for _, k in failing) else "fail")
+    return out
+
+
+def build(r: Results) -> Report:
+    report = Report({"run": {"id": r.top.id, "uuid": r.top.uuid, "kind": r.top.kind or "run",
+                             "study": r.study, "status": r.top.status.value,
+                             "started_at": r.top.started_at, "finished_at": r.top.finished_at,
+                             "command_line": r.top.command_line,
+                             "steps": [{"id": x.id, "kind": x.kind, "title": x.study,
+                                        "status": x.status.value} for x in r.runs]},
+                     "missing": []})
+    _crash(r, report)
+    _cut(r, report)
+    _bench(r, report)
+    _trade_off(r, report)
+    env: dict[str, str] = {}
+    _flatten("", r.environment(), env)
+    report.data["environment"] = env
+    return report
+
+
+def _crash(r: Results, report: Report) -> None:
+    c = r.checks
+    if c.empty:
+        report.data["missing"].append("crash states: this run checked none (no crash step)")
+        report.data["crash"] = None
+        return
+    matrix = []
+    for (target, case), rows in c.groupby(["target", "case"], sort=False):
+        counts: Counter[str] = Counter()
+        for outcome, ids in zip(rows["outcome"], rows["known"]):
+            bad = r.fails(str(outcome), str(target))
+            counts["known" if bad and ids is not None else str(outcome)] += 1
+        matrix.append({"target": target, "case": case, "states": len(rows),
+                       "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER}})
+    failing: list[dict[str, Any]] = []
+    fired: Counter[str] = Counter()
+    control_runs = controls(r)
+    for row in r.failing_checks().to_dict("records"):
+        if row["run_id"] in control_runs:
+            fired[f"{row['target']} {row['case']}"] += 1
+            continue
+        findings = row["findings"] or []
+        text = "; ".join(f"{f.get('kind')}: {f.get('path')}: {f.get('detail')}"
+                         for f in findings[:3] if isinstance(f, dict))
+        failing.append({"target": row["target"], "case": row["case"],
+                        "state": f"{row['entry']}/{row['variant']}", "mark": row["last_mark"],
+                        "outcome": row["outcome"], "findings": text or "(no finding: see its "
+                        "fsck output with the reproducer)", "reproducer": row["reproducer"]})
+    explained: Counter[str] = Counter()
+    for ids in r.known_checks()["known"]:
+        explained.update(ids)
+    times = {t: {"mount_s": _spread(list(rows["mount_s"].dropna())),
+                 "fsck_s": _spread(list(rows["fsck_s"].dropna()))}
+             for t, rows in c.groupby("target", sort=False)}
+    report.data["crash"] = {"matrix": matrix, "failing": failing, "known": dict(explained),
+                            "controls": dict(fired), "verdicts": crash_verdicts(r),
+                            "times": times}
+    mounts = {_label(r, str(t)): list(rows["mount_s"].dropna())
+              for t, rows in c.groupby("target", sort=False)}
+    report.figures["crash_times"] = figures.distributions(
+        mounts, title="Mount time of every crash state (journal replay)", ylabel="mount, s")
+
+
+def _cut(r: Results, report: Report) -> None:
+    v = r.recoveries
+    if v.empty:
+        report.data["missing"].append("recovery after power cuts: no cut step in this run")
+        report.data["cut"] = None
+        return
+    rows_out = []
+    for target, rows in v.groupby("target", sort=False):
+        counts: Counter[str] = Counter()
+        for outcome, known in zip(rows["outcome"], rows["known"]):
+            failing = r.fails(str(outcome), str(target))
+            counts["known" if failing and known is not None else str(outcome)] += 1
+        rows_out.append({"target": target, "trials": len(rows), "counts": dict(counts),
+                         "recovery_s": _spread(list(rows["recovery_s"].dropna())),
+                         "mount_s": _spread(list(rows["mount_s"].dropna())),
+                         "fsck_s": _spread(list(rows["fsck_s"].dropna()))})
+    report.data["cut"] = rows_out
+    groups: dict[str, list[float]] = {}
+    for target, rows in v.groupby("target", sort=False):
+        groups[f"{_label(r, str(target))}\nmount"] = list(rows["mount_s"].dropna())
+        groups[f"{_label(r, str(target))}\nfsck"] = list(rows["fsck_s"].dropna())
+    report.figures["cut_times"] = figures.distributions(
+        groups, title="Recovery after live power cuts: mount (journal replay) and fsck",
+        ylabel="seconds")
+    flight = v.dropna(subset=["in_flight_bytes", "recovery_s"])
+    if not flight.empty:
+        report.figures["in_flight"] = figures.scatter(
+            {_label(r, str(t)): list(zip(rows["in_flight_bytes"] / 2**20, rows["recovery_s"]))
+             for t, rows in flight.groupby("target", sort=False)},
+            title="Recovery time against data in flight at the cut",
+            xlabel="written and not yet durable at the cut, MiB", ylabel="mount + fsck, s")
+
+
+def _bench(r: Results, report: Report) -> None:
+    if r.bench.empty or not r.benches:
+        report.data["missing"].append("throughput: no bench step in this run")
+        report.data["bench"] = []
+        return
+    out = []
+    for plan in r.benches:
+        metric = primary_metric(r.bench, plan)
+        rows = r.bench[(r.bench["run_id"] == plan.run_id) & (r.bench["metric"] == metric)]
+        if metric is None or rows.empty:
+            continue
+        unit = str(rows["unit"].iloc[0])
+        hib = bool(rows["higher_is_better"].iloc[0])
+        values = {t: [float(x) for x in rows[rows["target"] == t]["value"].dropna()]
+                  for t in plan.targets}
+        cells = []
+        for t, xs in values.items():
+            cell: dict[str, Any] = {"target": t, "n": len(xs)}
+            if len(xs) >= 2:
+                s = summarize(xs)
+                ci = s.ci(plan.level)
+                cell.update(mean=s.mean, low=ci.low, high=ci.high, cov=s.cov)
+            elif xs:
+                cell.update(mean=xs[0], low=xs[0], high=xs[0], cov=None)
+            if t != plan.baseline and len(xs) >= 2 and len(values.get(plan.baseline, [])) >= 2:
+                try:
+                    o = overhead(xs, values[plan.baseline], plan.level, higher_is_better=hib)
+                    cell["overhead"] = {"pct": o.percent, "low_pct": 100 * o.ci.low,
+                                        "high_pct": 100 * o.ci.high}
+                except StatsError as exc:
+                    cell["overhead_error"] = str(exc)
+            cells.append(cell)
+        design, reps, why = one_factor_design(values, plan.level)
+        anova = None
+        if design is not None:
+            anova = [{"term": t.name, "ss": t.sum_sq, "pct": t.percent, "df": t.df,
+                      "ms": t.mean_sq, "f": t.f, "f_crit": t.f_crit, "p": t.p_value}
+                     for t in design.terms]
+            anova.append({"term": "errors", "ss": design.ss_error, "pct": design.error_percent,
+                          "df": design.df_error, "ms": design.mean_sq_error, "f": None,
+                          "f_crit": None, "p": None})
+        out.append({"run_id": plan.run_id, "workload": plan.workload, "metric": metric,
+                    "unit": unit, "higher_is_better": hib, "baseline": plan.baseline,
+                    "level": plan.level, "targets": cells, "anova": anova,
+                    "anova_note": why or f"{reps} repetitions per target"})
+        drawn = [(c["target"], c["mean"], c["low"], c["high"]) for c in cells if "mean" in c]
+        if drawn:
+            report.figures[f"throughput_{plan.run_id}"] = figures.means(
+                drawn, title=f"{plan.workload}: {metric} per target ({100 * plan.level:g}% "
+                             "intervals)", ylabel=f"{metric}, {unit}")
+    report.data["bench"] = out
+
+
+def _trade_off(r: Results, report: Report) -> None:
+    bench = report.data.get("bench") or []
+    cut = {row["target"]: row for row in (report.data.get("cut") or [])}
+    verdicts = (report.data.get("crash") or {}).get("verdicts", {})
+    points, missing = [], []
+    first = bench[0] if bench else None
+    if first is not None:
+        for cell in first["targets"]:
+            t = cell["target"]
+            rec = cut.get(t, {}).get("recovery_s")
+            if t == first["baseline"]:
+                ov = {"pct": 0.0, "low_pct": 0.0, "high_pct": 0.0}
+            else:
+                ov = cell.get("overhead")
+            if ov is None or rec is None:
+                missing.append(t)
+                continue
+            points.append(figures.TradeOffPoint(t, ov["pct"], ov["low_pct"], ov["high_pct"],
+                                                rec["median"], rec["p90"], rec["max"],
+                                                verdicts.get(t, "none")))
+    report.data["trade_off"] = {
+        "metric": first["metric"] if first else None,
+        "points": [dataclasses.asdict(p) for p in points],
+        "left_out": missing}
+    if points and first is not None:
+        report.figures["trade_off"] = figures.trade_off(points, first["metric"])
+    elif first is None or not cut:
+        report.data["missing"].append(
+            "the trade-off figure: it needs a bench step and a cut step over the same targets")
+
+
+# ---- rendering --------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def render_html(report: Report) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: resources.files("framework.report")
+                                     .joinpath("templates", name).read_text()),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True)
+    env.filters["fmt"] = _fmt
+    images = {name: "data:image/png;base64," + base64.b64encode(data).decode()
+              for name, data in report.figures.items()}
+    return env.get_template("report.html.j2").render(d=report.data, images=images,
+                                                     outcomes=OUTCOME_ORDER)
