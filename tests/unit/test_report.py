@@ -118,6 +118,8 @@ def test_json_has_the_figures_data(tmp_path: Path, capsys) -> None:
     (matrix_ext4, matrix_control) = d["crash"]["matrix"]
     assert matrix_ext4["counts"]["ok"] == 2 and matrix_ext4["counts"]["known"] == 1
     assert matrix_ext4["counts"]["data-loss"] == 1
+    assert matrix_control["target"] == "ext4/nobarrier"
+    assert matrix_control["counts"]["data-loss"] == 2
     assert d["crash"]["verdicts"] == {"ext4/ordered": "fail"}  # the control is left out
     (bench,) = d["bench"]
     ext4 = next(c for c in bench["targets"] if c["target"] == "ext4/ordered")
