@@ -37,7 +37,7 @@ from crashcases.outcomes import Outcome, fails
 from devicemapper.flakey import FlakeyMode
 from framework.core import agent, clock
 from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
-from framework.core.lifecycle import Run, RunSpec
+from framework.core.lifecycle import Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import MiB, disk_bytes
@@ -289,12 +289,7 @@ class CutEngine:
 def load_cut_plan(run_dir: Path) -> CutPlan:
     """The plan of an earlier power-cut run (its plan.json), user targets included."""
     path = run_dir / "plan.json"
-    try:
-        raw: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir}: not a powercut cut run directory (no plan.json)") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    raw = read_plan(run_dir, "cut")
     try:
         raw["targets"] = tuple(raw["targets"])
         raw["mode"] = FlakeyMode(raw.get("mode", FlakeyMode.DROP_WRITES.value))

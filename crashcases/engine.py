@@ -55,7 +55,7 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework.core import agent, clock
 from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
-from framework.core.lifecycle import Run, RunSpec, write_json_atomic
+from framework.core.lifecycle import Run, RunSpec, read_plan, write_json_atomic
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import disk_bytes
@@ -619,12 +619,7 @@ def save_results(result: CrashRunResult, run: Run) -> None:
 
 def load_plan(run_dir: Path) -> CrashPlan:
     """The plan of an earlier crash run, user targets included (no targets file needed)."""
-    try:
-        raw: dict[str, Any] = json.loads((run_dir / "plan.json").read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir}: not a powercut crash run directory (no plan.json)") from None
-    except ValueError as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not valid JSON ({exc})") from None
+    raw = read_plan(run_dir, "crash")
     try:
         raw["variants"] = tuple(raw.get("variants", ("prefix",)))
         raw["ops"] = tuple(raw.get("ops", ()))

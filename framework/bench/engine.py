@@ -42,6 +42,7 @@ from framework.bench.task import (
 from framework.bench.workloads import Metric, Scale, get_workload
 from framework.core import agent, clock
 from framework.core.errors import ConfigError
+from framework.core.lifecycle import read_plan
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.stats import (
     FactorialDesign,
@@ -402,12 +403,7 @@ class StoreRecorder:
 def config_from_plan(run_dir: Path) -> BenchConfig:
     """The config of an earlier bench run, from the plan.json plan_document() wrote."""
     path = run_dir / "plan.json"
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir}: not a powercut bench run directory (no plan.json)") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    doc = read_plan(run_dir, "bench")
     try:
         config = BenchConfig(
             targets=tuple(doc["targets"]), workload=str(doc["workload"]),

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from framework.cli import add_machine_options
 from framework.cli.compare import render
+from framework.cli.run import kernel_argv
 from framework.cli.study import load_study
 from framework.core import junit
 from framework.core.errors import ConfigError, MissingPrerequisite
@@ -66,17 +67,6 @@ class Rerun:
         if self.failed == 0:
             return f"did not reproduce (0/{self.runs} reruns fail)"
         return f"flaky ({self.failed}/{self.runs} reruns fail)"
-
-
-def kernel_argv(kernel: str | None, modules: str | None, release: str | None) -> list[str]:
-    argv: list[str] = []
-    if kernel:
-        argv += ["--kernel", kernel]
-    if modules:
-        argv += ["--modules", modules]
-    if release:
-        argv += ["--kernel-release", release]
-    return argv
 
 
 def cmd_ci(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from framework.core.errors import ConfigError, MissingPrerequisite, PowercutErro
 from framework.core.lifecycle import (
     RunSpec,
     current_study_step,
+    read_plan,
     resumable_run,
     resumed_lifecycle,
     run_lifecycle,
@@ -32,15 +33,21 @@ from framework.core.machine.kernel import kernel_spec
 from framework.core.store import RunStatus, Store
 
 
-def machine_argv(args: argparse.Namespace) -> list[str]:
-    argv = ["--accel", args.accel, "--memory-mib", str(args.memory_mib)]
-    if args.kernel:
-        argv += ["--kernel", args.kernel]
-    if args.modules:
-        argv += ["--modules", args.modules]
-    if args.kernel_release:
-        argv += ["--kernel-release", args.kernel_release]
+def kernel_argv(kernel: str | None, modules: str | None, release: str | None) -> list[str]:
+    """The options that name a guest kernel, as a step's command line takes them."""
+    argv: list[str] = []
+    if kernel:
+        argv += ["--kernel", kernel]
+    if modules:
+        argv += ["--modules", modules]
+    if release:
+        argv += ["--kernel-release", release]
     return argv
+
+
+def machine_argv(args: argparse.Namespace) -> list[str]:
+    return ["--accel", args.accel, "--memory-mib", str(args.memory_mib),
+            *kernel_argv(args.kernel, args.modules, args.kernel_release)]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -155,16 +162,13 @@ def write_report(db: Path, run_id: int | None, out: Path) -> None:
 
 def study_of_run(run_dir: Path) -> Study:
     """The study an earlier study run ran, from its plan.json (its steps' command lines)."""
-    path = run_dir / "plan.json"
+    plan = read_plan(run_dir, "study")
     try:
-        plan = json.loads(path.read_text())
         steps = tuple(Step(s["argv"][0], tuple(s["argv"]), s.get("expect", "pass"),
                            s.get("title", ""), int(s.get("number", 0))) for s in plan["steps"])
         return Study(plan["study"], plan.get("description", ""), steps, plan.get("source", ""))
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir}: not a powercut study run directory (no plan.json)") from None
     except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise ConfigError(f"{path}: not a study run's plan ({exc})") from None
+        raise ConfigError(f"{run_dir / 'plan.json'}: not a study run's plan ({exc})") from None
 
 
 def finished_steps(run_dir: Path) -> dict[int, int]:

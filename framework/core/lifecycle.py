@@ -75,6 +75,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def read_plan(run_dir: Path, kind: str) -> dict[str, Any]:
+    """The plan.json a ``kind`` run (crash, cut, bench, study) wrote in ``run_dir``; a
+    one-line ConfigError when there is none or it is not JSON."""
+    path = run_dir / "plan.json"
+    try:
+        plan = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir}: not a powercut {kind} run directory (no plan.json)") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(plan, dict):
+        raise ConfigError(f"{path}: not a {kind} plan (a JSON object is expected)")
+    return plan
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -357,10 +357,9 @@ def _cut_changes(a: Results, b: Results) -> Iterable[CutChange]:
     for target in sorted(set(a.recoveries["target"]) | set(b.recoveries["target"])):
         def counts(r: Results, t: str = target) -> tuple[int, int, int]:
             rows = r.recoveries[r.recoveries["target"] == t]
-            failing = [r.fails(str(o), t) for o in rows["outcome"]]
-            unknown = sum(1 for f, k in zip(failing, rows["known"]) if f and k is None)
-            known = sum(1 for f, k in zip(failing, rows["known"]) if f and k is not None)
-            return len(rows), unknown, known
+            failing = r.failing_recoveries()
+            known = int((r.labels(rows) == "known").sum())
+            return len(rows), int((failing["target"] == t).sum()), known
 
         ta, fa, _ = counts(a)
         tb, fb, kb = counts(b)

@@ -99,10 +99,7 @@ def _crash(r: Results, report: Report) -> None:
         return
     matrix = []
     for (target, case), rows in c.groupby(["target", "case"], sort=False):
-        counts: Counter[str] = Counter()
-        for outcome, ids in zip(rows["outcome"], rows["known"]):
-            bad = r.fails(str(outcome), str(target))
-            counts["known" if bad and ids is not None else str(outcome)] += 1
+        counts = Counter(r.labels(rows))
         matrix.append({"target": target, "case": case, "states": len(rows),
                        "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER}})
     failing: list[dict[str, Any]] = []
@@ -142,10 +139,7 @@ def _cut(r: Results, report: Report) -> None:
         return
     rows_out = []
     for target, rows in v.groupby("target", sort=False):
-        counts: Counter[str] = Counter()
-        for outcome, known in zip(rows["outcome"], rows["known"]):
-            failing = r.fails(str(outcome), str(target))
-            counts["known" if failing and known is not None else str(outcome)] += 1
+        counts = Counter(r.labels(rows))
         rows_out.append({"target": target, "trials": len(rows), "counts": dict(counts),
                          "recovery_s": _spread(list(rows["recovery_s"].dropna())),
                          "mount_s": _spread(list(rows["mount_s"].dropna())),

@@ -93,6 +93,12 @@ class Results:
         return pd.Series([self.fails(o, t) for o, t in zip(frame["outcome"], frame["target"])],
                          index=frame.index, dtype=bool)
 
+    def labels(self, frame: pd.DataFrame) -> pd.Series:
+        """Each row's outcome as reports count it: "known" for a failure known behaviour
+        explains, else the raw outcome (rows of ``checks`` or ``recoveries``)."""
+        known = self._failing(frame) & frame["known"].notna()
+        return frame["outcome"].astype(str).where(~known, "known")
+
     def failing_checks(self) -> pd.DataFrame:
         """Checked crash states that fail and no known behaviour explains."""
         c = self.checks
