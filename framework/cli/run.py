@@ -203,9 +203,10 @@ def resume_argv(argv: Sequence[str], run_dir: str) -> list[str]:
 def status_from_store(store: Store, run_id: int) -> int:
     """A finished step's exit status when the study was killed before saving it: 1 when a
     crash state or power-cut trial failed and no known behaviour explains it, else 0."""
-    rows = [(c.outcome, c.known) for c in store.checks(run_id)]
-    rows += [(v.outcome, v.known) for v in store.recoveries(run_id)]
-    return 1 if any(o not in ("ok", "recovered") and k is None for o, k in rows) else 0
+    from framework.report.results import load
+
+    results = load(store, str(run_id))  # judged by target: fsck repairs fail a journal
+    return 1 if len(results.failing_checks()) or len(results.failing_recoveries()) else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

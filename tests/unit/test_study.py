@@ -235,3 +235,25 @@ def test_bad_shards_are_one_line_errors(argv, message, capsys):
     import re
 
     assert re.search(message, err)
+
+
+def test_a_finished_steps_status_comes_from_its_results_judged_by_target(tmp_path):
+    """When a study was killed after a step finished but before saving its status, resume
+    takes it from the stored results: a state fsck repaired fails a journalled target."""
+    from crashcases.points import CrashPointKind
+    from framework.cli.run import status_from_store
+    from framework.core.store import Store
+
+    with Store(tmp_path / "db.sqlite") as store:
+        ids = {}
+        for target, journal in (("ext4/ordered", "internal"), ("ext2", "none")):
+            run = store.start_run(command_line="powercut crash", study="crash", kind="crash")
+            store.add_target(run, target, {"name": target, "fstype": target[:4],
+                                           "journal": journal})
+            rec = store.add_recording(run, target, case_spec="gen:seq1", seed=0,
+                                      log_path=None, entries=1, marks=1)
+            cp = store.add_crash_point(rec, entry_index=0, kind=CrashPointKind.MARK)
+            store.add_check(cp, variant="prefix", variant_seed=0, outcome="recovered")
+            ids[target] = run
+        assert status_from_store(store, ids["ext4/ordered"]) == 1
+        assert status_from_store(store, ids["ext2"]) == 0
