@@ -21,8 +21,8 @@ VERDICT_STYLE = {"ok": ("o", "tab:green"), "known": ("s", "tab:orange"),
 class TradeOffPoint:
     target: str
     overhead_pct: float
-    overhead_low_pct: float
-    overhead_high_pct: float
+    overhead_low_pct: float | None  # None: the interval is unbounded (Fieller)
+    overhead_high_pct: float | None
     recovery_median_s: float
     recovery_p90_s: float
     recovery_max_s: float
@@ -40,18 +40,30 @@ def trade_off(points: Sequence[TradeOffPoint], metric: str) -> bytes:
     """Overhead against the baseline (x, with its interval) and recovery time (y: median,
     a bar to the 90th percentile, a tick at the maximum); the marker is the crash verdict."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    unbounded = False
     for p in points:
         marker, colour = VERDICT_STYLE[p.verdict]
-        ax.errorbar(p.overhead_pct, p.recovery_median_s,
-                    xerr=[[p.overhead_pct - p.overhead_low_pct],
-                          [p.overhead_high_pct - p.overhead_pct]],
+        low, high = p.overhead_low_pct, p.overhead_high_pct
+        bounded = low is not None and high is not None
+        xerr = ([[p.overhead_pct - low], [high - p.overhead_pct]]
+                if low is not None and high is not None else None)
+        ax.errorbar(p.overhead_pct, p.recovery_median_s, xerr=xerr,
                     yerr=[[0.0], [max(p.recovery_p90_s - p.recovery_median_s, 0.0)]],
-                    fmt=marker, color=colour, ecolor=colour, capsize=4, markersize=9)
+                    fmt=marker, color=colour, ecolor=colour, capsize=4, markersize=9,
+                    mfc=colour if bounded else "none")
+        if not bounded:
+            # No finite interval: a dotted line across the whole axis says so.
+            unbounded = True
+            ax.axhline(p.recovery_median_s, color=colour, linestyle=":", linewidth=1)
         ax.plot([p.overhead_pct], [p.recovery_max_s], marker="_", color=colour, markersize=14)
-        ax.annotate(p.target, (p.overhead_pct, p.recovery_median_s), textcoords="offset points",
+        label = p.target if bounded else f"{p.target} (interval unbounded)"
+        ax.annotate(label, (p.overhead_pct, p.recovery_median_s), textcoords="offset points",
                     xytext=(7, 5), fontsize=9)
     for verdict, (marker, colour) in VERDICT_STYLE.items():
         ax.plot([], [], marker, color=colour, label=f"crash: {verdict}")
+    if unbounded:
+        ax.plot([], [], "o", mfc="none", color="0.3",
+                label="hollow: overhead interval unbounded (noisy baseline)")
     ax.axvline(0, color="0.6", linewidth=0.8)
     ax.set_xlabel(f"overhead against the baseline, % of {metric} (95% Fieller interval)")
     ax.set_ylabel("recovery time after a power cut, s\n(median; bar to p90, tick at max)")

@@ -191,7 +191,11 @@ def _bench(r: Results, report: Report) -> None:
                     cell["overhead"] = {"pct": o.percent, "low_pct": 100 * o.ci.low,
                                         "high_pct": 100 * o.ci.high}
                 except StatsError as exc:
+                    # Fieller's set is unbounded (the baseline is too noisy): the point
+                    # estimate still exists and is shown, with no interval.
                     cell["overhead_error"] = str(exc)
+                    ratio = statistics.fmean(xs) / statistics.fmean(values[plan.baseline])
+                    cell["overhead_point_pct"] = 100 * ((1 - ratio) if hib else (ratio - 1))
             cells.append(cell)
         design, reps, why = one_factor_design(values, plan.level)
         anova = None
@@ -224,12 +228,15 @@ def _trade_off(r: Results, report: Report) -> None:
         for cell in first["targets"]:
             t = cell["target"]
             rec = cut.get(t, {}).get("recovery_s")
+            ov: dict[str, Any] | None
             if t == first["baseline"]:
                 ov = {"pct": 0.0, "low_pct": 0.0, "high_pct": 0.0}
+            elif "overhead_point_pct" in cell:
+                ov = {"pct": cell["overhead_point_pct"], "low_pct": None, "high_pct": None}
             else:
                 ov = cell.get("overhead")
             if ov is None or rec is None:
-                missing.append(t)
+                missing.append(f"{t} (no {'cut' if rec is None else 'bench'} data)")
                 continue
             points.append(figures.TradeOffPoint(t, ov["pct"], ov["low_pct"], ov["high_pct"],
                                                 rec["median"], rec["p90"], rec["max"],
@@ -240,9 +247,10 @@ def _trade_off(r: Results, report: Report) -> None:
         "left_out": missing}
     if points and first is not None:
         report.figures["trade_off"] = figures.trade_off(points, first["metric"])
-    elif first is None or not cut:
+    else:
         report.data["missing"].append(
-            "the trade-off figure: it needs a bench step and a cut step over the same targets")
+            "the trade-off figure: it needs a bench step and a cut step over the same targets"
+            + (f" (left out: {', '.join(missing)})" if missing else ""))
 
 
 # ---- rendering --------------------------------------------------------------------------

@@ -46,7 +46,9 @@ def test_bench_over_four_journal_modes(tmp_path):
     cells = [tuple(float(x) for x in m) for m in CELL.findall(means_line)]
     assert len(cells) == 4
     for mean, low, high in cells:
-        assert 0 < low <= mean <= high  # files/s: positive, interval around the mean
+        # files/s: a positive mean inside its interval. With 3 noisy repetitions under TCG
+        # the t interval's lower end can fall below 0; that is the statistics, not an error.
+        assert mean > 0 and low <= mean <= high
 
     # The printed means are those of the stored samples, in the same target order.
     with Store(db) as store:
@@ -73,9 +75,12 @@ def test_bench_over_four_journal_modes(tmp_path):
     lines = [ln for ln in text.splitlines() if ln.startswith("files *")]
     assert len(lines) == 2
     overheads = [tuple(float(x) for x in m) for m in OVERHEAD.findall(lines[1])]
-    assert len(overheads) == 3
+    # A baseline too noisy for a finite Fieller interval prints "-" and says why below.
+    unbounded = lines[1].split()[2:].count("-")
+    assert len(overheads) + unbounded == 3
+    assert text.count("the overhead interval is unbounded") >= unbounded
     for value, low, high in overheads:
-        assert low <= value <= high and low > -1000 and high <= 100  # 1 - ratio: at most 100%
+        assert low <= value <= high and high <= 100  # 1 - ratio: at most 100%
 
     # ANOVA: the allocation of variation adds up, the F-test is stated.
     assert "One-factor design for files [files/s]" in text and "3 replications" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ STEPS = [{"argv": ["crash"], "expect": "pass"}, {"argv": ["crash"], "expect": "f
          {"argv": ["cut"], "expect": "pass"}, {"argv": ["bench"], "expect": "pass"}]
 
 
-def make_study(db: Path, run_dir: Path, *, crash_only: bool = False) -> int:
+def make_study(db: Path, run_dir: Path, *, crash_only: bool = False,
+               noisy_baseline: bool = False) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     with Store(db) as store:
         top = store.start_run(command_line="powercut run tiny", study="study tiny", kind="study",
@@ -70,8 +72,10 @@ def make_study(db: Path, run_dir: Path, *, crash_only: bool = False) -> int:
                                     "baseline": "ext2", "metric": "files", "level": 0.95}})
         for target, mean in (("ext2", 300.0), ("ext4/ordered", 240.0)):
             for rep in range(1, 5):
+                # A baseline this noisy leaves Fieller's overhead interval unbounded.
+                spread = 290 * (-1) ** rep if noisy_baseline and target == "ext2" else 3 * rep
                 store.add_bench_samples(bench, target, "fsmark", repetition=rep, metrics=[
-                    Metric("files", mean + 3 * rep, "files/s", True),
+                    Metric("files", mean + spread, "files/s", True),
                     Metric("app_overhead", 10.0 * rep, "us", False)])
         return top
 
@@ -151,3 +155,30 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys) -> Non
     assert not (tmp_path / "x.html").exists()
     assert main(["report", "--db", str(tmp_path / "none.db")]) == 2
     assert not (tmp_path / "none.db").exists()
+
+
+def test_an_unbounded_overhead_interval_still_draws_its_point(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "r.db"
+    top = make_study(db, tmp_path / "study-run", noisy_baseline=True)
+    assert main(["report", str(top), "--db", str(db), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    ext4 = next(c for c in d["bench"][0]["targets"] if c["target"] == "ext4/ordered")
+    assert "overhead" not in ext4 and "unbounded" in ext4["overhead_error"]
+    points = {p["target"]: p for p in d["trade_off"]["points"]}
+    assert points["ext4/ordered"]["overhead_pct"] == pytest.approx(100 * (1 - 247.5 / 300))
+    assert points["ext4/ordered"]["overhead_low_pct"] is None
+    html = (tmp_path / "study-run" / "report.html").read_text()
+    assert "fig-trade-off" in images(html)
+    assert "overhead interval is unbounded" in html
+
+
+def test_a_trade_off_with_no_point_says_why(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "r.db"
+    top = make_study(db, tmp_path / "study-run")
+    with sqlite3.connect(db) as con:  # the cut step has no trial left
+        con.execute("DELETE FROM recoveries")
+    assert main(["report", str(top), "--db", str(db), "--json", "--no-html"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["trade_off"]["points"] == []
+    (why,) = [m for m in d["missing"] if m.startswith("the trade-off figure")]
+    assert "ext2 (no cut data)" in why and "ext4/ordered (no cut data)" in why
