@@ -83,9 +83,10 @@ def summary(d: dict[str, object], out: Console) -> None:
         t = Table(title=f"recovery against overhead ({trade['metric']})")
         for col in ("target", "overhead %", "interval", "recovery s median", "p90", "max",
                     "crash"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col == "target")  # names are never cut short
         for p in trade["points"]:
             t.add_row(p["target"], f"{p['overhead_pct']:+.1f}",
+                      "unbounded" if p["overhead_low_pct"] is None else
                       f"[{p['overhead_low_pct']:+.1f}, {p['overhead_high_pct']:+.1f}]",
                       f"{p['recovery_median_s']:.3g}", f"{p['recovery_p90_s']:.3g}",
                       f"{p['recovery_max_s']:.3g}", p["verdict"])
@@ -94,7 +95,7 @@ def summary(d: dict[str, object], out: Console) -> None:
     if isinstance(crash, dict):
         t = Table(title="crash states")
         for col in ("target", "case", "states", "ok", "recovered", "known", "failing"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col == "target")  # names are never cut short
         for m in crash["matrix"]:
             c = m["counts"]
             bad = sum(n for o, n in c.items() if o not in ("ok", "recovered", "known"))
@@ -109,7 +110,7 @@ def summary(d: dict[str, object], out: Console) -> None:
     if isinstance(cut, list):
         t = Table(title="power cuts")
         for col in ("target", "trials", "outcomes", "recovery s median", "p90", "max"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col == "target")  # names are never cut short
         for c in cut:
             r = c["recovery_s"] or {}
             t.add_row(c["target"], str(c["trials"]),

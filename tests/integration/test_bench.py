@@ -80,7 +80,9 @@ def test_bench_over_four_journal_modes(tmp_path):
     assert len(overheads) + unbounded == 3
     assert text.count("the overhead interval is unbounded") >= unbounded
     for value, low, high in overheads:
-        assert low <= value <= high and high <= 100  # 1 - ratio: at most 100%
+        # 1 - ratio: at most 100%. Fieller's interval for the ratio may reach below 0 when
+        # the target is noisy, so the interval's upper end may pass 100%; the estimate cannot.
+        assert low <= value <= high and value <= 100
 
     # ANOVA: the allocation of variation adds up, the F-test is stated.
     assert "One-factor design for files [files/s]" in text and "3 replications" in text

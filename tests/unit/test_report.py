@@ -170,6 +170,8 @@ def test_an_unbounded_overhead_interval_still_draws_its_point(tmp_path: Path, ca
     html = (tmp_path / "study-run" / "report.html").read_text()
     assert "fig-trade-off" in images(html)
     assert "overhead interval is unbounded" in html
+    assert main(["report", str(top), "--db", str(db), "--no-html"]) == 0  # the terminal summary
+    assert re.search(r"ext4/ordered\W+\S+\W+unbounded", capsys.readouterr().out)  # whole name
 
 
 def test_a_trade_off_with_no_point_says_why(tmp_path: Path, capsys) -> None:
