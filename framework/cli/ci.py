@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 from rich.console import Console
 
 from framework.cli import add_machine_options
@@ -19,7 +20,7 @@ from framework.core import junit
 from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.store import Store
 from framework.report.compare import Comparison, Rule, StateChange, Verdict, compare_results
-from framework.report.results import load
+from framework.report.results import Results, load
 
 DESCRIPTION = """\
 Run a study (default: ci, about 10 to 15 minutes under TCG) on a candidate
@@ -171,8 +172,10 @@ def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, o
     env_b = c.b.environment().get("guest", {})
     env_a = c.a.environment().get("guest", {})
     lines = [f"# powercut ci: {'regression' if regressed else 'no regression'}", "",
-             f"- candidate: run {c.b.top.id}, kernel {env_b.get('kernel', '?')}",
-             f"- baseline: run {c.a.top.id}, kernel {env_a.get('kernel', '?')}",
+             f"- candidate: run {c.b.top.id}, kernel {env_b.get('kernel', '?')}, "
+             f"{checked(c.b)}; {c.b.top.environment.get('run_dir', '?')}",
+             f"- baseline: run {c.a.top.id}, kernel {env_a.get('kernel', '?')}, "
+             f"{checked(c.a)}; {c.a.top.environment.get('run_dir', '?')}",
              f"- significant: {c.rule.describe()}", ""]
     if c.new_states:
         lines += ["## New failing crash states", "",
@@ -201,6 +204,18 @@ def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, o
     counts = c.to_dict()["counts"]
     lines.append("Counts: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
     return "\n".join(lines) + "\n"
+
+
+def checked(r: Results) -> str:
+    """What a side of the comparison holds: crash states and power cuts by label, bench
+    repetitions."""
+    def counted(frame: pd.DataFrame) -> str:
+        counts = r.labels(frame).value_counts() if len(frame) else pd.Series(dtype=int)
+        return " (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")" if len(frame) else ""
+
+    reps = r.bench.groupby(["target", "workload"])["repetition"].nunique().sum() if len(r.bench) else 0
+    return (f"{len(r.checks)} crash states{counted(r.checks)}, {len(r.recoveries)} power cuts"
+            f"{counted(r.recoveries)}, {reps} benchmark repetitions")
 
 
 def junit_cases(c: Comparison, reruns: Sequence[Rerun],

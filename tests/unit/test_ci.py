@@ -106,6 +106,9 @@ def test_the_same_kernel_against_itself_is_no_regression(ci, tmp_path: Path, cap
     assert "verdict: no regression" in out
     summary = next((tmp_path / "r").glob("study-*/ci.md")).read_text()
     assert summary.startswith("# powercut ci: no regression")
+    # Each side says what it holds: the positive control's failing state among them.
+    assert summary.count("6 crash states (data-loss 1, ok 5), 0 power cuts, "
+                         "0 benchmark repetitions") == 2
 
 
 def test_a_kernel_that_breaks_a_promise_is_a_regression_named_with_its_reproducer(
@@ -120,6 +123,7 @@ def test_a_kernel_that_breaks_a_promise_is_a_regression_named_with_its_reproduce
     assert "| ext4/ordered | gen:seq1 | pc-1 | prefix | data-loss | reliable (3/3 reruns fail)" in (
         summary)
     assert "`powercut recheck " in summary
+    assert "kernel broken, 6 crash states (data-loss 2, ok 4)" in summary
     suite = ET.parse(candidate / "ci.xml").getroot()
     failures = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
     assert [tc.get("name") for tc in failures] == ["ext4/ordered gen:seq1 pc-1 prefix"]
