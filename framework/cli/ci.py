@@ -91,7 +91,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
         raise ConfigError("--baseline-modules goes with --baseline-kernel")
     if args.reruns < 0:
         raise ConfigError(f"--reruns {args.reruns}: must be 0 or more")
-    rule = Rule(args.test, args.rel_threshold, args.level)
+    rule = Rule(args.test, args.rel_threshold, args.level, args.bench)
     study = load_study(args.study)
     resolve_kernel(args)  # a missing candidate kernel: a one-line error before anything runs
     if baseline_kernel:
@@ -273,6 +273,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rel-threshold", type=float, default=0.10, metavar="FRACTION",
                    help="smallest relative change of a metric that counts (default: 0.10)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level (default: 0.95)")
+    p.add_argument("--bench", default="both", metavar="VIEW",
+                   help="which benchmark figures are judged: 'absolute' (each target's own), "
+                        "'relative' (each target's ratio to its run's baseline target, which "
+                        "the machine's speed on the day cancels out of) or 'both' (default)")
     p.add_argument("--db", default="results/ci.sqlite", metavar="PATH",
                    help="results database the runs go to (default: results/ci.sqlite)")
     p.add_argument("--results", default="results", metavar="DIR",

@@ -26,6 +26,11 @@ say what changed:
   --test welch asks Welch's t-test instead (p < 1 - level), with the same
   threshold on the size of the change. A significant change for the worse
   (less throughput, more time) is a regression.
+- every benchmark target's primary metric as a ratio to its run's baseline
+  target ("files / ext2"), with Fieller's interval, judged by the intervals
+  rule. Under an emulated CPU the machine's speed drifts from run to run;
+  the ratio cancels that drift, the absolute figures do not. --bench
+  relative judges only the ratios, --bench absolute only the figures.
 - crash states, matched by target, case, seed, last mark and variant (log
   entry numbers differ between recordings, marks do not): new in B (fails
   in B, passed or was not checked in A), gone in B, still failing, and
@@ -43,11 +48,12 @@ examples:
   powercut compare latest latest --db base.sqlite --db-b candidate.sqlite
   powercut compare 3 9 --test welch --level 0.99 --json
   powercut compare 4 5 --rel-threshold 0.05        # flag changes of 5% and more
+  powercut compare 4 5 --bench relative            # runs from different days or machines
 """
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    rule = Rule(args.test, args.rel_threshold, args.level)
+    rule = Rule(args.test, args.rel_threshold, args.level, args.bench)
     db_b = Path(args.db_b or args.db)
     for path in {Path(args.db), db_b}:
         if not path.is_file():
@@ -133,6 +139,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="smallest relative change that counts (default: 0.10, i.e. 10%%)")
     p.add_argument("--level", type=float, default=0.95,
                    help="confidence level of the intervals and the test (default: 0.95)")
+    p.add_argument("--bench", default="both", metavar="VIEW",
+                   help="which benchmark figures are judged: 'absolute' (each target's own), "
+                        "'relative' (each target's ratio to its run's baseline target, which "
+                        "the machine's speed on the day cancels out of) or 'both' (default)")
     p.add_argument("--force", action="store_true",
                    help="compare runs of different studies (what they have in common)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")

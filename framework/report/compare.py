@@ -23,9 +23,9 @@ from typing import Any
 import pandas as pd
 
 from framework.core.errors import ConfigError
-from framework.core.stats import StatsError, summarize
+from framework.core.stats import StatsError, overhead, summarize
 from framework.core.stats import compare as welch
-from framework.report.results import SETUP_METRICS, Results
+from framework.report.results import SETUP_METRICS, BenchPlan, Results, primary_metric
 
 
 class Verdict(StrEnum):
@@ -49,12 +49,27 @@ class Side:
     n: int
     mean: float | None
     half_width: float | None
+    #: An asymmetric interval (a ratio's, by Fieller): its bounds; half_width is then
+    #: half its length.
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        if self.low is not None and self.high is not None:
+            return self.low, self.high
+        if self.mean is None or self.half_width is None:
+            return None
+        return self.mean - self.half_width, self.mean + self.half_width
 
     def describe(self, unit: str) -> str:
         if self.mean is None:
             return f"n={self.n}"
-        hw = f" ± {self.half_width:.4g}" if self.half_width is not None else ""
-        return f"{self.mean:.4g}{hw} {unit} (n={self.n})".replace("  ", " ")
+        if self.low is not None and self.high is not None:
+            interval = f" [{self.low:.4g}, {self.high:.4g}]"
+        else:
+            interval = f" ± {self.half_width:.4g}" if self.half_width is not None else ""
+        return f"{self.mean:.4g}{interval} {unit} (n={self.n})".replace("  ", " ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +134,24 @@ class CutChange:
                 "known_b": self.known_b, "new_failures": self.new_failures}
 
 
+BENCH_VIEWS = ("both", "absolute", "relative")
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     test: str = "intervals"  # or "welch"
     rel_threshold: float = 0.10
     level: float = 0.95
+    #: Which benchmark figures are judged: each target's own (absolute), each target's
+    #: ratio to its run's baseline target (relative: what the machine's speed on the
+    #: day cancels out of), or both.
+    bench: str = "both"
 
     def __post_init__(self) -> None:
         if self.test not in ("intervals", "welch"):
             raise ConfigError(f"--test {self.test!r}: expected intervals or welch")
+        if self.bench not in BENCH_VIEWS:
+            raise ConfigError(f"--bench {self.bench!r}: expected one of {', '.join(BENCH_VIEWS)}")
         if not 0 <= self.rel_threshold < 10:
             raise ConfigError(f"--rel-threshold {self.rel_threshold}: expected a fraction "
                               "such as 0.10 for 10%")
@@ -199,7 +223,9 @@ def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
             f"run {a.top.id} ({a.top.kind or 'run'} {a.study!r}) and run {b.top.id} "
             f"({b.top.kind or 'run'} {b.study!r}) ran different things; --force compares "
             "what they have in common")
-    metrics = [*_bench_changes(a, b, rule), *_recovery_changes(a, b, rule)]
+    metrics = [*(_bench_changes(a, b, rule) if rule.bench != "relative" else ()),
+               *(_relative_changes(a, b, rule) if rule.bench != "absolute" else ()),
+               *_recovery_changes(a, b, rule)]
     return Comparison(a, b, rule, tuple(metrics), tuple(_state_changes(a, b)),
                       tuple(_cut_changes(a, b)))
 
@@ -225,13 +251,25 @@ def judge(values_a: Sequence[float], values_b: Sequence[float], *, higher_is_bet
             return side_a, side_b, change, Verdict.TOO_FEW, None
         differs = p_value < 1 - rule.level
     else:
-        assert side_a.half_width is not None and side_b.half_width is not None
-        differs = (side_a.mean + side_a.half_width < side_b.mean - side_b.half_width
-                   or side_b.mean + side_b.half_width < side_a.mean - side_a.half_width)
+        differs = _apart(side_a, side_b)
+    return side_a, side_b, change, _verdict(side_a, side_b, change, differs, higher_is_better,
+                                            rule), p_value
+
+
+def _apart(side_a: Side, side_b: Side) -> bool:
+    """Whether the two intervals do not overlap."""
+    ba, bb = side_a.bounds, side_b.bounds
+    assert ba is not None and bb is not None
+    return ba[1] < bb[0] or bb[1] < ba[0]
+
+
+def _verdict(side_a: Side, side_b: Side, change: float, differs: bool, higher_is_better: bool,
+             rule: Rule) -> Verdict:
+    assert side_a.mean is not None and side_b.mean is not None
     if not differs or abs(change) < rule.rel_threshold:
-        return side_a, side_b, change, Verdict.NO_CHANGE, p_value
+        return Verdict.NO_CHANGE
     worse = side_b.mean < side_a.mean if higher_is_better else side_b.mean > side_a.mean
-    return side_a, side_b, change, Verdict.REGRESSION if worse else Verdict.IMPROVEMENT, p_value
+    return Verdict.REGRESSION if worse else Verdict.IMPROVEMENT
 
 
 def _side(values: Sequence[float], level: float) -> Side:
@@ -265,6 +303,60 @@ def _bench_changes(a: Results, b: Results, rule: Rule) -> Iterable[MetricChange]
                                                    higher_is_better=hib, rule=rule)
         yield MetricChange(f"bench {workload}", target, metric, unit, hib, side_a, side_b,
                            change, verdict, p)
+
+
+def _ratio_side(r: Results, plan: BenchPlan, target: str, metric: str,
+                rule: Rule) -> tuple[Side, bool]:
+    """``target``'s mean over the baseline's, in the run of ``plan``, with Fieller's interval
+    (framework.core.stats.overhead); and whether higher is better."""
+    rows = r.bench[(r.bench["run_id"] == plan.run_id) & (r.bench["metric"] == metric)]
+
+    def values(t: str) -> list[float]:
+        return [float(v) for v in rows[rows["target"] == t]["value"] if not pd.isna(v)]
+
+    xt, xb = values(target), values(plan.baseline)
+    hib = bool(rows["higher_is_better"].iloc[0]) if len(rows) else True
+    n = min(len(xt), len(xb))
+    if n < 2:
+        return Side(n, None, None), hib
+    try:
+        o = overhead(xt, xb, rule.level, higher_is_better=hib)
+    except StatsError:  # a baseline mean not told apart from 0: the interval is unbounded
+        return Side(n, sum(xt) / len(xt) / (sum(xb) / len(xb)), None), hib
+    return Side(n, o.ratio, (o.ratio_ci.high - o.ratio_ci.low) / 2, o.ratio_ci.low,
+                o.ratio_ci.high), hib
+
+
+def _relative_changes(a: Results, b: Results, rule: Rule) -> Iterable[MetricChange]:
+    """Each target's primary metric as a ratio to its run's baseline target (the overhead
+    the report draws), A against B: the machine's speed on the day cancels out of it.
+    Judged by the intervals rule whatever ``rule.test`` says: Welch's test needs samples,
+    a ratio of means has none."""
+    def plans(r: Results) -> dict[tuple[str, str, str], BenchPlan]:
+        out = {}
+        for plan in r.benches:
+            metric = primary_metric(r.bench, plan)
+            if metric:
+                out[(plan.workload, plan.baseline, metric)] = plan
+        return out
+
+    pa, pb = plans(a), plans(b)
+    for key in sorted(set(pa) & set(pb)):
+        workload, baseline, metric = key
+        targets = [t for t in pa[key].targets if t in pb[key].targets and t != baseline]
+        for target in targets:
+            side_a, hib = _ratio_side(a, pa[key], target, metric, rule)
+            side_b, _ = _ratio_side(b, pb[key], target, metric, rule)
+            if side_a.mean is None or side_b.mean is None:
+                change, verdict = None, Verdict.TOO_FEW
+            else:
+                change = (side_b.mean - side_a.mean) / abs(side_a.mean)
+                if side_a.bounds is None or side_b.bounds is None:
+                    verdict = Verdict.TOO_FEW
+                else:
+                    verdict = _verdict(side_a, side_b, change, _apart(side_a, side_b), hib, rule)
+            yield MetricChange(f"bench {workload}", target, f"{metric} / {baseline}", "x", hib,
+                               side_a, side_b, change, verdict)
 
 
 def _recovery_changes(a: Results, b: Results, rule: Rule) -> Iterable[MetricChange]:

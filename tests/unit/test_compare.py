@@ -79,13 +79,32 @@ def test_a_planted_throughput_regression_is_flagged_and_exits_1(tmp_path: Path) 
     c = compared(db, a, b)
     verdicts = {(m.target, m.metric): m.verdict for m in c.metrics}
     assert verdicts == {("ext2", "files"): Verdict.NO_CHANGE,
-                        ("ext4/ordered", "files"): Verdict.REGRESSION}  # setup metrics left out
-    (reg,) = c.regressions
-    assert reg.change == pytest.approx(-0.3, abs=0.05)
+                        ("ext4/ordered", "files"): Verdict.REGRESSION,
+                        # The ratio to the run's baseline target (ext2), Fieller's interval.
+                        ("ext4/ordered", "files / ext2"): Verdict.REGRESSION}  # no setup metrics
+    absolute, relative = c.regressions
+    assert absolute.change == pytest.approx(-0.3, abs=0.05)
+    assert relative.change == pytest.approx(-0.3, abs=0.05) and relative.unit == "x"
+    assert relative.a.low < relative.a.mean < relative.a.high  # type: ignore[operator]
     assert main(["compare", str(a), str(b), "--db", str(db)]) == 1
     # The other way round it is an improvement, not a regression.
     assert compared(db, b, a).metrics[1].verdict is Verdict.IMPROVEMENT
     assert main(["compare", str(b), str(a), "--db", str(db)]) == 0
+
+
+def test_the_relative_view_cancels_the_machines_speed_on_the_day(tmp_path: Path) -> None:
+    """Run B on a machine 30% slower for every target: the absolute figures regress,
+    each target's ratio to the baseline target does not."""
+    db = tmp_path / "r.db"
+    a = study(db, files={"ext2": normal(300, seed=1), "ext4/ordered": normal(200, seed=2)})
+    b = study(db, files={"ext2": normal(210, seed=3), "ext4/ordered": normal(140, seed=4)})
+    assert compared(db, a, b).regressed
+    assert compared(db, a, b, bench="absolute").regressed
+    relative = compared(db, a, b, bench="relative")
+    assert [(m.target, m.metric, m.verdict) for m in relative.metrics] == [
+        ("ext4/ordered", "files / ext2", Verdict.NO_CHANGE)]
+    assert main(["compare", str(a), str(b), "--db", str(db), "--bench", "relative"]) == 0
+    assert main(["compare", str(a), str(b), "--db", str(db), "--bench", "sideways"]) == 2
 
 
 def test_runs_of_one_configuration_flag_nothing(tmp_path: Path) -> None:
