@@ -119,13 +119,15 @@ def _tail(fsck: FsckResult) -> str:
 
 
 def _fsck(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
-          timeouts: Timeouts) -> None:
+          timeouts: Timeouts, journal_dev: str | None) -> None:
     """Read-only check (timed); only if it finds errors, repair (timed)."""
-    fck = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
+    fck = run_fsck(runner, target, dev, repair=False, journal_dev=journal_dev,
+                   timeout_s=timeouts.fsck_s)
     result.fsck_check, result.fsck_check_s = fck.verdict.value, fck.duration_s
     if fck.verdict is not FsckVerdict.CLEAN:
         result.fsck_check_output = _tail(fck)
-        rep = run_fsck(runner, target, dev, repair=True, timeout_s=timeouts.fsck_s)
+        rep = run_fsck(runner, target, dev, repair=True, journal_dev=journal_dev,
+                       timeout_s=timeouts.fsck_s)
         result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
         result.fsck_repair_output = _tail(rep)
         if fck.verdict is FsckVerdict.FAILED:
@@ -133,9 +135,9 @@ def _fsck(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
 
 
 def _replay_log(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
-                timeouts: Timeouts) -> None:
+                timeouts: Timeouts, journal_dev: str | None) -> None:
     """The checker's journal replay, for filesystems whose kernel does not replay (timed)."""
-    rep = run_log_replay(runner, target, dev, timeout_s=timeouts.fsck_s)
+    rep = run_log_replay(runner, target, dev, journal_dev=journal_dev, timeout_s=timeouts.fsck_s)
     if rep is None:
         return
     result.log_replay_s = rep.duration_s
@@ -186,17 +188,19 @@ def fsck_first(target: Target) -> bool:
 
 def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Path, *,
                 oracle: OracleLog, last_mark: str | None, rules: PersistenceRules, key: str,
-                timeouts: Timeouts = Timeouts()) -> CheckResult:
-    """Check the crash state on ``dev`` (a throwaway snapshot: this writes to it)."""
+                timeouts: Timeouts = Timeouts(), journal_dev: str | None = None) -> CheckResult:
+    """Check the crash state on ``dev`` (a throwaway snapshot: this writes to it), with
+    its external journal on ``journal_dev`` when the target has one."""
     start = clock.monotonic()
     result = CheckResult(key=key)
     mountpoint.mkdir(parents=True, exist_ok=True)
     early = fsck_first(target)
     try:
         if early:
-            _replay_log(runner, target, dev, result, timeouts)
-            _fsck(runner, target, dev, result, timeouts)
-        mres = mount_timed(runner, target, dev, os.fspath(mountpoint), timeout_s=timeouts.mount_s)
+            _replay_log(runner, target, dev, result, timeouts, journal_dev)
+            _fsck(runner, target, dev, result, timeouts, journal_dev)
+        mres = mount_timed(runner, target, dev, os.fspath(mountpoint), journal_dev=journal_dev,
+                           timeout_s=timeouts.mount_s)
         result.mount_ok, result.mount_s = mres.ok, mres.duration_s
         result.replay_messages = [*result.replay_messages, *mres.replay_messages]
         if not mres.ok:
@@ -209,10 +213,11 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
             finally:
                 umount(runner, os.fspath(mountpoint), timeout_s=timeouts.umount_s)
         if not early:
-            _fsck(runner, target, dev, result, timeouts)
+            _fsck(runner, target, dev, result, timeouts, journal_dev)
         elif result.mount_ok:
             # After repair, mount and unmount, the filesystem must check clean.
-            after = run_fsck(runner, target, dev, repair=False, timeout_s=timeouts.fsck_s)
+            after = run_fsck(runner, target, dev, repair=False, journal_dev=journal_dev,
+                             timeout_s=timeouts.fsck_s)
             if after.verdict is not FsckVerdict.CLEAN:
                 result.notes.append(f"fsck after repair and remount: {after.verdict.value}: "
                                     f"{_tail(after)}")

@@ -42,7 +42,7 @@ from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import MiB, disk_bytes
 from recovery.filesystems import tool_versions
-from recovery.targets import JournalPlacement, Target, resolve
+from recovery.targets import Target, resolve
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,8 @@ class CutRunResult:
     run_id: int | None = None
     #: Known-behaviour verdicts per target, keyed by trial_key() (empty: no list given).
     known: dict[str, KnownMatcher] = field(default_factory=dict)
+    #: Per target with an external journal: where its journal is, in its own tool's words.
+    journal_evidence: dict[str, str] = field(default_factory=dict)
 
     def for_target(self, target: str) -> list[TrialResult]:
         return [t for t in self.trials if t.target == target]
@@ -162,6 +164,7 @@ class CutRunResult:
             rows.append({**tr.to_dict(), "known": v.to_dict() if v is not None else None})
         return {"run_dir": os.fspath(self.run_dir), "plan": plan, "run_id": self.run_id,
                 "replacements": self.replacements, "wall_s": self.wall_s,
+                "journal_evidence": self.journal_evidence,
                 "summaries": summaries, "trials": rows,
                 "known": [m.report() for m in self.known.values()] if self.known else None}
 
@@ -187,10 +190,6 @@ def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
     if FlakeyMode(plan.mode) not in CUT_MODES:
         raise ConfigError(f"--mode {plan.mode}: expected drop_writes or error_writes")
     targets = [plan.spec(t) for t in plan.targets]
-    for t in targets:
-        if t.journal is JournalPlacement.EXTERNAL:
-            raise ConfigError(f"target {t.name}: power-cut runs cut one disk; an external "
-                              "journal on a second disk would outlive the cut")
     return targets, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
 
 
@@ -208,8 +207,10 @@ class CutEngine:
         # Requests carry the whole target: a user-defined one exists only here.
         self.by_name = {t.name: t for t in self.targets}
         self.vm_dir = run_dir / "vm"
-        self.disks = [DiskSpec("data", disk_bytes(
-            self.targets, data_bytes=plan.data_mib * MiB if plan.data_mib else None)["data"])]
+        # A target with an external journal gets a journal disk; the trial cuts both.
+        sizes = disk_bytes(self.targets, data_bytes=plan.data_mib * MiB if plan.data_mib else None)
+        self.disks = [DiskSpec(name, size) for name, size in sizes.items()]
+        self.journal_evidence: dict[str, str] = {}
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
         self.machine: Machine | None = None
         self.replacements = 0
@@ -242,9 +243,17 @@ class CutEngine:
             return
         request = OracleRequest(target, workload_path=os.fspath(self.vm_dir / "workload.json"),
                                 oracle_path=os.fspath(self._oracle_path(target.name)),
-                                data_dev=machine.disk("data"))
-        agent.perform(machine, CUT_ORACLE, request, timeout_s=self.plan.trial_timeout_s)
+                                data_dev=machine.disk("data"),
+                                journal_dev=self._journal_dev(machine, target))
+        made = agent.perform(machine, CUT_ORACLE, request, timeout_s=self.plan.trial_timeout_s)
+        if made.journal_evidence:
+            log.info("%s: %s", target.name, made.journal_evidence)
+            self.journal_evidence[target.name] = made.journal_evidence
         self.oracles.add(target.name)
+
+    @staticmethod
+    def _journal_dev(machine: Machine, target: Target) -> str | None:
+        return machine.disk("journal") if target.needs_journal_disk else None
 
     def point_for(self, target: str, trial: int) -> CutPoint:
         return plan_cut(self.workload, trial_seed=f"{self.plan.seed}:{target}:{trial}",
@@ -259,7 +268,8 @@ class CutEngine:
             oracle_path=os.fspath(self._oracle_path(target)), data_dev=machine.disk("data"),
             point=point, mode=FlakeyMode(self.plan.mode), continue_syncs=self.plan.continue_syncs,
             count_post_cut_promises=self.plan.count_post_cut_promises,
-            timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8))
+            timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),
+            journal_dev=self._journal_dev(machine, self.by_name[target]))
         try:
             seen = agent.perform(machine, CUT_TRIAL, request, timeout_s=self.plan.trial_timeout_s)
         except (CommandTimeout, MachineError) as exc:
@@ -369,6 +379,7 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
     finally:
         if engine is not None:
             result.replacements = engine.replacements
+            result.journal_evidence = dict(engine.journal_evidence)
             engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):

@@ -28,6 +28,7 @@ under an emulated CPU. The host side is ``crashcases.cut``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -51,12 +52,13 @@ from crashcases.operations import (
     perform,
 )
 from crashcases.oracle import OracleLog
-from devicemapper.flakey import FlakeyMode, flakey_device
+from devicemapper.flakey import FlakeyMode, cut_together, flakey_device, restore_together
 from framework.core import agent, clock
 from framework.core.command import CommandRunner, HostRunner
 from framework.core.errors import CommandError, ConfigError
 from framework.core.syscalls import drop_caches
-from recovery.filesystems import persistence_rules
+from recovery.filesystems import adapter_for, persistence_rules
+from recovery.fsck import C_LOCALE
 from recovery.mount import mkfs, mount_timed, mounted
 from recovery.targets import Target
 
@@ -282,15 +284,17 @@ class OracleRequest:
     workload_path: str
     oracle_path: str
     data_dev: str
+    journal_dev: str | None = None  # the external journal's disk, for targets with one
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "workload_path": self.workload_path,
-                "oracle_path": self.oracle_path, "data_dev": self.data_dev}
+                "oracle_path": self.oracle_path, "data_dev": self.data_dev,
+                "journal_dev": self.journal_dev}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> OracleRequest:
         return cls(Target.from_dict(raw["target"]), str(raw["workload_path"]),
-                   str(raw["oracle_path"]), str(raw["data_dev"]))
+                   str(raw["oracle_path"]), str(raw["data_dev"]), raw.get("journal_dev"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,13 +302,16 @@ class OracleResult:
     marks: int
     ops: int
     oracle_s: float
+    # Where the journal is, in the filesystem's own tool's words (external journals).
+    journal_evidence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> OracleResult:
-        return cls(int(raw["marks"]), int(raw["ops"]), float(raw["oracle_s"]))
+        return cls(int(raw["marks"]), int(raw["ops"]), float(raw["oracle_s"]),
+                   str(raw.get("journal_evidence", "")))
 
 
 def make_oracle(req: OracleRequest) -> OracleResult:
@@ -312,13 +319,26 @@ def make_oracle(req: OracleRequest) -> OracleResult:
     runner = HostRunner()
     workload = Workload.from_json(Path(req.workload_path).read_text())
     start = clock.monotonic()
-    mkfs(runner, req.target, req.data_dev)
+    mkfs(runner, req.target, req.data_dev, journal_dev=req.journal_dev)
+    evidence = journal_evidence(runner, req.target, req.data_dev) if req.journal_dev else ""
     ORACLE_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
-    with mounted(runner, req.target, req.data_dev, os.fspath(ORACLE_MOUNTPOINT), timeout_s=120):
+    with mounted(runner, req.target, req.data_dev, os.fspath(ORACLE_MOUNTPOINT),
+                 journal_dev=req.journal_dev, timeout_s=120):
         oracle = execute(workload, ORACLE_MOUNTPOINT, lambda _name: None)
     Path(req.oracle_path).write_text(oracle.to_json())
     return OracleResult(marks=len(oracle.marks), ops=len(workload.ops),
-                        oracle_s=clock.monotonic() - start)
+                        oracle_s=clock.monotonic() - start, journal_evidence=evidence)
+
+
+def journal_evidence(runner: CommandRunner, target: Target, dev: str) -> str:
+    """What the filesystem's own tool says of where ``dev``'s journal is."""
+    adapter = adapter_for(target.fstype)
+    argv = adapter.journal_location_argv(dev)
+    if argv is None:
+        return ""
+    result = runner.run(argv, timeout_s=60, ok_status=None, env=C_LOCALE)
+    lines = adapter.journal_location_lines(result.stdout + result.stderr)
+    return f"{' '.join(argv)}: " + (" | ".join(lines) or f"no journal line (exit {result.status})")
 
 
 CUT_ORACLE = agent.Task("cut-oracle", OracleRequest, OracleResult, make_oracle)
@@ -341,6 +361,7 @@ class TrialRequest:
     continue_syncs: int = 2
     count_post_cut_promises: bool = False  # positive control: must report data loss
     timeouts: Timeouts = field(default_factory=Timeouts)
+    journal_dev: str | None = None  # the external journal's disk, cut with the data disk
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "key": self.key,
@@ -348,7 +369,7 @@ class TrialRequest:
                 "data_dev": self.data_dev, "point": self.point.to_dict(), "mode": self.mode.value,
                 "continue_syncs": self.continue_syncs,
                 "count_post_cut_promises": self.count_post_cut_promises,
-                "timeouts": asdict(self.timeouts)}
+                "timeouts": asdict(self.timeouts), "journal_dev": self.journal_dev}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TrialRequest:
@@ -356,7 +377,7 @@ class TrialRequest:
                    str(raw["oracle_path"]), str(raw["data_dev"]), CutPoint.from_dict(raw["point"]),
                    FlakeyMode(raw["mode"]), int(raw.get("continue_syncs", 2)),
                    bool(raw.get("count_post_cut_promises", False)),
-                   Timeouts(**raw.get("timeouts", {})))
+                   Timeouts(**raw.get("timeouts", {})), raw.get("journal_dev"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +403,7 @@ def cut_trial(req: TrialRequest) -> TrialOutcome:
     oracle = OracleLog.from_json(Path(req.oracle_path).read_text())
     return run_trial(HostRunner(), req.target, req.data_dev, workload, oracle, req.point, req.mode,
                      continue_syncs=req.continue_syncs, count_post_cut=req.count_post_cut_promises,
-                     key=req.key, timeouts=req.timeouts)
+                     key=req.key, timeouts=req.timeouts, journal_dev=req.journal_dev)
 
 
 CUT_TRIAL = agent.Task("cut-trial", TrialRequest, TrialOutcome, cut_trial)
@@ -392,18 +413,27 @@ def run_trial(runner: CommandRunner, target: Target, data_dev: str, workload: Wo
               oracle: OracleLog, point: CutPoint, mode: FlakeyMode, *, continue_syncs: int,
               count_post_cut: bool, key: str, timeouts: Timeouts,
               live: Path = LIVE_MOUNTPOINT, check_mp: Path = CHECK_MOUNTPOINT,
-              forget_caches: Callable[[], None] = drop_caches) -> TrialOutcome:
-    """One power-cut trial on ``data_dev``: the live workload, the cut, the recovery check."""
+              forget_caches: Callable[[], None] = drop_caches,
+              journal_dev: str | None = None) -> TrialOutcome:
+    """One power-cut trial on ``data_dev`` (and the external journal on ``journal_dev``,
+    cut at the same instant): the live workload, the cut, the recovery check."""
     if mode not in CUT_MODES:
         raise ConfigError(f"cut mode {mode!r}: expected one of {', '.join(CUT_MODES)}")
     live.mkdir(parents=True, exist_ok=True)
-    with flakey_device(runner, data_dev) as fd:
-        mkfs(runner, target, fd.path)
-        mres = mount_timed(runner, target, fd.path, os.fspath(live), timeout_s=timeouts.mount_s)
+    with contextlib.ExitStack() as stack:
+        fd = stack.enter_context(flakey_device(runner, data_dev))
+        fj = (stack.enter_context(flakey_device(runner, journal_dev, name="pc-flakey-journal"))
+              if journal_dev is not None else None)
+        disks = [fd] if fj is None else [fd, fj]
+        jpath = fj.path if fj is not None else None
+        mkfs(runner, target, fd.path, journal_dev=jpath)
+        mres = mount_timed(runner, target, fd.path, os.fspath(live), journal_dev=jpath,
+                           timeout_s=timeouts.mount_s)
         if not mres.ok:
             raise CommandError(f"mount of fresh {target.name} on {fd.path} failed: {mres.error}")
         try:
-            result = drive(workload, live, point, lambda: fd.cut(mode), continue_syncs=continue_syncs)
+            result = drive(workload, live, point, lambda: cut_together(disks, mode),
+                           continue_syncs=continue_syncs)
         except BaseException:
             try:
                 runner.run(["umount", os.fspath(live)], timeout_s=timeouts.umount_s)
@@ -415,11 +445,12 @@ def run_trial(runner: CommandRunner, target: Target, data_dev: str, workload: Wo
         # reach the disk either. The cut table is live (resumed), so the
         # unmount completes; only a *suspended* device makes it hang.
         runner.run(["umount", os.fspath(live)], timeout_s=timeouts.umount_s)
-        # Drop the block device's cached buffers while writes still vanish:
+        # Drop the block devices' cached buffers while writes still vanish:
         # they hold metadata as the dead filesystem last saw it, not as the
         # disk has it.
-        runner.run(["blockdev", "--flushbufs", fd.path], timeout_s=60, ok_status=None)
-        fd.restore()
+        for disk in disks:
+            runner.run(["blockdev", "--flushbufs", disk.path], timeout_s=60, ok_status=None)
+        restore_together(disks)
         forget_caches()
         last_mark: str | None = result.last_mark
         if count_post_cut and result.post_cut_promises:
@@ -427,5 +458,6 @@ def run_trial(runner: CommandRunner, target: Target, data_dev: str, workload: Wo
             # cut. The device lied to them, so the check must find data loss.
             last_mark = result.post_cut_promises[-1]
         check = check_state(runner, target, fd.path, check_mp, oracle=oracle, last_mark=last_mark,
-                            rules=persistence_rules(target), key=key, timeouts=timeouts)
+                            rules=persistence_rules(target), key=key, timeouts=timeouts,
+                            journal_dev=jpath)
     return TrialOutcome(result, check, last_mark)

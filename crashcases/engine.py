@@ -151,7 +151,7 @@ def check_target(target: Target) -> None:
         # device whose writes interleave with the data disk's.
         raise ConfigError(
             f"target {target.name}: crash runs need the journal on the recorded disk; "
-            "external-journal targets are for recovery timing and benchmarks"
+            "external-journal targets run in power cuts (cut) and benchmarks"
         )
 
 

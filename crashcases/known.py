@@ -60,7 +60,7 @@ from crashcases.oracle import FindingKind, OracleLog
 from crashcases.outcomes import Outcome, fails
 from crashcases.points import VariantKind
 from framework.core.errors import ConfigError
-from recovery.targets import Target
+from recovery.targets import JournalPlacement, Target
 
 #: The list that ships with powercut (a resource of this package).
 SHIPPED = "known.toml"
@@ -69,8 +69,9 @@ RUN_KINDS = ("crash", "cut")
 EXPLAINABLE = tuple(dict.fromkeys(
     [o.value for o in Outcome if o is not Outcome.OK] + [k.value for k in FindingKind]))
 OP_KINDS = tuple(sorted(str(k) for k in DURABILITY_OPS))
-ENTRY_KEYS = ("id", "fstype", "target", "kernel_min", "kernel_max", "run", "case", "op",
-              "variants", "findings", "reason", "link", "source")
+ENTRY_KEYS = ("id", "fstype", "target", "journal", "kernel_min", "kernel_max", "run", "case",
+              "op", "variants", "findings", "reason", "link", "source")
+JOURNALS = tuple(p.value for p in JournalPlacement)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RELEASE = re.compile(r"^\d+([.-]\d+)*$")
 
@@ -123,6 +124,7 @@ class Scope:
     kernel: str | None
     #: Variant kinds the run checks (crash runs); empty for power cuts.
     variants: tuple[str, ...] = ()
+    journal: str = ""  # the target's journal placement (JournalPlacement value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,7 @@ class KnownEntry:
     reason: str
     fstype: str | None = None
     target: str | None = None
+    journal: str | None = None  # a journal placement: internal, external or none
     kernel_min: str | None = None
     kernel_max: str | None = None
     run: str | None = None
@@ -162,6 +165,8 @@ class KnownEntry:
         if self.fstype is not None and not fnmatch.fnmatchcase(scope.fstype, self.fstype):
             return False
         if self.target is not None and not fnmatch.fnmatchcase(scope.target, self.target):
+            return False
+        if self.journal is not None and self.journal != scope.journal:
             return False
         if self.run is not None and self.run != scope.run:
             return False
@@ -226,6 +231,9 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
     if (fstype is None) == (target is None):
         raise _fail(source, entry, "fstype", "give exactly one of fstype and target "
                                              "(a glob on the filesystem type or the target name)")
+    journal = _text(raw, "journal", source, entry)
+    if journal is not None and journal not in JOURNALS:
+        raise _fail(source, entry, "journal", f"{journal!r}: expected {', '.join(JOURNALS)}")
     bounds = {}
     for key in ("kernel_min", "kernel_max"):
         value = _text(raw, key, source, entry)
@@ -269,7 +277,7 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
     if link is not None and not re.match(r"^https?://\S+$", link):
         raise _fail(source, entry, "link", f"{link!r}: expected an http(s) URL")
     return KnownEntry(id=ident, findings=findings, reason=reason, fstype=fstype, target=target,
-                      kernel_min=bounds["kernel_min"], kernel_max=bounds["kernel_max"], run=run,
+                      journal=journal, kernel_min=bounds["kernel_min"], kernel_max=bounds["kernel_max"], run=run,
                       case=_text(raw, "case", source, entry), op=op, variants=variants,
                       link=link, source=where, file=source)
 
@@ -307,7 +315,8 @@ class KnownList:
     def matcher(self, *, run: str, target: Target, case: str, kernel: str | None,
                 marks: Mapping[str, str], variants: Sequence[str] = ()) -> KnownMatcher:
         """A matcher for the states of ``target`` in one run (see KnownMatcher)."""
-        scope = Scope(run, target.name, target.fstype, case, kernel, tuple(variants))
+        scope = Scope(run, target.name, target.fstype, case, kernel, tuple(variants),
+                      JournalPlacement(target.journal).value)
         return KnownMatcher(self, scope, target, marks)
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from devicemapper import table
 from devicemapper.dmsetup import DmSetup, device_sectors
 from devicemapper.table import FlakeyMode
 from framework.core.command import CommandRunner
 
-__all__ = ["FlakeyDevice", "FlakeyMode", "flakey_device"]
+__all__ = ["FlakeyDevice", "FlakeyMode", "cut_together", "flakey_device", "restore_together"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,33 @@ class FlakeyDevice:
         """Back to pass-through (needed before unmount, or it hangs)."""
         self.dm.swap(self.name, self.table_for(FlakeyMode.PASS), lockfs=False)
         self.mode = FlakeyMode.PASS
+
+
+def cut_together(devices: Sequence[FlakeyDevice], mode: FlakeyMode = FlakeyMode.DROP_WRITES) -> None:
+    """Cut the power of several disks at one instant: every device is suspended (no
+    freeze) before any gets its cut table, and none resumes before all have it, so no
+    write reaches one disk after another has lost power (a data disk and its external
+    journal)."""
+    _swap_together(devices, mode)
+
+
+def restore_together(devices: Sequence[FlakeyDevice]) -> None:
+    _swap_together(devices, FlakeyMode.PASS)
+
+
+def _swap_together(devices: Sequence[FlakeyDevice], mode: FlakeyMode) -> None:
+    suspended: list[FlakeyDevice] = []
+    try:
+        for fd in devices:
+            fd.dm.suspend(fd.name, lockfs=False)
+            suspended.append(fd)
+        for fd in devices:
+            fd.dm.load(fd.name, fd.table_for(mode))
+    finally:
+        for fd in suspended:  # always resume: a suspended device hangs every writer
+            fd.dm.resume(fd.name)
+    for fd in devices:
+        fd.mode = mode
 
 
 @contextlib.contextmanager

@@ -206,6 +206,8 @@ def cmd_cut(args: argparse.Namespace) -> int:
                             title=f"recovery after power cuts ({plan.mode.value}, {plan.case})",
                             known={t: sum(1 for tr in result.for_target(t) if result.is_known(tr))
                                    for t in targets}))
+    for target, evidence in result.journal_evidence.items():
+        out.print(f"journal of {target}: {evidence}", markup=False)
     out.print(f"results: {result.run_dir}/results.json  junit: {junit_path}  "
               f"db: {args.db} (run {result.run_id}); "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")

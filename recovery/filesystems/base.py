@@ -169,6 +169,15 @@ class FilesystemAdapter(abc.ABC):
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         """A non-interactive fsck: no-modify check, or repair with every answer yes."""
 
+    def journal_location_argv(self, dev: str) -> list[str] | None:
+        """A read-only command whose output says where ``dev``'s journal is; None if the
+        filesystem has no such tool."""
+        return None
+
+    def journal_location_lines(self, output: str) -> list[str]:
+        """The lines of ``journal_location_argv``'s output that say where the journal is."""
+        return []
+
     def journal_replay_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
         """The checker's journal replay, run before anything else when the kernel does not
         replay at mount (``mount_replays_journal`` False); None where mount replays."""

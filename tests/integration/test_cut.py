@@ -87,3 +87,27 @@ def test_a_target_only_the_host_knows_is_cut_and_checked_in_the_guest(tmp_path: 
     assert trial.outcome is Outcome.OK, trial
     assert trial.check is not None and trial.check.mount_ok and trial.drive is not None
     assert trial.checked_mark == trial.drive.last_mark
+
+
+def test_a_cut_takes_the_external_journal_disk_down_with_the_data_disk(tmp_path: Path) -> None:
+    """The journal on its own disk: both disks are cut, recovery is given the journal
+    device, and the filesystem's own tool shows the journal is on the other disk."""
+    res = powercut_cut(tmp_path, "--target", "ext4/logdev,xfs/logdev", "--case", "random:150",
+                       "--trials", "1", "--seed", "5")
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = results_of(tmp_path)
+    evidence = doc["journal_evidence"]
+    assert evidence["ext4/logdev"].startswith("dumpe2fs -h ") and \
+        "Journal device:" in evidence["ext4/logdev"], evidence
+    assert "Journal inode:" not in evidence["ext4/logdev"]
+    assert "log =external" in evidence["xfs/logdev"], evidence
+    assert "journal of ext4/logdev: dumpe2fs" in res.stdout
+    replays = {}
+    for t in doc["trials"]:
+        assert t["outcome"] == "ok", t
+        assert t["drive"]["post_cut_ops"] >= 1, t["drive"]
+        assert t["mount_s"] > 0 and t["fsck_s"] > 0
+        replays[t["target"]] = " | ".join(t["check"]["replay_messages"])
+    # The cut left both journals to replay at mount; xfs names the device it replayed.
+    assert "recovery complete" in replays["ext4/logdev"], replays
+    assert "Ending recovery (logdev: /dev/mapper/pc-flakey-journal)" in replays["xfs/logdev"]

@@ -9,7 +9,7 @@ import pytest
 from devicemapper import table
 from devicemapper.delay import delay_device
 from devicemapper.dmsetup import DmSetup
-from devicemapper.flakey import flakey_device
+from devicemapper.flakey import cut_together, flakey_device, restore_together
 from devicemapper.ioctl import DM_TARGET_MSG, pack_target_msg
 from devicemapper.logwrites import LogWritesStatus, check_mark, recording
 from devicemapper.table import FlakeyMode
@@ -52,6 +52,40 @@ def test_flakey_cut_swaps_without_freezing_and_restores_before_remove():
     ]
     tables = [i for c, i in zip(fake.calls, fake.inputs) if c[:2] == ("dmsetup", "load")]
     assert tables[0].endswith("1 drop_writes\n") and tables[1].endswith(" 180 0\n")
+
+
+def test_a_data_disk_and_its_journal_disk_lose_power_at_one_instant():
+    """Both are suspended before either gets its cut table, and neither resumes before
+    both have it: no write reaches the journal after the data disk lost power."""
+    fake = dm_fake()
+    with flakey_device(fake, "/dev/vda") as data, \
+            flakey_device(fake, "/dev/vdb", name="pc-flakey-journal") as journal:
+        start = len(fake.calls)
+        cut_together([data, journal], FlakeyMode.DROP_WRITES)
+        cut = [c[1:] for c in fake.calls[start:] if c[0] == "dmsetup"]
+        start = len(fake.calls)
+        restore_together([data, journal])
+        restored = [c[1:] for c in fake.calls[start:] if c[0] == "dmsetup"]
+    both = [("suspend", "--nolockfs", "pc-flakey"), ("suspend", "--nolockfs", "pc-flakey-journal"),
+            ("load", "pc-flakey"), ("load", "pc-flakey-journal"),
+            ("resume", "pc-flakey"), ("resume", "pc-flakey-journal")]
+    assert cut == both and restored == both
+    tables = [i for c, i in zip(fake.calls, fake.inputs) if c[:2] == ("dmsetup", "load")]
+    assert [t.split()[3] for t in tables] == ["/dev/vda", "/dev/vdb", "/dev/vda", "/dev/vdb"]
+    assert all(t.endswith("1 drop_writes\n") for t in tables[:2])
+    assert all(t.endswith(" 180 0\n") for t in tables[2:])
+    assert data.mode is journal.mode is FlakeyMode.PASS
+
+
+def test_a_failed_joint_cut_resumes_every_suspended_disk():
+    fake = dm_fake()
+    fake.on("dmsetup load pc-flakey-journal", status=1, stderr="device-mapper: reload ioctl failed")
+    with flakey_device(fake, "/dev/vda") as data, \
+            flakey_device(fake, "/dev/vdb", name="pc-flakey-journal") as journal:
+        with pytest.raises(DeviceMapperError, match="reload ioctl failed"):
+            cut_together([data, journal])
+        resumed = [c[2] for c in fake.calls if c[:2] == ("dmsetup", "resume")]
+        assert resumed == ["pc-flakey", "pc-flakey-journal"]
 
 
 def test_delay_device_spans_the_whole_device_and_is_removed_on_error():

@@ -116,11 +116,11 @@ def test_the_shipped_list_parses_and_every_entry_cites_its_source() -> None:
 def test_every_field_is_read() -> None:
     text = known(id="all.fields_1", scope='target = "ext4/*"', findings='["wrong-content", "recovered"]',
                  extra='kernel_min = "6.1"\nkernel_max = "6.12.999"\nrun = "crash"\ncase = "gen:*"\n'
-                       'op = "fsync*"\nvariants = ["subset", "torn"]\n'
+                       'op = "fsync*"\nvariants = ["subset", "torn"]\njournal = "internal"\n'
                        'link = "https://example.org/report/1"')
     (e,) = parse_known(text, source="mine.toml")
-    assert (e.id, e.target, e.fstype, e.kernel_min, e.kernel_max) == (
-        "all.fields_1", "ext4/*", None, "6.1", "6.12.999")
+    assert (e.id, e.target, e.fstype, e.kernel_min, e.kernel_max, e.journal) == (
+        "all.fields_1", "ext4/*", None, "6.1", "6.12.999", "internal")
     assert (e.run, e.case, e.op, e.variants) == ("crash", "gen:*", "fsync*", ("subset", "torn"))
     assert e.findings == ("wrong-content", "recovered")
     assert (e.source, e.link, e.file) == ("fs/x/y.c f(), Linux 6.1", "https://example.org/report/1",
@@ -157,6 +157,7 @@ BAD_ENTRIES = [
     (known(id="x", extra='link = "see the bug tracker"'), "link"),
     (known(id="x") + known(id="x"), "id"),
     (known(id="not ok"), "id"),
+    (known(id="x", extra='journal = "outside"'), "journal"),
 ]
 
 
@@ -265,6 +266,21 @@ def test_negative_control_an_entry_for_another_filesystem_changes_nothing() -> N
 ])
 def test_fstype_and_target_globs(scope: str, target: str, applies: bool) -> None:
     m = matcher(klist(known(scope=scope)), target)
+    assert bool(m.applicable) is applies
+
+
+@pytest.mark.parametrize(("journal", "target", "applies"), [
+    ("external", "jfs/logdev", True),
+    ("external", "jfs", False),
+    ("internal", "jfs", True),
+    ("internal", "jfs/logdev", False),
+    ("none", "ext4/nojournal", True),
+    ("none", "ext4/ordered", False),
+])
+def test_journal_placement_decides_where_an_entry_applies(journal: str, target: str,
+                                                          applies: bool) -> None:
+    scope = 'fstype = "jfs"' if target.startswith("jfs") else 'fstype = "ext4"'
+    m = matcher(klist(known(scope=scope, extra=f'journal = "{journal}"')), target)
     assert bool(m.applicable) is applies
 
 

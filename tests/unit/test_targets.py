@@ -168,3 +168,45 @@ def test_shadowing_a_builtin_names_the_file_and_the_target(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as err:
         load_targets(path)
     assert str(err.value) == f"{path}: targets.'ext4/ordered': redefines a built-in target"
+
+
+# What the filesystems' own tools print (dumpe2fs 1.47.0 -h, xfs_db 6.1 "info",
+# jfs_tune 1.1.15 -l) for a volume made with its journal on another disk.
+DUMPE2FS_EXTERNAL = """\
+Filesystem features:      has_journal ext_attr resize_inode dir_index filetype extent 64bit
+Journal UUID:             fe05c371-2189-40b7-97ae-b57f348096b5
+Journal device:\t          0x0700
+Journal backup:           inode blocks
+"""
+DUMPE2FS_INTERNAL = """\
+Journal inode:            8
+Journal backup:           inode blocks
+Journal size:             4096k
+"""
+XFS_DB_EXTERNAL = """\
+meta-data=/tmp/x.img             isize=512    agcount=4, agsize=20480 blks
+log      =external               bsize=4096   blocks=20480, version=2
+realtime =none                   extsz=4096   blocks=0, rtextents=0
+"""
+JFS_TUNE_EXTERNAL = """\
+JFS flags:\t\tJFS_LINUX  JFS_COMMIT  JFS_GROUPCOMMIT
+Aggregate block size:\t4096 bytes
+Log device number:\t0x701
+External log UUID:\t8a2ed385-67f3-418e-b1b2-e2b6241ff588
+"""
+
+
+@pytest.mark.parametrize(("fstype", "output", "expected"), [
+    ("ext4", DUMPE2FS_EXTERNAL, ["Journal UUID: fe05c371-2189-40b7-97ae-b57f348096b5",
+                                 "Journal device: 0x0700"]),
+    ("ext4", DUMPE2FS_INTERNAL, ["Journal inode: 8", "Journal size: 4096k"]),
+    ("xfs", XFS_DB_EXTERNAL, ["log =external bsize=4096 blocks=20480, version=2"]),
+    ("jfs", JFS_TUNE_EXTERNAL, ["JFS flags: JFS_LINUX JFS_COMMIT JFS_GROUPCOMMIT",
+                                "Log device number: 0x701",
+                                "External log UUID: 8a2ed385-67f3-418e-b1b2-e2b6241ff588"]),
+])
+def test_the_journal_location_comes_from_the_filesystems_own_tool(
+        fstype: str, output: str, expected: list[str]) -> None:
+    adapter = adapter_for(fstype)
+    assert adapter.journal_location_argv("/dev/vdb") is not None
+    assert adapter.journal_location_lines(output) == expected
