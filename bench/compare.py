@@ -2,18 +2,20 @@
 configuration? (a script, not a test): prints figures.
 
 Runs one small study ``--same + 1`` times on one kernel, each a separate
-``powercut run``: fs_mark on ext2 and on a target named "cmp-ext4", and power
-cuts on "cmp-ext4". The first ``--same`` runs define cmp-ext4 as ext4
-data=ordered; the last defines the same name with the extra mount options
-``--planted`` (default "sync,dirsync": every write and directory change waits
-for its journal commit, a throughput regression by construction). It then
+``powercut run``: a benchmark (``--workload``, default fio's sequential 8 KiB
+writes) on ext2 and on a target named "cmp-ext4", and power cuts on
+"cmp-ext4". The first ``--same`` runs define cmp-ext4 as ext4 data=ordered;
+the last defines the same name with the extra mount options ``--planted``
+(default "sync": every write waits for the disk and its journal commit, a
+throughput regression by construction). It then
 compares run 1 with run 2, 2 with 3, ... (same configuration: nothing may be
 flagged) and the last same-configuration run with the planted one (the
 cmp-ext4 throughput must be flagged, ext2 must not), and prints for every
 pair compare's exit status and each metric's means, change and verdict.
 
 Usage: python bench/compare.py [--work DIR] [--same 4] [--reps 5] [--trials 3]
-                               [--planted sync,dirsync] [--kernel-release R]
+                               [--workload fio-seq-write-8k] [--planted sync]
+                               [--kernel-release R]
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ POWERCUT = [sys.executable, "-m", "framework.cli"]
 STUDY = """\
 [study]
 name = "compare-check"
-description = "fs_mark on ext2 and cmp-ext4, power cuts on cmp-ext4"
+description = "{workload} on ext2 and cmp-ext4, power cuts on cmp-ext4"
 
 [[step]]
 title = "throughput"
 command = "bench"
 targets = ["ext2", "cmp-ext4"]
-options = {{ workload = "fsmark", reps = {reps}, seed = 1, baseline = "ext2" }}
+options = {{ workload = "{workload}", reps = {reps}, seed = 1, baseline = "ext2" }}
 
 [[step]]
 title = "recovery after power cuts"
@@ -60,7 +62,7 @@ description = "{description}"
 
 def write_inputs(work: Path, args: argparse.Namespace) -> tuple[Path, Path, Path]:
     study = work / "study.toml"
-    study.write_text(STUDY.format(reps=args.reps, trials=args.trials))
+    study.write_text(STUDY.format(workload=args.workload, reps=args.reps, trials=args.trials))
     same, planted = work / "same.toml", work / "planted.toml"
     same.write_text(TARGET.format(options=json.dumps(["data=ordered"]),
                                   description="ext4 data=ordered"))
@@ -114,10 +116,12 @@ def main() -> int:
     p.add_argument("--work", type=Path, help="work directory (default: a new temporary one)")
     p.add_argument("--same", type=int, default=4,
                    help="runs of the unchanged configuration (pairs: one fewer; default 4)")
-    p.add_argument("--reps", type=int, default=5, help="fs_mark repetitions per run (default 5)")
+    p.add_argument("--workload", default="fio-seq-write-8k",
+                   help="the benchmark (default: fio-seq-write-8k)")
+    p.add_argument("--reps", type=int, default=5, help="repetitions per run (default 5)")
     p.add_argument("--trials", type=int, default=3, help="power cuts per run (default 3)")
-    p.add_argument("--planted", default="sync,dirsync",
-                   help="mount options the planted run adds to cmp-ext4 (default: sync,dirsync)")
+    p.add_argument("--planted", default="sync",
+                   help="mount options the planted run adds to cmp-ext4 (default: sync)")
     p.add_argument("--kernel-release", help="an installed Debian kernel (default: powercut's)")
     args = p.parse_args()
     if args.same < 2:
@@ -128,7 +132,7 @@ def main() -> int:
     kernel = ["--kernel-release", args.kernel_release] if args.kernel_release else []
     study, same, planted = write_inputs(work, args)
     print(f"work directory {work}; {args.same} runs of ext4 data=ordered, one with "
-          f"+{args.planted}; fs_mark {args.reps} reps, {args.trials} power cuts each", flush=True)
+          f"+{args.planted}; {args.workload} {args.reps} reps, {args.trials} power cuts each", flush=True)
 
     runs: list[int] = []
     for i in range(args.same + 1):
