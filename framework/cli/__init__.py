@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -161,12 +162,21 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The command line; a command that writes run directories and was given no --db keeps
+    its database beside them, in the --results directory."""
+    args = parser.parse_args(argv)
+    if getattr(args, "db", "") is None and getattr(args, "results", None):
+        args.db = os.path.join(args.results, getattr(args, "db_name", "powercut.sqlite"))
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()

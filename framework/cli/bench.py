@@ -225,9 +225,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", default="results", metavar="DIR",
                    help="where run directories go (default: ./results)")
     p.add_argument("--junit", metavar="PATH", help="JUnit XML path (default: RUN_DIR/junit.xml)")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+    p.add_argument("--db", metavar="PATH",
                    help="sqlite results store: every sample is written as soon as it is measured "
-                        "(default: results/powercut.sqlite)")
+                        "(default: powercut.sqlite in the --results directory)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--resume", metavar="RUN_DIR",

@@ -277,12 +277,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="which benchmark figures are judged: 'absolute' (each target's own), "
                         "'relative' (each target's ratio to its run's baseline target, which "
                         "the machine's speed on the day cancels out of) or 'both' (default)")
-    p.add_argument("--db", default="results/ci.sqlite", metavar="PATH",
-                   help="results database the runs go to (default: results/ci.sqlite)")
+    p.add_argument("--db", metavar="PATH",
+                   help="results database the runs go to (default: ci.sqlite in the --results "
+                        "directory)")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="where run directories go (default: ./results)")
     p.add_argument("--junit", metavar="PATH", help="JUnit file (default: ci.xml in the "
                                                    "candidate's study run directory)")
     p.add_argument("--summary", metavar="PATH", help="markdown summary (default: ci.md there)")
     add_machine_options(p)
-    p.set_defaults(func=cmd_ci)
+    p.set_defaults(func=cmd_ci, db_name="ci.sqlite")

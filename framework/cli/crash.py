@@ -339,9 +339,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit", metavar="PATH",
                    help="also write one JUnit XML for all targets here (each run directory "
                         "always gets its own junit.xml)")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+    p.add_argument("--db", metavar="PATH",
                    help="sqlite results store; every state is written as soon as it is checked "
-                        "(default: results/powercut.sqlite)")
+                        "(default: powercut.sqlite in the --results directory)")
     p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="carry on a crash run that was interrupted (Ctrl-C, kill, a guest or "

@@ -254,8 +254,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds one trial may take before it counts as a hang (default: 900)")
     p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
     p.add_argument("--junit", metavar="PATH", help="JUnit XML path (default: RUN_DIR/junit.xml)")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
-                   help="sqlite results store, one row per trial (default: results/powercut.sqlite)")
+    p.add_argument("--db", metavar="PATH",
+                   help="sqlite results store, one row per trial (default: powercut.sqlite in the "
+                        "--results directory)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="carry on a power-cut run that was interrupted (Ctrl-C, kill, a guest "

@@ -237,8 +237,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="your own targets in TOML (format of recovery/builtin_targets.toml), "
                         "passed to every step; steps may name them")
     p.add_argument("--results", default="results", metavar="DIR", help="where run directories go (default: ./results)")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
-                   help="sqlite results store shared by all steps (default: results/powercut.sqlite)")
+    p.add_argument("--db", metavar="PATH",
+                   help="sqlite results store shared by all steps (default: powercut.sqlite in "
+                        "the --results directory)")
     add_machine_options(p)
     p.set_defaults(func=cmd_run)
 

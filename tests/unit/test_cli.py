@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from framework.cli import COMMANDS, build_parser, main
+from framework.cli import COMMANDS, build_parser, main, parse
 
 
 def _names(module: str) -> set[str]:
@@ -35,6 +35,21 @@ def test_a_named_command_gets_its_full_parser() -> None:
     args = build_parser(["-v", "crash", "--target", "ext2"]).parse_args(
         ["-v", "crash", "--target", "ext2"])
     assert args.command == "crash" and args.verbose == 1
+
+
+@pytest.mark.parametrize(("argv", "db"), [
+    (["crash", "--target", "ext2", "--results", "out"], "out/powercut.sqlite"),
+    (["cut", "--target", "ext2", "--results", "out"], "out/powercut.sqlite"),
+    (["bench", "--target", "ext2", "--results", "out"], "out/powercut.sqlite"),
+    (["run", "quick", "--results", "out"], "out/powercut.sqlite"),
+    (["ci", "--results", "out"], "out/ci.sqlite"),
+    (["crash", "--target", "ext2"], "results/powercut.sqlite"),
+    (["crash", "--target", "ext2", "--results", "out", "--db", "x.sqlite"], "x.sqlite"),
+    (["report", "latest"], "results/powercut.sqlite"),
+])
+def test_the_database_goes_beside_the_run_directories_unless_named(argv: list[str],
+                                                                   db: str) -> None:
+    assert parse(build_parser(argv), argv).db == db
 
 
 def test_an_unknown_command_is_a_usage_error_naming_the_choices(capsys) -> None:
