@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from framework import __version__
@@ -171,7 +171,10 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *,
+         on_error: Callable[[PowercutError], None] | None = None) -> int:
+    """Run one command; its exit status. ``on_error`` sees the error a failing command
+    ended with (a study uses it to stop after a guest that did not boot)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -188,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     except PowercutError as exc:
         print(f"powercut: {exc}", file=sys.stderr)
+        if on_error is not None:
+            on_error(exc)
         return 2
     except KeyboardInterrupt:
         print("powercut: interrupted; results so far are kept", file=sys.stderr)

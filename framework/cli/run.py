@@ -19,7 +19,7 @@ from framework.cli.study import (
     run_study,
     shard,
 )
-from framework.core.errors import ConfigError, MissingPrerequisite, PowercutError
+from framework.core.errors import BootError, ConfigError, MissingPrerequisite, PowercutError
 from framework.core.lifecycle import (
     RunSpec,
     current_study_step,
@@ -97,10 +97,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert run.run_id is not None
         done = finished_steps(run.run_dir) if resume_dir is not None else {}
         study_id = run.run_id
+        # The guest of a step did not boot: every later step would boot the same kernel.
+        no_boot: list[tuple[int, BootError]] = []
+
+        def stop_on_boot_error(exc: PowercutError) -> None:
+            if isinstance(exc, BootError) and not no_boot:
+                no_boot.append((current_study_step() or 0, exc))
 
         def run_step(argv: Sequence[str]) -> int:
             index = current_study_step()
             assert index is not None
+            if no_boot:
+                print(f"   not run: the guest did not boot in step {no_boot[0][0]} (the same "
+                      "kernel would not boot here either)")
+                return 2
             if index in done:
                 print(f"   done before (exit {done[index]}): not run again")
                 return done[index]
@@ -118,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     argv = resume_argv(argv, earlier[-1].environment["run_dir"])
                     print(f"   carrying on run {earlier[-1].id}: powercut {' '.join(argv)}")
             try:
-                return powercut([*argv, *extra])
+                return powercut([*argv, *extra], on_error=stop_on_boot_error)
             except SystemExit as exc:  # argparse rejected a step's options
                 return int(exc.code or 2)
 

@@ -21,6 +21,11 @@ description = "one crash step"
 command = "crash"
 targets = ["ext4/ordered"]
 options = { case = "hand:write-fsync-rename" }
+
+[[step]]
+command = "cut"
+targets = ["ext4/ordered"]
+options = { case = "random:50", trials = 1 }
 """
 
 
@@ -53,6 +58,9 @@ def test_ci_on_a_kernel_that_does_not_boot_is_a_one_line_error_exit_2(tmp_path: 
                for ln in errors), out.stderr
     assert errors[-1].startswith("powercut: baseline: step 1 could not run (exit 2"), out.stderr
     assert "candidate" not in out.stdout + out.stderr  # the baseline failed: nothing more ran
+    # The study boots its kernel once: step 2 is not tried on a kernel that did not boot.
+    assert sum("qemu exited during boot" in ln for ln in errors) == 1, out.stderr
+    assert "not run: the guest did not boot in step 1" in out.stdout, out.stdout
     # Nothing was deleted: the study run and its step are in the database, the guest's
     # console transcript is in the step's run directory.
     with sqlite3.connect(db) as con:

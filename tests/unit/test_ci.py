@@ -83,9 +83,9 @@ def ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     real_main = cli.main
     rechecks: list[list[str]] = []
 
-    def main(argv):  # type: ignore[no-untyped-def]
+    def main(argv, on_error=None):  # type: ignore[no-untyped-def]
         if argv[0] in ("run", "ci", "compare"):
-            return real_main(argv)
+            return real_main(argv, on_error=on_error)
         return fake_step(list(argv), rechecks)
 
     monkeypatch.setattr(cli, "main", main)

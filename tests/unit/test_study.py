@@ -203,8 +203,8 @@ def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
     study.write_text(SHARDED)
     real_main = cli.main
 
-    def main(argv):
-        return real_main(argv) if argv[0] == "run" else fake_powercut(list(argv))
+    def main(argv, on_error=None):
+        return real_main(argv, on_error=on_error) if argv[0] == "run" else fake_powercut(list(argv))
 
     monkeypatch.setattr(cli, "main", main)
     common = [str(study), "--run-uuid", "ci-42", "--results", str(tmp_path / "r")]
