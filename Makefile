@@ -48,7 +48,7 @@ lint: $(STAMPS)/venv
 
 # Two workers: a guest under TCG leaves a core idle much of the time.
 test: setup lint
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --durations=15
 
 unit: $(STAMPS)/venv
 	$(BIN)/pytest -q tests/unit
