@@ -1,4 +1,4 @@
-"""``powercut log info|list|replay``: look into a dm-log-writes log and replay it."""
+"""``powercut log info|list|replay|replay-log``: look into a dm-log-writes log and replay it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from devicemapper.logformat import LogEntry, LogReader, flags_str, summarize
+from devicemapper.logformat import LogEntry, LogFlag, LogReader, flags_str, summarize
 from devicemapper.replay import Replayer, require_unused
 from framework.core.errors import PowercutError
 
@@ -139,6 +139,66 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What fstests' replay-log (src/log-writes) prints for the log version it reads.
+REPLAY_LOG_VERSION = 1
+
+
+def _should_stop(entry: LogEntry, stop_flags: int, mark: str | None) -> bool:
+    """replay-log's stop rule: a flag asked for; with --end-mark, only that mark."""
+    if not entry.flags & stop_flags:
+        return False
+    if not stop_flags & LogFlag.MARK:
+        return True
+    return bool(entry.flags & LogFlag.MARK) and entry.mark == mark
+
+
+@_reporting_errors
+def cmd_replay_log(args: argparse.Namespace) -> int:
+    """The command line of fstests' replay-log (src/log-writes/replay-log.c), so that
+    scripts calling it can call powercut: the same options, the same output (entry@sector
+    for --find, the count for --num-entries, the one-line log summary without --replay),
+    exit 1 where it exits 1. Replay is powercut's own (devicemapper.replay)."""
+    stop_flags = ((LogFlag.FLUSH if args.next_flush else 0) | (LogFlag.FUA if args.next_fua else 0)
+                  | (LogFlag.MARK if args.end_mark is not None else 0))
+    with LogReader(args.log) as reader:
+        sectorsize, total = reader.sectorsize, reader.nr_entries
+        if args.start_mark is not None:
+            found = next((e for e in reader.iter_entries()
+                          if e.flags & LogFlag.MARK and e.mark == args.start_mark), None)
+            if found is None:
+                print("Couldn't find starting mark", file=sys.stderr)
+                return 1
+            start = found.index + 1  # replay-log reads the mark entry before it goes on
+        else:
+            if args.start_entry >= total:
+                print("Invalid entry number", file=sys.stderr)
+                return 1
+            start = args.start_entry
+        stop: LogEntry | None = None
+        if args.find or args.replay:
+            for n, entry in enumerate(reader.iter_entries(start), 1):
+                if (args.limit and n == args.limit) or _should_stop(entry, stop_flags,
+                                                                     args.end_mark):
+                    stop = entry
+                    break
+        if args.find:
+            if stop is None:
+                print("Couldn't find entry", file=sys.stderr)
+                return 1
+            print(f"{stop.index}@{stop.payload_end // sectorsize}")
+            return 0
+        if args.num_entries:
+            print(total)
+            return 0
+        if not args.replay:
+            print(f"Log version={REPLAY_LOG_VERSION}, sectorsize={sectorsize}, entries={total}")
+            return 0
+    require_unused(args.replay)
+    with Replayer(args.log, args.replay, discard=not args.no_discard) as replayer:
+        replayer.replay_range(start, total if stop is None else stop.index + 1)
+    return 0
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``log`` with its sub-commands to the top-level sub-parsers."""
     parser = subparsers.add_parser(
@@ -191,3 +251,27 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     rep.add_argument("--json", action="store_true", help="print JSON")
     rep.set_defaults(func=cmd_replay)
+
+    compat = verbs.add_parser(
+        "replay-log", help="fstests' replay-log command line (--log, --replay, --find, ...)",
+        description=cmd_replay_log.__doc__,
+        epilog="not taken: --fsck, --check, --start-sector, --end-sector and -v")
+    compat.add_argument("--log", required=True, metavar="LOG", help="log file or device")
+    compat.add_argument("--replay", metavar="DEVICE", help="replay onto this file or device")
+    compat.add_argument("--limit", type=_non_negative, default=0, metavar="N",
+                        help="number of entries to replay (or to search, with --find)")
+    compat.add_argument("--next-flush", action="store_true", help="replay to/find the next flush")
+    compat.add_argument("--next-fua", action="store_true", help="replay to/find the next FUA")
+    start = compat.add_mutually_exclusive_group()
+    start.add_argument("--start-entry", type=_non_negative, default=0, metavar="N",
+                       help="start at entry N (earlier entries are not replayed)")
+    start.add_argument("--start-mark", metavar="MARK",
+                       help="start just after the first mark MARK")
+    compat.add_argument("--end-mark", metavar="MARK", help="replay to/find the mark MARK")
+    compat.add_argument("--find", action="store_true",
+                        help="print ENTRY@SECTOR of the entry the other options stop at "
+                             "(SECTOR: where the next entry starts, in log sectors)")
+    compat.add_argument("--num-entries", action="store_true",
+                        help="print the number of entries in the log")
+    compat.add_argument("--no-discard", action="store_true", help="skip discard entries")
+    compat.set_defaults(func=cmd_replay_log)
