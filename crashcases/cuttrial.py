@@ -1,10 +1,13 @@
 """One power-cut trial, inside the machine: a live workload on dm-flakey, the cut, the recovery.
 
-``cut-trial``: dm-flakey in pass-through over the data disk, mkfs, mount,
+``cut-trial``: dm-flakey in pass-through over the data disk (and over the
+journal disk of a target whose journal has a disk of its own), mkfs, mount,
 and the workload runs with real syscalls. At the chosen moment (before a
 chosen op, or after T seconds) the table is swapped for ``drop_writes`` or
 ``error_writes`` with ``suspend --nolockfs``: no freeze_fs(), so this is a
-power cut and not a clean snapshot. The workload goes on for a few more
+power cut and not a clean snapshot. Two disks are both suspended before
+either gets its cut table, so neither takes a write after the other lost
+power. The workload goes on for a few more
 durability ops (writes vanish, or fail with EIO), the filesystem is
 unmounted *under the cut table* (what the kernel writes at unmount, dirty
 pages and the last journal commit, is lost like everything else after the

@@ -319,10 +319,13 @@ def _ratio_side(r: Results, plan: BenchPlan, target: str, metric: str,
     n = min(len(xt), len(xb))
     if n < 2:
         return Side(n, None, None), hib
+    mean_b = sum(xb) / len(xb)
+    if mean_b == 0:
+        return Side(n, None, None), hib  # no ratio to a baseline that measured nothing
     try:
         o = overhead(xt, xb, rule.level, higher_is_better=hib)
     except StatsError:  # a baseline mean not told apart from 0: the interval is unbounded
-        return Side(n, sum(xt) / len(xt) / (sum(xb) / len(xb)), None), hib
+        return Side(n, sum(xt) / len(xt) / mean_b, None), hib
     return Side(n, o.ratio, (o.ratio_ci.high - o.ratio_ci.low) / 2, o.ratio_ci.low,
                 o.ratio_ci.high), hib
 

@@ -206,3 +206,14 @@ def test_json_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     db2 = tmp_path / "b.db"
     b2 = study(db2, files={"ext2": normal(200, seed=2)})
     assert main(["compare", str(a), str(b2), "--db", str(db), "--db-b", str(db2)]) == 1
+
+
+def test_a_ratio_to_a_baseline_that_measured_nothing_or_too_little_is_not_judged(
+        tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    a = study(db, files={"ext2": [0.0, 0.0, 0.0], "ext4/ordered": normal(200, seed=2)})
+    b = study(db, files={"ext2": [1.0, -1.0, 0.5], "ext4/ordered": normal(140, seed=4)})
+    (ratio,) = [m for m in compared(db, a, b, bench="relative").metrics]
+    assert ratio.verdict is Verdict.TOO_FEW and ratio.a.mean is None
+    # B's baseline mean cannot be told from 0: a point estimate without an interval.
+    assert ratio.b.mean is not None and ratio.b.bounds is None
