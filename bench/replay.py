@@ -12,7 +12,14 @@ then on the same disk:
   entry 0 for every mark onto a fresh file each time (what xfstests'
   generic/482 does), and reports both times and bytes written.
 
+``--log PATH`` takes a recorded log (e.g. a crash run's log.img) instead of
+the synthetic one. ``--replay-log PATH`` (fstests' src/log-writes/replay-log)
+adds it to the race, as a command, next to powercut's in-process Replayer
+and ``powercut log replay-log`` as a command, prints the ratios and checks
+that every method leaves the same image.
+
 Usage: python bench/replay.py [--size-mib 256] [--marks 8] [--dir DIR]
+                              [--log PATH] [--replay-log PATH]
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -181,7 +189,67 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="a recorded log to replay instead of the synthetic one")
+    parser.add_argument("--replay-log", type=Path, default=None, metavar="PATH",
+                        help="fstests' replay-log binary, to race against")
     return parser.parse_args(argv)
+
+
+def device_bytes_of(log: Path) -> int:
+    """How big a target must be for every entry of ``log`` to land on it."""
+    with LogReader(log) as reader:
+        return max((e.byte_offset + e.byte_length for e in reader if not e.is_mark),
+                   default=reader.sectorsize)
+
+
+def command_replay(argv: list[str], log: Path, target: Path, device_bytes: int) -> float:
+    """Seconds one replay command takes end to end (process start and its fsync included)."""
+    evict(log)
+    fresh_sparse(target, device_bytes)
+    t0 = time.perf_counter()
+    subprocess.run([*argv, "--log", os.fspath(log), "--replay", os.fspath(target)], check=True)
+    return time.perf_counter() - t0
+
+
+def against_replay_log(log: Path, replay_log: Path, work: Path, device_bytes: int, last: int,
+                       reps: int) -> None:
+    """powercut in process and as a command against replay-log: times and the images."""
+    powercut = [sys.executable, "-m", "framework.cli", "log", "replay-log"]
+    images = {name: work / f"{name}.img" for name in ("replay-log", "command", "in-process")}
+    runs = race({
+        "replay-log": lambda: command_replay([os.fspath(replay_log)], log, images["replay-log"],
+                                             device_bytes),
+        "command": lambda: command_replay(powercut, log, images["command"], device_bytes),
+        "in-process": lambda: full_replay(log, images["in-process"], device_bytes, last),
+    }, reps, work / "unused.img")
+    best = {name: min(ts) for name, ts in runs.items()}
+    for name, ts in runs.items():
+        print(f"{name:<11} best {best[name]:.3f} s, median {statistics.median(ts):.3f} s  "
+              f"(runs, s: {', '.join(f'{t:.3f}' for t in ts)})")
+    print(f"replay-log / powercut in process: {best['replay-log'] / best['in-process']:.2f}x "
+          f"(best of {reps}); replay-log / powercut command: "
+          f"{best['replay-log'] / best['command']:.2f}x")
+    # One more replay each, kept, to compare the images byte for byte.
+    command_replay([os.fspath(replay_log)], log, images["replay-log"], device_bytes)
+    command_replay(powercut, log, images["command"], device_bytes)
+    evict(log)
+    fresh_sparse(images["in-process"], device_bytes)
+    with Replayer(log, images["in-process"]) as rp:
+        rp.replay_to(last)
+    same = [same_content(images["replay-log"], images[n]) for n in ("command", "in-process")]
+    print(f"images identical to replay-log's: command {same[0]}, in process {same[1]}")
+    settle(*images.values())
+
+
+def same_content(a: Path, b: Path, chunk: int = 8 * MIB) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(chunk), fb.read(chunk)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 def describe_log(log: Path, t_build: float) -> tuple[LogSummary, int]:
@@ -240,7 +308,9 @@ def print_rates(runs: dict[str, list[float]], payload: int) -> None:
 
 def choose_marks(summary: LogSummary, count: int) -> list[str]:
     """Up to ``count`` of the log's marks, spread evenly over it."""
-    marks = [name for _, name in summary.marks if name.startswith("point-")]
+    # The synthetic log's points; a recorded log's own marks (pc-N, mkfs).
+    marks = ([name for _, name in summary.marks if name.startswith("point-")]
+             or list(dict.fromkeys(name for _, name in summary.marks)))
     step = max(1, len(marks) // count)
     return marks[step - 1 :: step][:count]
 
@@ -290,19 +360,25 @@ def main(argv: list[str] | None = None) -> int:
     device_bytes = args.device_factor * size_bytes
     with tempfile.TemporaryDirectory(prefix="powercut-bench-", dir=args.dir) as tmp:
         work = Path(tmp)
-        log = work / "bench.log"
-        t_build = timed(
-            lambda: build_log(
-                log,
-                size_bytes=size_bytes,
-                device_bytes=device_bytes,
-                mark_every=args.mark_every,
-                seed=args.seed,
-                max_write_bytes=args.max_write_kib * 1024,
+        if args.log is not None:
+            log, t_build = args.log, 0.0
+            device_bytes = device_bytes_of(log)
+        else:
+            log = work / "bench.log"
+            t_build = timed(
+                lambda: build_log(
+                    log,
+                    size_bytes=size_bytes,
+                    device_bytes=device_bytes,
+                    mark_every=args.mark_every,
+                    seed=args.seed,
+                    max_write_bytes=args.max_write_kib * 1024,
+                )
             )
-        )
         summary, last = describe_log(log, t_build)
         payload = summary.payload_bytes
+        if args.replay_log is not None:
+            against_replay_log(log, args.replay_log, work, device_bytes, last, args.reps)
 
         out = work / "out.img"
         runs = race(
@@ -317,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         print_rates(runs, payload)
 
         chosen = choose_marks(summary, args.marks)
+        if not chosen:
+            print("the log has no marks to visit")
+            return 0
         inc_s, inc_bytes = visit_incrementally(log, work / "inc.img", device_bytes, chosen)
         scratch_s, scratch_bytes = visit_from_scratch(log, work, device_bytes, chosen)
         print(
