@@ -13,13 +13,13 @@ import pandas as pd
 from rich.console import Console
 
 from framework.cli import add_machine_options
-from framework.cli.compare import render
+from framework.cli.compare import add_rule_options, render, rule_of
 from framework.cli.run import kernel_argv
 from framework.cli.study import load_study
 from framework.core import junit
 from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.store import Store
-from framework.report.compare import Comparison, Rule, StateChange, Verdict, compare_results
+from framework.report.compare import Comparison, StateChange, Verdict, compare_results
 from framework.report.results import Results, load
 
 DESCRIPTION = """\
@@ -91,7 +91,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
         raise ConfigError("--baseline-modules goes with --baseline-kernel")
     if args.reruns < 0:
         raise ConfigError(f"--reruns {args.reruns}: must be 0 or more")
-    rule = Rule(args.test, args.rel_threshold, args.level, args.bench)
+    rule = rule_of(args)
     study = load_study(args.study)
     resolve_kernel(args)  # a missing candidate kernel: a one-line error before anything runs
     if baseline_kernel:
@@ -210,8 +210,10 @@ def checked(r: Results) -> str:
     """What a side of the comparison holds: crash states and power cuts by label, bench
     repetitions."""
     def counted(frame: pd.DataFrame) -> str:
-        counts = r.labels(frame).value_counts() if len(frame) else pd.Series(dtype=int)
-        return " (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")" if len(frame) else ""
+        if not len(frame):
+            return ""
+        counts = r.labels(frame).value_counts()
+        return " (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")"
 
     reps = r.bench.groupby(["target", "workload"])["repetition"].nunique().sum() if len(r.bench) else 0
     return (f"{len(r.checks)} crash states{counted(r.checks)}, {len(r.recoveries)} power cuts"
@@ -268,15 +270,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "reliable or flaky (default: 3)")
     p.add_argument("--max-reruns", type=int, default=10, metavar="N",
                    help="rerun at most N new failing states (default: 10)")
-    p.add_argument("--test", choices=("intervals", "welch"), default="intervals",
-                   help="what makes a metric's change significant (see powercut compare)")
-    p.add_argument("--rel-threshold", type=float, default=0.10, metavar="FRACTION",
-                   help="smallest relative change of a metric that counts (default: 0.10)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level (default: 0.95)")
-    p.add_argument("--bench", default="both", metavar="VIEW",
-                   help="which benchmark figures are judged: 'absolute' (each target's own), "
-                        "'relative' (each target's ratio to its run's baseline target, which "
-                        "the machine's speed on the day cancels out of) or 'both' (default)")
+    add_rule_options(p)
     p.add_argument("--db", metavar="PATH",
                    help="results database the runs go to (default: ci.sqlite in the --results "
                         "directory)")

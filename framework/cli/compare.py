@@ -53,7 +53,7 @@ examples:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    rule = Rule(args.test, args.rel_threshold, args.level, args.bench)
+    rule = rule_of(args)
     db_b = Path(args.db_b or args.db)
     for path in {Path(args.db), db_b}:
         if not path.is_file():
@@ -122,16 +122,8 @@ def render(c: Comparison, out: Console) -> None:
               f"failing states, {len(c.new_cut_failures)} targets with new failing power cuts)")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="what changed from run A to run B; exit 1 on a regression",
-                       description=DESCRIPTION, epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("a", metavar="A", help="the baseline run: id, uuid (prefix) or 'latest'")
-    p.add_argument("b", metavar="B", help="the run to judge: id, uuid (prefix) or 'latest'")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
-                   help="results database of A (and of B without --db-b) "
-                        "(default: results/powercut.sqlite)")
-    p.add_argument("--db-b", metavar="PATH", help="results database of B, if another")
+def add_rule_options(p: argparse.ArgumentParser) -> None:
+    """What makes a change significant (Rule): compare's options, and ci's."""
     p.add_argument("--test", choices=("intervals", "welch"), default="intervals",
                    help="what makes a change significant: non-overlapping intervals (default) "
                         "or Welch's t-test")
@@ -143,6 +135,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="which benchmark figures are judged: 'absolute' (each target's own), "
                         "'relative' (each target's ratio to its run's baseline target, which "
                         "the machine's speed on the day cancels out of) or 'both' (default)")
+
+
+def rule_of(args: argparse.Namespace) -> Rule:
+    return Rule(args.test, args.rel_threshold, args.level, args.bench)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="what changed from run A to run B; exit 1 on a regression",
+                       description=DESCRIPTION, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", metavar="A", help="the baseline run: id, uuid (prefix) or 'latest'")
+    p.add_argument("b", metavar="B", help="the run to judge: id, uuid (prefix) or 'latest'")
+    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+                   help="results database of A (and of B without --db-b) "
+                        "(default: results/powercut.sqlite)")
+    p.add_argument("--db-b", metavar="PATH", help="results database of B, if another")
+    add_rule_options(p)
     p.add_argument("--force", action="store_true",
                    help="compare runs of different studies (what they have in common)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")

@@ -98,17 +98,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         done = finished_steps(run.run_dir) if resume_dir is not None else {}
         study_id = run.run_id
         # The guest of a step did not boot: every later step would boot the same kernel.
-        no_boot: list[tuple[int, BootError]] = []
+        no_boot: list[int] = []  # the step whose guest did not boot
 
         def stop_on_boot_error(exc: PowercutError) -> None:
             if isinstance(exc, BootError) and not no_boot:
-                no_boot.append((current_study_step() or 0, exc))
+                no_boot.append(current_study_step() or 0)
 
         def run_step(argv: Sequence[str]) -> int:
             index = current_study_step()
             assert index is not None
             if no_boot:
-                print(f"   not run: the guest did not boot in step {no_boot[0][0]} (the same "
+                print(f"   not run: the guest did not boot in step {no_boot[0]} (the same "
                       "kernel would not boot here either)")
                 return 2
             if index in done:

@@ -169,14 +169,20 @@ class FilesystemAdapter(abc.ABC):
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         """A non-interactive fsck: no-modify check, or repair with every answer yes."""
 
+    #: How the lines of ``journal_location_argv``'s output that say where the journal is
+    #: begin.
+    journal_location_prefixes: tuple[str, ...] = ()
+
     def journal_location_argv(self, dev: str) -> list[str] | None:
         """A read-only command whose output says where ``dev``'s journal is; None if the
         filesystem has no such tool."""
         return None
 
     def journal_location_lines(self, output: str) -> list[str]:
-        """The lines of ``journal_location_argv``'s output that say where the journal is."""
-        return []
+        """The lines of ``journal_location_argv``'s output that say where the journal is,
+        their runs of blanks made one."""
+        return [" ".join(line.split()) for line in output.splitlines()
+                if line.startswith(self.journal_location_prefixes)]
 
     def journal_replay_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
         """The checker's journal replay, run before anything else when the kernel does not

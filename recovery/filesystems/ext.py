@@ -238,16 +238,14 @@ class ExtAdapter(FilesystemAdapter):
             opts.append(f"journal_path={journal_dev}")
         return opts
 
+    # dumpe2fs(8) -h: an external journal shows as "Journal UUID" and "Journal device"
+    # (the device number it was made on); an internal one as "Journal inode" and
+    # "Journal size".
+    journal_location_prefixes = ("Journal UUID:", "Journal device:", "Journal inode:",
+                                 "Journal size:")
+
     def journal_location_argv(self, dev: str) -> list[str] | None:
         return ["dumpe2fs", "-h", dev]
-
-    def journal_location_lines(self, output: str) -> list[str]:
-        # dumpe2fs(8) -h: an external journal shows as "Journal UUID" and
-        # "Journal device" (the device number it was made on); an internal one as
-        # "Journal inode" and "Journal size".
-        return [" ".join(line.split()) for line in output.splitlines()
-                if line.startswith(("Journal UUID:", "Journal device:", "Journal inode:",
-                                    "Journal size:"))]
 
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         # -f: check even if the superblock says clean (a crash state often does).

@@ -86,14 +86,13 @@ class JfsAdapter(FilesystemAdapter):
             argv += ["-j", journal_dev]
         return [*argv, dev]
 
+    # jfs_tune(8) -l: an external log shows as "External log UUID" and "Log device
+    # number"; an inline one as the JFS_INLINELOG flag and "Inline log size".
+    journal_location_prefixes = ("JFS flags:", "Log device number:", "External log UUID:",
+                                 "Inline log size:")
+
     def journal_location_argv(self, dev: str) -> list[str] | None:
         return ["jfs_tune", "-l", dev]
-
-    def journal_location_lines(self, output: str) -> list[str]:
-        # jfs_tune(8) -l: an external log shows as "External log UUID" and "Log device
-        # number"; an inline one as the JFS_INLINELOG flag and "Inline log size".
-        keep = ("JFS flags:", "Log device number:", "External log UUID:", "Inline log size:")
-        return [" ".join(line.split()) for line in output.splitlines() if line.startswith(keep)]
 
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         # -n: read-only, no log replay (run after journal_replay_argv()).

@@ -75,13 +75,12 @@ class XfsAdapter(FilesystemAdapter):
             opts.append(f"logdev={journal_dev}")
         return opts
 
+    # xfs_db(8) "info" prints the geometry as mkfs.xfs does: "log =external" or
+    # "log =internal log", with the log's size in blocks.
+    journal_location_prefixes = ("log ",)
+
     def journal_location_argv(self, dev: str) -> list[str] | None:
         return ["xfs_db", "-r", "-c", "info", dev]
-
-    def journal_location_lines(self, output: str) -> list[str]:
-        # xfs_db(8) "info" prints the geometry as mkfs.xfs does: "log =external" or
-        # "log =internal log", with the log's size in blocks.
-        return [" ".join(line.split()) for line in output.splitlines() if line.startswith("log ")]
 
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         # Repair never gets -L: zeroing a dirty log throws away the metadata
