@@ -39,14 +39,17 @@ from crashcases.points import (
     Variant,
     build_state,
     enumerate_points,
+    journal_variants,
     parse_strategy,
     parse_variants,
     plan_states,
+    plan_two_disk_states,
 )
 from crashcases.tasks import (
     CRASH_CHECK,
     CRASH_RECORD,
     CheckRequest,
+    JournalDisks,
     RecordRequest,
     StateRecipe,
     parse_results,
@@ -60,7 +63,7 @@ from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
 from recovery.disks import disk_bytes
 from recovery.filesystems import adapter_for, tool_versions
-from recovery.targets import JournalPlacement, Target, resolve
+from recovery.targets import Target, resolve
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,8 @@ GUEST_RESULTS = "results.jsonl"
 #: In the run directory: what the recording reported (written once it is whole) and the
 #: results a resumed run found from before.
 RECORD_FILE = "record.json"
+#: A two-disk run's journal log, beside log.img once the run is over.
+JOURNAL_LOG = "journal-log.img"
 HARVEST_FILE = "resumed-results.jsonl"
 
 
@@ -128,6 +133,8 @@ class CrashRunResult:
     run_id: int | None = None
     #: The known-behaviour verdicts of this run's states (None: no list was given).
     known: KnownMatcher | None = None
+    #: Two-disk runs: states not explored, by reason (their halves may never have coexisted).
+    unexplored: dict[str, int] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         out = {o.value: 0 for o in Outcome}
@@ -140,27 +147,37 @@ GENERATORS = (1, 2, 3)
 
 
 def disk_sizes(target: Target, data_mib: int | None) -> dict[str, int]:
-    data = disk_bytes([target], data_bytes=data_mib * MiB if data_mib else None)["data"]
+    sizes = disk_bytes([target], data_bytes=data_mib * MiB if data_mib else None)
+    data = sizes["data"]
     # The log holds mkfs (full metadata init) plus every workload write.
-    return {"data": data, "log": 2 * data + 64 * MiB, "replay": data, "cow": 96 * MiB}
+    out = {"data": data, "log": 2 * data + 64 * MiB, "replay": data, "cow": 96 * MiB}
+    if "journal" in sizes:  # a journal disk of its own: recorded on a second log
+        journal = sizes["journal"]
+        out |= {"journal": journal, "journal-log": 2 * journal + 64 * MiB,
+                "journal-replay": journal, "journal-cow": 64 * MiB}
+    return out
 
 
-def check_target(target: Target) -> None:
-    if target.journal is JournalPlacement.EXTERNAL:
-        # dm-log-writes records one device; an external journal is a second
-        # device whose writes interleave with the data disk's.
-        raise ConfigError(
-            f"target {target.name}: crash runs need the journal on the recorded disk; "
-            "external-journal targets run in power cuts (cut) and benchmarks"
-        )
+#: Disks of the recording guest and of a checking guest; a two-disk run adds the journal's.
+RECORD_DISKS = ("data", "log")
+CHECK_DISKS = ("replay", "cow")
+JOURNAL_RECORD_DISKS = ("journal", "journal-log")
+JOURNAL_CHECK_DISKS = ("journal-replay", "journal-cow")
+
+
+def check_target(target: Target, variants: Sequence[str] = ()) -> None:
+    named = journal_variants(variants)
+    if named and not target.needs_journal_disk:
+        raise ConfigError(f"--variants {named[0]}: target {target.name} has no journal disk "
+                          "(journal-* variants are for targets with journal = \"external\")")
 
 
 def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
     """Fail on bad options before anything is created or a guest boots."""
     target = plan.spec
-    check_target(target)
     parse_strategy(plan.points)
     parse_variants(plan.variants)
+    check_target(target, plan.variants)
     if plan.generator not in GENERATORS:
         raise ConfigError(f"plan: generator {plan.generator} is not one this powercut knows "
                           f"({', '.join(map(str, GENERATORS))}); upgrade powercut")
@@ -194,7 +211,10 @@ class CrashEngine:
         # ``checked``: validate_plan() already ran (run_crash validates first).
         self.target, self.workload = checked or validate_plan(plan)
         self.sizes = disk_sizes(self.target, plan.data_mib)
+        self.two_disks = self.target.needs_journal_disk
         self.fstypes = (self.target.fstype,)
+        #: Two-disk runs: states left out because their halves may never have coexisted.
+        self.unexplored: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()  # set on Ctrl-C: workers end, nothing counts as a hang
         self._live: set[Machine] = set()
@@ -206,13 +226,18 @@ class CrashEngine:
 
     def record(self) -> tuple[Machine, dict[str, Any]]:
         workload = self.workload
-        disks = [DiskSpec(n, self.sizes[n]) for n in ("data", "log", "replay", "cow")]
+        names = [*RECORD_DISKS, *CHECK_DISKS]
+        if self.two_disks:
+            names += [*JOURNAL_RECORD_DISKS, *JOURNAL_CHECK_DISKS]
+        disks = [DiskSpec(n, self.sizes[n]) for n in names]
         machine = self.factory(disks, self.run_dir / "vm-0", self.fstypes)
         # The guest writes only into its run directory (the rest of the host
         # is read-only or hidden there).
         request = RecordRequest(self.target, workload, data_dev=machine.disk("data"),
                                 log_dev=machine.disk("log"),
-                                oracle_path=os.fspath(machine.rundir / GUEST_ORACLE))
+                                oracle_path=os.fspath(machine.rundir / GUEST_ORACLE),
+                                journal_dev=machine.disk("journal") if self.two_disks else None,
+                                journal_log_dev=machine.disk("journal-log") if self.two_disks else None)
         try:
             recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600)
             shutil.copyfile(machine.rundir / GUEST_ORACLE, self.oracle_path)
@@ -232,8 +257,13 @@ class CrashEngine:
         if kept.exists() and not self.log_path.exists():  # killed while keeping artifacts
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(kept, self.log_path)
+        if self.two_disks:
+            kept_journal = self.run_dir / JOURNAL_LOG
+            if kept_journal.exists() and not self.journal_log_path.exists():
+                os.replace(kept_journal, self.journal_log_path)
         if not (self.log_path.exists() and self.oracle_path.exists()
-                and (self.run_dir / RECORD_FILE).exists()):
+                and (self.run_dir / RECORD_FILE).exists()
+                and (not self.two_disks or self.journal_log_path.exists())):
             return None
         info: dict[str, Any] = json.loads((self.run_dir / RECORD_FILE).read_text())
         return info
@@ -270,6 +300,10 @@ class CrashEngine:
         return self.run_dir / "vm-0" / "disks" / "log.img"
 
     @property
+    def journal_log_path(self) -> Path:
+        return self.run_dir / "vm-0" / "disks" / "journal-log.img"
+
+    @property
     def oracle_path(self) -> Path:
         return self.run_dir / "oracle.json"
 
@@ -282,15 +316,26 @@ class CrashEngine:
     def plan_states(self, entries: list[LogEntry]) -> list[CrashState]:
         marks = OracleLog.from_json(self.oracle_path.read_text()).marks
         points = enumerate_points(entries, self.plan.points, workload_marks=marks, seed=self.plan.seed)
-        return plan_states(entries, points, self.plan.variants, workload_marks=marks,
-                           seed=self.plan.seed, per_point=self.plan.per_point)
+        if not self.two_disks:
+            return plan_states(entries, points, self.plan.variants, workload_marks=marks,
+                               seed=self.plan.seed, per_point=self.plan.per_point)
+        with LogReader(self.journal_log_path) as reader:
+            journal_entries = list(reader)
+        states, self.unexplored = plan_two_disk_states(
+            entries, journal_entries, points, self.plan.variants, workload_marks=marks,
+            seed=self.plan.seed, per_point=self.plan.per_point)
+        for why, n in self.unexplored.items():
+            log.info("%d states left out: %s", n, why)
+        return states
 
     # -- checking -----------------------------------------------------------
 
     def _checker(self, shard: int) -> Machine:
-        disks = [DiskSpec("log", self.log_path.stat().st_size, image=self.log_path, readonly=True),
-                 DiskSpec("replay", self.sizes["replay"]), DiskSpec("cow", self.sizes["cow"])]
-        return self.factory(disks, self.run_dir / f"vm-{shard + 1}", self.fstypes)
+        logs = {"log": self.log_path}
+        if self.two_disks:
+            logs["journal-log"] = self.journal_log_path
+        return self.factory(checker_disks(self.sizes, logs), self.run_dir / f"vm-{shard + 1}",
+                            self.fstypes)
 
     def check_shard(self, shard: int, states: list[CrashState], machine: Machine | None,
                     total: int) -> None:
@@ -399,6 +444,11 @@ class CrashEngine:
         if self.log_path.exists():
             os.replace(self.log_path, final_log)
         kept = [(final_log, "log")]
+        final_journal_log = self.run_dir / JOURNAL_LOG
+        if self.two_disks:
+            if self.journal_log_path.exists():
+                os.replace(self.journal_log_path, final_journal_log)
+            kept.append((final_journal_log, "journal-log"))
         for vm in self.run_dir.glob("vm-*"):
             shutil.rmtree(vm, ignore_errors=True)
         bad = [s for s in result.states
@@ -408,6 +458,15 @@ class CrashEngine:
             image = self.run_dir / image_name(state.key)
             write_image(final_log, entries, state, image, self.sizes["data"])
             kept.append((image, "crash-image"))
+            if state.journal is not None:
+                jimage = self.run_dir / image_name(state.key, "journal")
+                with LogReader(final_journal_log) as reader:
+                    jentries = list(reader)
+                j = state.journal
+                write_image(final_journal_log, jentries,
+                            CrashState(state.point, state.variant, j.base, j.extra, j.torn),
+                            jimage, self.sizes["journal"])
+                kept.append((jimage, "crash-image"))
         return kept
 
 
@@ -431,6 +490,15 @@ def progress_watch(results_path: Path, budget_s: float) -> Callable[[], str | No
     return watch
 
 
+def checker_disks(sizes: dict[str, int], logs: dict[str, Path]) -> list[DiskSpec]:
+    """The disks of a checking guest: each recorded log (read-only), and the disks its
+    states are replayed onto and snapshotted on."""
+    disks = [DiskSpec(name, path.stat().st_size, image=path, readonly=True)
+             for name, path in logs.items()]
+    names = [*CHECK_DISKS, *(JOURNAL_CHECK_DISKS if "journal-log" in logs else ())]
+    return disks + [DiskSpec(n, sizes[n]) for n in names]
+
+
 def guest_files(machine: Machine, oracle: Path) -> Path:
     """Put the oracle where the guest can read it; return its results file."""
     copy = machine.rundir / GUEST_ORACLE
@@ -444,16 +512,20 @@ def check_request(machine: Machine, target: Target, states: Sequence[CrashState]
     """The crash-check request for ``states`` on ``machine``: its log, replay and cow disks, the
     files guest_files() puts in its run directory, and step deadlines from the per-state
     ``budget_s``. Crash runs, recheck and bench/crash.py all ask through here."""
+    journal = (JournalDisks(machine.disk("journal-log"), machine.disk("journal-replay"),
+                            machine.disk("journal-cow")) if target.needs_journal_disk else None)
     return CheckRequest(
         target=target, log_dev=machine.disk("log"), replay_dev=machine.disk("replay"),
         cow_dev=machine.disk("cow"), oracle_path=os.fspath(machine.rundir / GUEST_ORACLE),
         results_path=os.fspath(machine.rundir / GUEST_RESULTS),
         states=tuple(StateRecipe.of(s) for s in states), timeouts=timeouts_for(budget_s),
-        inject_hang=inject_hang)
+        inject_hang=inject_hang, journal=journal)
 
 
-def image_name(key: str) -> str:
-    return "state-" + key.replace("/", "-").replace(":", "-") + ".img.gz"
+def image_name(key: str, disk: str = "") -> str:
+    """The file a crash state's image is kept in (``disk``: "journal" for a journal disk's)."""
+    return ("state-" + key.replace("/", "-").replace(":", "-") + (f"-{disk}" if disk else "")
+            + ".img.gz")
 
 
 def write_image(log_path: Path, entries: list[LogEntry], state: CrashState, out: Path,
@@ -556,13 +628,16 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         # The recording guest has booted: its kernel release is in the run's environment.
         result.known = known.matcher(
             run="crash", target=checked[0], case=plan.case, kernel=guest_kernel(run.environment),
-            marks=recorded_marks(OracleLog.from_json(engine.oracle_path.read_text())), variants=[k.value for k in parse_variants(plan.variants)])
+            marks=recorded_marks(OracleLog.from_json(engine.oracle_path.read_text())),
+            variants=[k.value for k in (*parse_variants(plan.variants),
+                                        *parse_variants(plan.variants, journal=True))])
         if sink is not None:
             sink.known = result.known
     entries: list[LogEntry] = []
     try:
         entries = engine.entries()
         result.states = engine.plan_states(entries)
+        result.unexplored = dict(engine.unexplored)
         if sink is not None:
             sink.recorded(info, result.states)
         if on_planned:
@@ -602,6 +677,7 @@ def save_results(result: CrashRunResult, run: Run) -> None:
     data = {
         "plan": asdict(result.plan), "record": result.record, "wall_s": result.wall_s,
         "replacements": result.replacements, "counts": result.counts(),
+        "unexplored": result.unexplored,
         "known": known.report() if known is not None else None,
         "states": [
             {**s.to_dict(), "result": result.results[s.key].to_dict() if s.key in result.results else None,
@@ -670,10 +746,19 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
     index = int(point_text)
     if index >= len(entries):
         raise ConfigError(f"state {key!r}: the log has only {len(entries)} entries")
-    from crashcases.points import PointKind, annotate
+    from crashcases.points import PointKind, TwoLogs, annotate
 
     point: CrashPoint = annotate(entries, [(index, PointKind.SAMPLE)], set(marks))[0]
-    state = build_state(entries, point, variant, marks)
+    if plan.spec.needs_journal_disk:
+        with LogReader(run_dir / JOURNAL_LOG) as reader:
+            journal_entries = list(reader)
+        state, why = TwoLogs(entries, journal_entries, marks).state(point, variant)
+        if state is None and why is not None:
+            raise ConfigError(f"state {key!r}: not explored in a two-disk run: {why.value}")
+    else:
+        if variant.on_journal:
+            raise ConfigError(f"state {key!r}: target {plan.target} has no journal disk")
+        state = build_state(entries, point, variant, marks)
     if state is None:
         raise ConfigError(f"state {key!r}: this variant does not exist at that point")
     return plan, state
@@ -684,11 +769,11 @@ def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, C
     plan, state = load_state(run_dir, key)
     target = plan.spec
     sizes = disk_sizes(target, plan.data_mib)
-    log_path = run_dir / "log.img"
+    logs = {"log": run_dir / "log.img"}
+    if target.needs_journal_disk:
+        logs["journal-log"] = run_dir / JOURNAL_LOG
     scratch = run_dir / f"recheck-{uuid.uuid4().hex[:6]}"
-    disks = [DiskSpec("log", log_path.stat().st_size, image=log_path, readonly=True),
-             DiskSpec("replay", sizes["replay"]), DiskSpec("cow", sizes["cow"])]
-    machine = factory(disks, scratch, (target.fstype,))
+    machine = factory(checker_disks(sizes, logs), scratch, (target.fstype,))
     try:
         results_path = guest_files(machine, run_dir / "oracle.json")
         agent.perform(machine, CRASH_CHECK,

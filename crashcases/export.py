@@ -164,6 +164,10 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
         raise ExportError(str(exc)) from None
     result = entry["result"]
     target, workload = validate_plan(plan)
+    if target.needs_journal_disk:
+        raise ExportError(f"state {key!r}: {target.name} keeps its journal on a second disk; "
+                          "reproducers replay one disk (use powercut recheck, or the two images "
+                          "the run kept)")
     try:
         outcome = Outcome(result["outcome"])
     except (KeyError, ValueError):

@@ -822,6 +822,14 @@ def perform(op: Op, root: Path, data: bytes) -> None:
         os.sync()
 
 
+#: The mark after mkfs, before the workload's first op.
+MKFS_MARK = "mkfs"
+#: In a two-disk recording the data log gets a second mark, NAME + ORDER_SUFFIX, right
+#: after the journal log's NAME: nothing logged between the two says the data disk
+#: completed nothing while the journal disk was marked (crashcases.points).
+ORDER_SUFFIX = ".j"
+
+
 def mark_name(number: int) -> str:
     name = f"pc-{number}"
     assert len(name) <= MAX_MARK_CHARS

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from crashcases.operations import MKFS_MARK, ORDER_SUFFIX
 from devicemapper.logformat import LogEntry
 from framework.core.errors import ConfigError
 
@@ -51,7 +52,6 @@ class VariantKind(StrEnum):
 
 PointKind = CrashPointKind
 
-MKFS_MARK = "mkfs"
 END_MARK = "dm-log-writes-end"
 
 
@@ -63,25 +63,48 @@ class CrashPoint:
     last_barrier: int  # the last flush/FUA entry at or before index (-1: none)
 
 
+#: A variant built on the journal disk of a two-disk run is named with this prefix
+#: (``journal-lying:SEED``); the data disk stays at the mark.
+JOURNAL_PREFIX = "journal-"
+
+
 @dataclass(frozen=True, slots=True)
 class Variant:
     kind: VariantKind
     seed: int = 0
+    on_journal: bool = False  # built on the journal disk of a two-disk run
 
     @property
     def spec(self) -> str:
-        return self.kind.value if self.kind is VariantKind.PREFIX else f"{self.kind.value}:{self.seed}"
+        base = self.kind.value if self.kind is VariantKind.PREFIX else f"{self.kind.value}:{self.seed}"
+        return JOURNAL_PREFIX + base if self.on_journal else base
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        kind, _, seed = spec.partition(":")
+        on_journal = spec.startswith(JOURNAL_PREFIX) and spec != JOURNAL_PREFIX + "prefix"
+        kind, _, seed = spec.removeprefix(JOURNAL_PREFIX if on_journal else "").partition(":")
         try:
             vk = VariantKind(kind)
-            return cls(vk, int(seed) if seed else 0)
+            return cls(vk, int(seed) if seed else 0, on_journal)
         except ValueError:
             raise ConfigError(
-                f"variant {spec!r}: expected prefix, subset:SEED, torn:SEED or lying:SEED"
+                f"variant {spec!r}: expected prefix, subset:SEED, torn:SEED or lying:SEED "
+                f"(on the journal disk: {JOURNAL_PREFIX}subset:SEED, ...)"
             ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class DiskState:
+    """The journal disk's part of a two-disk state: its log replayed to ``base``, then
+    ``extra`` entries applied (``torn`` limits some of them to a range of sectors)."""
+
+    base: int
+    extra: tuple[int, ...] = ()
+    torn: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"base": self.base, "extra": list(self.extra),
+                "torn": {str(k): list(v) for k, v in self.torn.items()}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +118,8 @@ class CrashState:
     base: int
     extra: tuple[int, ...] = ()
     torn: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Two-disk runs: the journal disk's state (the fields above are the data disk's).
+    journal: DiskState | None = None
 
     @property
     def key(self) -> str:
@@ -110,6 +135,7 @@ class CrashState:
             "base": self.base,
             "extra": list(self.extra),
             "torn": {str(k): list(v) for k, v in self.torn.items()},
+            "journal": self.journal.to_dict() if self.journal is not None else None,
         }
 
 
@@ -197,17 +223,35 @@ def _mark_before(entries: Sequence[LogEntry], point: CrashPoint, marks: set[str]
     return seen[-2] if len(seen) >= 2 else seen[0]
 
 
-def parse_variants(variants: Sequence[str]) -> list[VariantKind]:
-    """Variant kinds from their names; an unknown name is a one-line ConfigError."""
+def parse_variants(variants: Sequence[str], *, journal: bool = False) -> list[VariantKind]:
+    """Variant kinds from their names; an unknown name is a one-line ConfigError.
+
+    With ``journal`` only the kinds named for the journal disk (``journal-lying``),
+    else only those for the data disk. Names for the journal disk are checked in
+    both calls; whether the target has a journal disk is the caller's question."""
     kinds = []
     for v in variants:
+        name = v.partition(":")[0]
+        on_journal = name.startswith(JOURNAL_PREFIX)
         try:
-            kinds.append(VariantKind(v.partition(":")[0]))
+            kind = VariantKind(name.removeprefix(JOURNAL_PREFIX))
         except ValueError:
-            raise ConfigError(f"--variants {v!r}: expected prefix, subset, torn or lying") from None
-    if not kinds:
+            raise ConfigError(f"--variants {v!r}: expected prefix, subset, torn or lying "
+                              f"(or {JOURNAL_PREFIX}subset, {JOURNAL_PREFIX}torn, "
+                              f"{JOURNAL_PREFIX}lying on a journal disk)") from None
+        if on_journal and kind is VariantKind.PREFIX:
+            raise ConfigError(f"--variants {v!r}: the prefix state has both disks at the "
+                              "mark already; name it prefix")
+        if on_journal == journal:
+            kinds.append(kind)
+    if not variants:
         raise ConfigError("--variants: name at least one of prefix, subset, torn, lying")
     return kinds
+
+
+def journal_variants(variants: Sequence[str]) -> list[str]:
+    """The variant names in ``variants`` that are built on a journal disk."""
+    return [v for v in variants if v.startswith(JOURNAL_PREFIX)]
 
 
 def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], variants: Sequence[str],
@@ -234,6 +278,125 @@ def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], varia
                     states.append(state)
     states.sort(key=lambda s: (s.base, s.point.index, s.variant.kind != VariantKind.PREFIX, s.key))
     return states
+
+
+class Unexplored(StrEnum):
+    """Why a two-disk state was left out: its two halves may never have coexisted."""
+
+    UNORDERED_MARK = "the data disk completed writes while the journal disk was marked"
+    JOURNAL_BUSY = "the journal disk wrote in the window, in an order against the data disk's writes that the logs do not keep"
+
+
+def plan_two_disk_states(entries: Sequence[LogEntry], journal_entries: Sequence[LogEntry],
+                         points: Sequence[CrashPoint], variants: Sequence[str], *,
+                         workload_marks: Iterable[str], seed: int = 0, per_point: int = 2
+                         ) -> tuple[list[CrashState], dict[str, int]]:
+    """The states of a run that recorded the data disk and the journal disk on two logs.
+
+    Both logs carry every workload mark; the data log also has NAME + ORDER_SUFFIX
+    right after the journal's NAME. The logs keep each disk's order, never the
+    order between the disks, so a state pairs a data-disk state with the one
+    journal-disk state that must have existed at the same instant:
+
+    - at a mark: the data disk's state (any variant) with the journal disk at the
+      same mark, if the data log holds nothing between NAME and NAME + ORDER_SUFFIX
+      (both disks stood still while they were marked);
+    - inside a window (after mark m, before the next): the data disk's state with
+      the journal disk at m, only if the journal log holds no write or flush in that
+      window (its state could not have moved);
+    - journal variants (``journal-lying`` ...) at a mark: the journal disk's variant
+      with the data disk at the same mark.
+
+    Returns the states in replay order and how many were left out, by reason.
+    """
+    logs = TwoLogs(entries, journal_entries, workload_marks)
+    data_kinds = parse_variants(variants)
+    journal_kinds = parse_variants(variants, journal=True)
+    states: list[CrashState] = []
+    keys: set[str] = set()
+    skipped: dict[str, int] = {}
+    for point in points:
+        chosen = [Variant(VariantKind.PREFIX)] if VariantKind.PREFIX in data_kinds else []
+        chosen += [Variant(kind, _derive(seed, point.index, kind, n))
+                   for kind in data_kinds if kind is not VariantKind.PREFIX for n in range(per_point)]
+        chosen += [Variant(kind, _derive(seed, point.index, kind, n) ^ 1, on_journal=True)
+                   for kind in journal_kinds for n in range(per_point)]
+        for variant in chosen:
+            state, why = logs.state(point, variant)
+            if state is None:
+                if why is not None:
+                    skipped[why.value] = skipped.get(why.value, 0) + 1
+            elif state.key not in keys:
+                keys.add(state.key)
+                states.append(state)
+    states.sort(key=lambda s: (s.base, s.journal.base if s.journal else -1, s.point.index,
+                               s.variant.kind != VariantKind.PREFIX, s.key))
+    return states, skipped
+
+
+class TwoLogs:
+    """The data log and the journal log of a two-disk recording, indexed by mark."""
+
+    def __init__(self, entries: Sequence[LogEntry], journal_entries: Sequence[LogEntry],
+                 workload_marks: Iterable[str]) -> None:
+        self.entries, self.journal_entries = entries, journal_entries
+        self.marks = list(workload_marks)
+        self.mark_set = set(self.marks)
+        self.data_marks = _first_marks(entries)
+        self.journal_marks = _first_marks(journal_entries)
+        self._busy: dict[int, bool] = {}
+
+    def state(self, point: CrashPoint, variant: Variant) -> tuple[CrashState | None, Unexplored | None]:
+        """The two-disk state of ``variant`` at ``point`` (a data-log index), or None and
+        why (the reason is None when the variant does not exist there)."""
+        window = point.last_mark or MKFS_MARK
+        data_at = self.data_marks.get(window)
+        journal_at = self.journal_marks.get(window)
+        after = self.data_marks.get(window + ORDER_SUFFIX)
+        if data_at is None or journal_at is None or after is None or any(
+                _is_data(e) or _is_barrier(e) for e in self.entries[data_at + 1: after]):
+            return None, Unexplored.UNORDERED_MARK
+        at_mark = point.index in (data_at, after)
+        if variant.on_journal:
+            if not at_mark:
+                return None, None
+            jlog = self.journal_entries
+            jpoint = annotate(jlog, [(journal_at, PointKind.MARK)], self.mark_set)[0]
+            jwindow = [e for e in jlog[jpoint.last_barrier + 1: journal_at + 1] if _is_data(e)]
+            jstate = _variant_state(jlog, jpoint, variant.kind, variant.seed, jwindow, self.mark_set)
+            if jstate is None:
+                return None, None
+            return CrashState(point, variant, point.index,
+                              journal=DiskState(jstate.base, jstate.extra, jstate.torn)), None
+        if not at_mark and self._journal_busy(journal_at):
+            return None, Unexplored.JOURNAL_BUSY
+        state = build_state(self.entries, point, variant, self.marks)
+        if state is None:
+            return None, None
+        return CrashState(state.point, state.variant, state.base, state.extra, state.torn,
+                          journal=DiskState(journal_at)), None
+
+    def _journal_busy(self, start: int) -> bool:
+        """Whether the journal log holds a write or flush after mark ``start``, before the
+        next workload mark (or its end)."""
+        if start not in self._busy:
+            busy = False
+            for e in self.journal_entries[start + 1:]:
+                if e.is_mark and e.mark in self.mark_set:
+                    break
+                if _is_data(e) or _is_barrier(e):
+                    busy = True
+                    break
+            self._busy[start] = busy
+        return self._busy[start]
+
+
+def _first_marks(entries: Sequence[LogEntry]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in entries:
+        if e.is_mark and e.mark is not None:
+            out.setdefault(e.mark, e.index)
+    return out
 
 
 def _derive(seed: int, index: int, kind: VariantKind, n: int) -> int:

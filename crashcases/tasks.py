@@ -17,21 +17,22 @@ own TOML file exists only on the host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashcases.check import CheckResult, Timeouts, check_state
-from crashcases.operations import Workload, execute
+from crashcases.operations import MKFS_MARK, ORDER_SUFFIX, Workload, execute
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
 from devicemapper.logformat import LogReader
-from devicemapper.logwrites import recording
-from devicemapper.replay import Replayer, apply_entries
+from devicemapper.logwrites import LogWritesDevice, recording
+from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
 from framework.core import agent, clock
 from framework.core.command import HostRunner
@@ -53,22 +54,28 @@ CHECK_MOUNTPOINT = Path("/tmp/powercut/check")
 
 @dataclass(frozen=True, slots=True)
 class RecordRequest:
-    """Record ``workload`` on ``target``: dm-log-writes from ``data_dev`` to ``log_dev``."""
+    """Record ``workload`` on ``target``: dm-log-writes from ``data_dev`` to ``log_dev``, and
+    for a target whose journal has a disk of its own, from ``journal_dev`` to
+    ``journal_log_dev``."""
 
     target: Target
     workload: Workload
     data_dev: str
     log_dev: str
     oracle_path: str  # where the guest writes the oracle (in the shared run directory)
+    journal_dev: str | None = None
+    journal_log_dev: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "workload": self.workload.to_json(),
-                "data_dev": self.data_dev, "log_dev": self.log_dev, "oracle_path": self.oracle_path}
+                "data_dev": self.data_dev, "log_dev": self.log_dev, "oracle_path": self.oracle_path,
+                "journal_dev": self.journal_dev, "journal_log_dev": self.journal_log_dev}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RecordRequest:
         return cls(Target.from_dict(raw["target"]), Workload.from_json(raw["workload"]),
-                   str(raw["data_dev"]), str(raw["log_dev"]), str(raw["oracle_path"]))
+                   str(raw["data_dev"]), str(raw["log_dev"]), str(raw["oracle_path"]),
+                   raw.get("journal_dev"), raw.get("journal_log_dev"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +97,38 @@ class RecordResult:
 def record(req: RecordRequest) -> RecordResult:
     runner = HostRunner()
     start = clock.monotonic()
-    with recording(runner, req.data_dev, req.log_dev) as lw:
-        mkfs(runner, req.target, lw.path)
-        lw.mark_fast("mkfs")
+    with contextlib.ExitStack() as stack:
+        lw = stack.enter_context(recording(runner, req.data_dev, req.log_dev))
+        jlw = None
+        if req.journal_dev is not None and req.journal_log_dev is not None:
+            jlw = stack.enter_context(recording(runner, req.journal_dev, req.journal_log_dev,
+                                                name="pc-logw-journal"))
+        mark = lw.mark_fast if jlw is None else _marks_both(lw, jlw)
+        mkfs(runner, req.target, lw.path, journal_dev=jlw.path if jlw else None)
+        mark(MKFS_MARK)
         RECORD_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
-        with mounted(runner, req.target, lw.path, os.fspath(RECORD_MOUNTPOINT), timeout_s=120):
-            oracle = execute(req.workload, RECORD_MOUNTPOINT, lw.mark_fast)
+        with mounted(runner, req.target, lw.path, os.fspath(RECORD_MOUNTPOINT), timeout_s=120,
+                     journal_dev=jlw.path if jlw else None):
+            oracle = execute(req.workload, RECORD_MOUNTPOINT, mark)
         status = lw.status()
+        if jlw is not None:
+            jlw.check_not_full()
     Path(req.oracle_path).write_text(oracle.to_json())
     return RecordResult(entries=status.entries, log_bytes=status.next_sector * 512,
                         marks=len(oracle.marks), record_s=clock.monotonic() - start)
+
+
+def _marks_both(data: LogWritesDevice, journal: LogWritesDevice) -> Callable[[str], None]:
+    """Mark both logs: the data log, the journal log, the data log again (NAME +
+    ORDER_SUFFIX). Nothing logged between the two data marks says the data disk
+    completed nothing while the journal was marked (crashcases.points.plan_two_disk_states)."""
+
+    def mark(name: str) -> None:
+        data.mark_fast(name)
+        journal.mark_fast(name)
+        data.mark_fast(name + ORDER_SUFFIX)
+
+    return mark
 
 
 CRASH_RECORD = agent.Task("crash-record", RecordRequest, RecordResult, record)
@@ -109,29 +138,64 @@ CRASH_RECORD = agent.Task("crash-record", RecordRequest, RecordResult, record)
 
 
 @dataclass(frozen=True, slots=True)
+class DiskRecipe:
+    """One disk's part of a state: replay its log to ``base``, apply ``extra`` on top."""
+
+    base: int
+    extra: tuple[int, ...] = ()
+    torn: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # entry -> sector range
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base": self.base, "extra": list(self.extra),
+                "torn": {str(k): list(v) for k, v in self.torn.items()}}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> DiskRecipe:
+        torn = {int(k): (int(v[0]), int(v[1])) for k, v in raw.get("torn", {}).items()}
+        return cls(int(raw["base"]), tuple(int(i) for i in raw.get("extra", ())), torn)
+
+
+@dataclass(frozen=True, slots=True)
 class StateRecipe:
-    """What the guest needs of a crash state: replay to ``base``, apply ``extra``, check."""
+    """What the guest needs of a crash state: replay to ``base``, apply ``extra``, check;
+    in a two-disk run the same for the journal disk (``journal``)."""
 
     key: str
     last_mark: str | None  # the oracle mark the state is checked against
     base: int
     extra: tuple[int, ...] = ()
     torn: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # entry -> sector range
+    journal: DiskRecipe | None = None
 
     @classmethod
     def of(cls, state: CrashState) -> StateRecipe:
+        j = state.journal
         return cls(state.key, state.point.last_mark, state.base, tuple(state.extra),
-                   dict(state.torn))
+                   dict(state.torn), DiskRecipe(j.base, j.extra, dict(j.torn)) if j else None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "last_mark": self.last_mark, "base": self.base,
-                "extra": list(self.extra), "torn": {str(k): list(v) for k, v in self.torn.items()}}
+        return {"key": self.key, "last_mark": self.last_mark,
+                **DiskRecipe(self.base, self.extra, self.torn).to_dict(),
+                "journal": self.journal.to_dict() if self.journal else None}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StateRecipe:
-        torn = {int(k): (int(v[0]), int(v[1])) for k, v in raw.get("torn", {}).items()}
-        return cls(str(raw["key"]), raw["last_mark"], int(raw["base"]),
-                   tuple(int(i) for i in raw.get("extra", ())), torn)
+        data = DiskRecipe.from_dict(raw)
+        journal = DiskRecipe.from_dict(raw["journal"]) if raw.get("journal") else None
+        return cls(str(raw["key"]), raw["last_mark"], data.base, data.extra, data.torn, journal)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalDisks:
+    """A two-disk run's journal side in the checking guest: its log, the disk it is
+    replayed onto and the snapshot's COW disk."""
+
+    log_dev: str
+    replay_dev: str
+    cow_dev: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,20 +211,23 @@ class CheckRequest:
     states: tuple[StateRecipe, ...]
     timeouts: Timeouts = field(default_factory=Timeouts)
     inject_hang: str | None = None  # fault injection: block at this state, as a stuck mount would
+    journal: JournalDisks | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "log_dev": self.log_dev,
                 "replay_dev": self.replay_dev, "cow_dev": self.cow_dev,
                 "oracle_path": self.oracle_path, "results_path": self.results_path,
                 "states": [s.to_dict() for s in self.states], "timeouts": asdict(self.timeouts),
-                "inject_hang": self.inject_hang}
+                "inject_hang": self.inject_hang,
+                "journal": self.journal.to_dict() if self.journal else None}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckRequest:
+        journal = JournalDisks(**raw["journal"]) if raw.get("journal") else None
         return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    str(raw["cow_dev"]), str(raw["oracle_path"]), str(raw["results_path"]),
                    tuple(StateRecipe.from_dict(s) for s in raw["states"]),
-                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"))
+                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"), journal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,35 +249,71 @@ class CheckSummary:
                    int(raw["replay_discarded_bytes"]), int(raw["entries_applied"]))
 
 
+class _Disk:
+    """One recorded disk in the checking guest: its log replayed forward onto a disk and
+    throwaway snapshots of that disk, one per state."""
+
+    def __init__(self, stack: contextlib.ExitStack, runner: HostRunner, log_dev: str,
+                 replay_dev: str, cow_dev: str, name: str) -> None:
+        self.log_dev, self.replay_dev = log_dev, replay_dev
+        self.rep = Replayer(log_dev, replay_dev)
+        stack.callback(lambda: self.rep.close())
+        self.reader = stack.enter_context(LogReader(log_dev))
+        self.slot = stack.enter_context(SnapshotSlot(runner, replay_dev, cow_dev, name=name))
+        self.index = list(self.reader)  # headers only: payloads stay on the log disk
+        self.rewinds = 0
+
+    def move_to(self, base: int) -> None:
+        if base < 0:
+            return
+        if base < self.rep.position - 1:
+            # Only journal-disk variants go back (the data disk's order is the plan's):
+            # start again from a zeroed disk, as the recording did.
+            self.rep.close()
+            zero_target(self.replay_dev)
+            self.rep = Replayer(self.log_dev, self.replay_dev)
+            self.rewinds += 1
+        if base >= self.rep.position:
+            self.rep.replay_to(base)
+
+    @contextlib.contextmanager
+    def state(self, recipe: DiskRecipe) -> Iterator[str]:
+        """A snapshot holding the disk as ``recipe`` has it; its path."""
+        self.move_to(recipe.base)
+        with self.slot.fresh() as snap:
+            if recipe.extra:
+                fd = os.open(snap.path, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    torn = {k: range(*v) for k, v in recipe.torn.items()}
+                    apply_entries([self.index[i] for i in recipe.extra], self.reader, fd, torn=torn)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            yield snap.path
+
+
 def check(req: CheckRequest) -> CheckSummary:
     runner = HostRunner()
     oracle = OracleLog.from_json(Path(req.oracle_path).read_text())
     rules = persistence_rules(req.target)
     checked = 0
     abandoned = False
-    with Replayer(req.log_dev, req.replay_dev) as rep, \
-            LogReader(req.log_dev) as reader, open(req.results_path, "a") as out, \
-            SnapshotSlot(runner, req.replay_dev, req.cow_dev) as slot:
-        index = list(reader)  # headers only: payloads stay on the log disk
+    with contextlib.ExitStack() as stack, open(req.results_path, "a") as out:
+        data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
+        journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
+                         req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
         for state in req.states:
             if state.key == req.inject_hang:
                 # Fault injection for testing the host's hang handling: block
                 # the way a mount stuck in the kernel would.
                 runner.run(["sleep", "86400"], timeout_s=90000)
-            if state.base >= 0 and state.base >= rep.position:
-                rep.replay_to(state.base)
-            with slot.fresh() as snap:
-                if state.extra:
-                    fd = os.open(snap.path, os.O_RDWR | os.O_CLOEXEC)
-                    try:
-                        torn = {k: range(*v) for k, v in state.torn.items()}
-                        apply_entries([index[i] for i in state.extra], reader, fd, torn=torn)
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                result = check_state(runner, req.target, snap.path, CHECK_MOUNTPOINT, oracle=oracle,
+            with contextlib.ExitStack() as disks:
+                dev = disks.enter_context(data.state(DiskRecipe(state.base, state.extra, state.torn)))
+                journal_dev = (disks.enter_context(journal.state(state.journal))
+                               if journal is not None and state.journal is not None else None)
+                result = check_state(runner, req.target, dev, CHECK_MOUNTPOINT, oracle=oracle,
                                      last_mark=state.last_mark, rules=rules, key=state.key,
-                                     timeouts=req.timeouts)
+                                     timeouts=req.timeouts, journal_dev=journal_dev)
             out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
             out.flush()
             os.fsync(out.fileno())
@@ -219,10 +322,11 @@ def check(req: CheckRequest) -> CheckSummary:
                 # Something in the kernel is stuck; nothing more here is trustworthy.
                 abandoned = True
                 break
+        reps = [d.rep for d in (data, journal) if d is not None]
         return CheckSummary(checked=checked, abandoned=abandoned,
-                            replay_written_bytes=rep.bytes_written,
-                            replay_discarded_bytes=rep.bytes_discarded,
-                            entries_applied=rep.entries_applied)
+                            replay_written_bytes=sum(r.bytes_written for r in reps),
+                            replay_discarded_bytes=sum(r.bytes_discarded for r in reps),
+                            entries_applied=sum(r.entries_applied for r in reps))
 
 
 CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckSummary, check)

@@ -447,6 +447,27 @@ def apply_entries(
     return applier.stats
 
 
+#: _IO(0x12, 127) in include/uapi/linux/fs.h: zero a byte range of a block device.
+BLKZEROOUT = 0x127F
+
+
+def zero_target(path: str | os.PathLike[str]) -> None:
+    """Zero a replay target (a block device with BLKZEROOUT, else written with zeros), so a
+    replay can start again from the state before the log's first entry."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            fcntl.ioctl(fd, BLKZEROOUT, struct.pack("QQ", 0, size))
+        except OSError:
+            chunk = bytes(1 << 20)
+            for offset in range(0, size, len(chunk)):
+                os.pwrite(fd, chunk[: size - offset], offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Replayer:
     """Replays a log onto a target, forward only, remembering its position.
 

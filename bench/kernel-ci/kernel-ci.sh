@@ -1,15 +1,19 @@
 #!/bin/sh
 # Kernel CI on real kernels: powercut ci verdicts for Debian kernel packages,
-# for a configuration (barrier=0), and for two kernels built here from Debian's
-# linux-source-6.1, unpatched and with a one-line patch that breaks crash
-# consistency (jbd2-commit-without-flush.patch). Not part of the test suite:
-# under TCG it takes one to two hours.
+# for a configuration (barrier=0), and for kernels built here from Debian's
+# linux-source-6.1: unpatched, with a one-line patch that breaks crash
+# consistency (jbd2-commit-without-flush.patch), and with a candidate fix for
+# the external-journal flush (jbd2-external-journal-data-flush.patch). Not
+# part of the test suite: under TCG it takes one to two hours.
 #
-#   bench/kernel-ci/kernel-ci.sh build DIR      build both kernels into DIR
+#   bench/kernel-ci/kernel-ci.sh build DIR      build the three kernels into DIR
 #   bench/kernel-ci/kernel-ci.sh debian DIR     verdicts on Debian kernels and barrier=0
-#   bench/kernel-ci/kernel-ci.sh built DIR      verdicts on the two built kernels
+#   bench/kernel-ci/kernel-ci.sh built DIR      verdicts on the unpatched and patched kernels
 #   bench/kernel-ci/kernel-ci.sh verdicts DIR   debian, then built
 #   bench/kernel-ci/kernel-ci.sh all DIR        build, then verdicts
+#   bench/kernel-ci/kernel-ci.sh extjournal DIR ext4/logdev crash runs (gen:seq2, 60
+#                                               sequences) on the Debian, unpatched and
+#                                               fixed kernels: outcome counts of each
 #
 # DIR is a work directory outside the checkout (the source tree, the two
 # kernels, the databases and run directories go there). Environment:
@@ -29,13 +33,13 @@ POWERCUT=${POWERCUT:-$top/.venv/bin/powercut}
 JOBS=${JOBS:-$(nproc)}
 
 usage() {
-	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 [ $# = 2 ] || usage
 what=$1
 dir=$2
-case $what in build|debian|built|verdicts|all) ;; *) usage ;; esac
+case $what in build|debian|built|verdicts|all|extjournal) ;; *) usage ;; esac
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 case $dir in "$top"|"$top"/*) echo "$0: $dir: use a directory outside the checkout" >&2; exit 2 ;; esac
@@ -78,9 +82,11 @@ build() {
 	fi
 	cd "$src"
 	# Start clean of the patch whatever an interrupted run left behind.
-	if patch -p1 -R --dry-run -s -f < "$here/jbd2-commit-without-flush.patch" > /dev/null 2>&1; then
-		patch -p1 -R -s < "$here/jbd2-commit-without-flush.patch"
-	fi
+	for p in jbd2-commit-without-flush jbd2-external-journal-data-flush; do
+		if patch -p1 -R --dry-run -s -f < "$here/$p.patch" > /dev/null 2>&1; then
+			patch -p1 -R -s < "$here/$p.patch"
+		fi
+	done
 	make -s x86_64_defconfig
 	scripts/kconfig/merge_config.sh -m .config kernel/configs/kvm_guest.config \
 		"$here/guest.config" > /dev/null
@@ -93,6 +99,9 @@ build() {
 	patch -p1 -s < "$here/jbd2-commit-without-flush.patch"
 	build_one patched
 	patch -p1 -R -s < "$here/jbd2-commit-without-flush.patch"
+	patch -p1 -s < "$here/jbd2-external-journal-data-flush.patch"
+	build_one extjournal-fix
+	patch -p1 -R -s < "$here/jbd2-external-journal-data-flush.patch"
 }
 
 newest() { apt-cache search --names-only "$1" | cut -d' ' -f1 | sort -V | tail -1; }
@@ -154,7 +163,24 @@ built() { # verdicts on the two kernels built here
 	}
 }
 
+extjournal() { # ext4 with its journal on a disk of its own: crash runs on three kernels
+	[ -f "$dir/unpatched/bzImage" ] && [ -f "$dir/extjournal-fix/bzImage" ] ||
+		{ echo "$0: no kernels in $dir: run '$0 build $dir' first" >&2; exit 2; }
+	for kernel in debian unpatched extjournal-fix; do
+		set -- --target ext4/logdev --case gen:seq2 --max-sequences 60 --variants prefix \
+			--db "$dir/extjournal.sqlite" --results "$dir/results"
+		[ "$kernel" = debian ] || set -- "$@" --kernel "$dir/$kernel/bzImage" --modules "$dir/$kernel"
+		start=$(date +%s)
+		status=0
+		"$POWERCUT" crash "$@" > "$dir/extjournal-$kernel.out" 2>&1 || status=$?
+		line="extjournal-$kernel: exit $status in $(elapsed "$start") s; $(grep -m1 -o 'results: [^ ]*' "$dir/extjournal-$kernel.out")"
+		echo "kernel-ci: $line"
+		echo "$line" >> "$dir/verdicts.txt"
+	done
+}
+
 case $what in
+extjournal) extjournal ;;
 build) build ;;
 debian) debian; cat "$dir/verdicts.txt" ;;
 built) built; cat "$dir/verdicts.txt" ;;

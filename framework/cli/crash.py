@@ -249,6 +249,8 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
                and not (result.known is not None and result.known.is_known(s.key))]
     out.print(f"log: {result.record['entries']} entries, {len(result.states)} states checked in "
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
+    for why, n in result.unexplored.items():
+        out.print(f"not explored: {n} states, {why} (see README: two disks)")
     out.print(f"results: {result.run_dir}/results.json  junit: {result.run_dir}/junit.xml  "
               f"db: {args.db} (run {result.run_id})")
     for s in failing[:10]:
@@ -328,7 +330,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variants", default="prefix",
                    help="comma list of prefix, subset (unflushed writes in any subset), torn "
                         "(a multi-sector write half done), lying (a disk that ignores flushes; "
-                        "a positive control) (default: prefix)")
+                        "a positive control); on a target with an external journal also "
+                        "journal-subset, journal-torn, journal-lying (the variant on the journal "
+                        "disk, the data disk at the mark) (default: prefix)")
     p.add_argument("--per-point", type=int, default=2, metavar="N",
                    help="seeded variants of each kind per point (default: 2)")
     p.add_argument("--jobs", type=int, default=1, help="guests checking states in parallel (default: 1)")

@@ -64,6 +64,22 @@ def test_lying_disk_variant_fires_on_a_correct_filesystem(tmp_path):
     assert by_variant["lying"] & (LOSS | {Outcome.UNMOUNTABLE, Outcome.CORRUPT})
 
 
+def test_two_disks_a_lying_journal_disk_fires_and_prefix_states_keep_every_promise(tmp_path):
+    """xfs with its log on a disk of its own, both disks recorded: the prefix states
+    (both disks at each mark) are the negative control, a journal disk that ignores
+    flushes the positive one; recheck rebuilds both disks."""
+    result = crash(tmp_path, target="xfs/logdev", variants=("prefix", "journal-lying"), per_point=2)
+    by_variant: dict[str, set[Outcome]] = {}
+    for key, o in outcomes(result).items():
+        by_variant.setdefault(key.split("/")[1].split(":")[0], set()).add(o)
+    assert by_variant["prefix"] == {Outcome.OK}
+    assert by_variant["journal-lying"] & (LOSS | {Outcome.UNMOUNTABLE, Outcome.CORRUPT})
+    assert (result.run_dir / "journal-log.img").stat().st_size > 0
+    lied = next(k for k, o in outcomes(result).items() if "journal-lying" in k and o is not Outcome.OK)
+    assert recheck(result.run_dir, lied, factory)[1].outcome is result.results[lied].outcome
+    assert list(result.run_dir.glob("state-*-journal.img.gz"))
+
+
 def test_ext2_states_need_fsck_repair_and_recheck_agrees(tmp_path):
     result = crash(tmp_path, target="ext2", points="every:4")
     got = outcomes(result)

@@ -123,10 +123,13 @@ def test_progress_watch_fires_only_after_a_stall(tmp_path, monkeypatch):
     assert "no crash state finished" in (watch() or "")
 
 
-def test_external_journal_targets_are_refused_and_disks_fit_the_filesystem():
-    with pytest.raises(ConfigError, match="ext4/logdev"):
-        CrashEngine(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename"), Path("."),
-                    Guests(Path(".")))
+def test_journal_variants_need_a_journal_disk_and_disks_fit_the_filesystem():
+    with pytest.raises(ConfigError, match="ext4/ordered has no journal disk"):
+        CrashEngine(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename",
+                              variants=("prefix", "journal-lying")), Path("."), Guests(Path(".")))
+    two = CrashEngine(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename",
+                                variants=("prefix", "journal-lying")), Path("."), Guests(Path(".")))
+    assert two.two_disks and {"journal-log", "journal-replay", "journal-cow"} <= set(two.sizes)
     assert disk_sizes(get_target("xfs"), None)["data"] > 300 << 20
     assert disk_sizes(get_target("ext4/ordered"), None)["data"] == 128 << 20
 
@@ -284,3 +287,46 @@ def test_generated_workloads_use_only_what_the_target_has(name: str) -> None:
         has = adapter_for(target.fstype).target_capabilities(target)
         needs = {required_capability(op) for op in workload.ops} - {None}
         assert needs <= has, (case, needs - has)
+
+
+def test_a_two_disk_run_records_and_checks_both_disks_with_each_states_journal_recipe(tmp_path):
+    from crashcases.points import DiskState
+    from crashcases.tasks import DiskRecipe, JournalDisks
+    seen: list[tuple[list[str], dict]] = []  # type: ignore[type-arg]
+
+    def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        rundir.mkdir(parents=True, exist_ok=True)
+        machine = FakeMachine(rundir=rundir)
+        for spec in disks:
+            machine.disks[spec.name] = f"/dev/fake-{spec.name}"
+
+        def guest(argv, text):  # type: ignore[no-untyped-def]
+            raw = json.loads(text)
+            seen.append(([d.name for d in disks], raw))
+            if raw["task"] == "crash-record":
+                Path(raw["oracle_path"]).write_text("{}")
+                done: object = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.0)
+            else:
+                done = CheckSummary(0, False, 0, 0, 0)
+            return 0, agent.frame({"result": done.to_dict()}) + "\n", ""  # type: ignore[attr-defined]
+
+        machine.on("* -m framework.cli.guest", respond=guest)
+        return machine
+
+    eng = CrashEngine(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename",
+                                check_timeout_s=60), tmp_path, factory)
+    machine, _ = eng.record()
+    disks, raw = seen[0]
+    assert {"journal", "journal-log", "journal-replay", "journal-cow"} <= set(disks)
+    req = RecordRequest.from_dict({k: v for k, v in raw.items() if k != "task"})
+    assert (req.journal_dev, req.journal_log_dev) == ("/dev/fake-journal", "/dev/fake-journal-log")
+    state = CrashState(CrashPoint(7, CrashPointKind.MARK, "pc-1", 6), Variant(VariantKind.LYING, 3,
+                       on_journal=True), 7, journal=DiskState(4, (5, 6), {6: (0, 2)}))
+    request = check_request(machine, eng.target, [state], budget_s=60)
+    assert request.journal == JournalDisks("/dev/fake-journal-log", "/dev/fake-journal-replay",
+                                           "/dev/fake-journal-cow")
+    again = CheckRequest.from_dict(json.loads(json.dumps(request.to_dict())))
+    assert again == request
+    assert again.states[0].journal == DiskRecipe(4, (5, 6), {6: (0, 2)})
+    assert again.states[0].key == "7/journal-lying:3"
+    machine.close()

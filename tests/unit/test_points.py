@@ -92,3 +92,77 @@ def test_variant_specs_parse_or_fail_clearly():
         Variant.parse("half:3")
     with pytest.raises(ConfigError, match="--variants"):
         plan_states(ENTRIES, [], ["bogus"], workload_marks=MARKS)
+
+
+# A two-disk recording: both logs carry every mark, the data log a second NAME.j mark
+# right after the journal's NAME. The data disk completed a flush while the journal
+# disk was being marked pc-1 (11-12); the journal disk wrote in the windows after mkfs
+# and after pc-2, and stood still between pc-0 and pc-1.
+DATA = log(
+    (W, 8, None), (F, 0, None), (M, 0, "mkfs"), (M, 0, "mkfs.j"),            # 0-3
+    (W, 8, None), (F, 0, None), (M, 0, "pc-0"), (M, 0, "pc-0.j"),            # 4-7
+    (W, 8, None), (F, 0, None), (M, 0, "pc-1"), (W, 8, None), (F, 0, None),  # 8-12
+    (M, 0, "pc-1.j"), (W, 8, None), (F, 0, None), (M, 0, "pc-2"),            # 13-16
+    (M, 0, "pc-2.j"), (W, 8, None), (F, 0, None), (M, 0, "dm-log-writes-end"),  # 17-20
+)
+JOURNAL = log(
+    (W, 8, None), (F, 0, None), (M, 0, "mkfs"),                            # 0-2
+    (W, 8, None), (FUA, 1, None), (M, 0, "pc-0"), (M, 0, "pc-1"),          # 3-6
+    (W, 8, None), (F, 0, None), (M, 0, "pc-2"), (W, 8, None), (F, 0, None),  # 7-11
+    (M, 0, "dm-log-writes-end"),                                            # 12
+)
+MARKS3 = ["pc-0", "pc-1", "pc-2"]
+
+
+def two_disk(points: str, variants: list[str]):
+    from crashcases.points import plan_two_disk_states
+    pts = enumerate_points(DATA, points, workload_marks=MARKS3)
+    return plan_two_disk_states(DATA, JOURNAL, pts, variants, workload_marks=MARKS3, seed=5,
+                                per_point=1)
+
+
+def test_two_disk_marks_pair_both_logs_at_the_same_mark_unless_the_data_disk_moved():
+    from crashcases.points import Unexplored
+    states, skipped = two_disk("marks", ["prefix"])
+    assert {s.key: (s.base, s.journal.base) for s in states} == {"6/prefix": (6, 5),
+                                                                "16/prefix": (16, 9)}
+    # pc-1: the data log has a write and a flush between pc-1 and pc-1.j.
+    assert skipped == {Unexplored.UNORDERED_MARK.value: 1}
+
+
+def test_two_disk_points_inside_a_window_need_a_journal_that_stood_still():
+    from crashcases.points import Unexplored
+    states, skipped = two_disk("flush", ["prefix"])
+    # Only the flush after pc-0 (entry 9): the journal logged nothing until pc-1.
+    assert [(s.key, s.journal.base) for s in states] == [("9/prefix", 5)]
+    assert skipped == {Unexplored.JOURNAL_BUSY.value: 2, Unexplored.UNORDERED_MARK.value: 2}
+
+
+def test_journal_variants_move_only_the_journal_disk_and_rebuild_from_their_key():
+    from crashcases.points import TwoLogs, annotate
+    states, _ = two_disk("marks", ["prefix", "journal-lying"])
+    lying = [s for s in states if s.variant.on_journal]
+    assert lying and all(s.key.split("/")[1].startswith("journal-lying:") for s in lying)
+    at_pc2 = next(s for s in lying if s.point.index == 16)
+    # The data disk at pc-2; the journal back at pc-1, its writes since then a seeded subset.
+    assert at_pc2.base == 16 and at_pc2.extra == () and at_pc2.journal.base == 6
+    assert set(at_pc2.journal.extra) <= {7}
+    assert [s.base for s in states] == sorted(s.base for s in states)
+    logs = TwoLogs(DATA, JOURNAL, MARKS3)
+    for s in states:
+        point = annotate(DATA, [(s.point.index, CrashPointKind.SAMPLE)], set(MARKS3))[0]
+        again, why = logs.state(point, Variant.parse(s.key.split("/")[1]))
+        assert why is None and again is not None
+        assert (again.key, again.base, again.extra, again.journal) == (s.key, s.base, s.extra, s.journal)
+
+
+def test_journal_variant_names_parse_and_need_a_kind():
+    from crashcases.points import parse_variants
+    assert Variant.parse("journal-lying:4") == Variant(VariantKind.LYING, 4, on_journal=True)
+    assert Variant.parse("journal-lying:4").spec == "journal-lying:4"
+    assert parse_variants(["prefix", "journal-lying"]) == [VariantKind.PREFIX]
+    assert parse_variants(["prefix", "journal-lying"], journal=True) == [VariantKind.LYING]
+    with pytest.raises(ConfigError, match="journal-prefix"):
+        parse_variants(["journal-prefix"])
+    with pytest.raises(ConfigError, match="journal-half"):
+        parse_variants(["journal-half"])

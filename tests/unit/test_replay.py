@@ -588,3 +588,12 @@ def test_fuzzed_log_replays_or_fails_cleanly(
         assert "\n" not in str(exc)
     finally:
         target.unlink()
+
+
+def test_zero_target_clears_a_file_target_for_a_replay_from_the_start(tmp_path):
+    from devicemapper.replay import zero_target
+    target = tmp_path / "t.img"
+    target.write_bytes(b"\xab" * (3 << 20) + b"\xcd" * 100)
+    zero_target(target)
+    data = target.read_bytes()
+    assert len(data) == (3 << 20) + 100 and data.count(0) == len(data)
