@@ -36,6 +36,7 @@ from crashcases.outcomes import Outcome
 from crashcases.points import (
     CrashPoint,
     CrashState,
+    DiskState,
     Variant,
     build_state,
     enumerate_points,
@@ -462,10 +463,8 @@ class CrashEngine:
                 jimage = self.run_dir / image_name(state.key, "journal")
                 with LogReader(final_journal_log) as reader:
                     jentries = list(reader)
-                j = state.journal
-                write_image(final_journal_log, jentries,
-                            CrashState(state.point, state.variant, j.base, j.extra, j.torn),
-                            jimage, self.sizes["journal"])
+                write_image(final_journal_log, jentries, state.journal, jimage,
+                            self.sizes["journal"])
                 kept.append((jimage, "crash-image"))
         return kept
 
@@ -528,9 +527,10 @@ def image_name(key: str, disk: str = "") -> str:
             + ".img.gz")
 
 
-def write_image(log_path: Path, entries: list[LogEntry], state: CrashState, out: Path,
+def write_image(log_path: Path, entries: list[LogEntry], state: CrashState | DiskState, out: Path,
                 size_bytes: int) -> None:
-    """The crash state as a gzip-compressed raw image (the bytes before mount)."""
+    """The crash state (or a two-disk state's journal disk) as a gzip-compressed raw image
+    (the bytes before mount)."""
     raw = out.with_suffix("")
     with open(raw, "wb") as f:
         f.truncate(size_bytes)
