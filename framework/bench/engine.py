@@ -379,9 +379,8 @@ class StoreRecorder:
             self._described.add(r.target)
             target = r.spec
             self.store.add_target(self.run_id, r.target, {
-                "fstype": target.fstype, "mkfs_options": list(target.mkfs_options),
-                "mount_options": list(target.mount_options), "journal": str(target.journal),
-                "applied_mount_options": r.mount_options, "kernel": r.kernel})
+                **target.to_dict(), "applied_mount_options": r.mount_options,
+                "kernel": r.kernel})
         setup = (Metric("mkfs_s", r.mkfs_s, "s", False), Metric("mount_s", r.mount_s, "s", False),
                  Metric("trial_wall_s", sample.wall_s, "s", False))
         self.store.add_bench_samples(self.run_id, r.target, self.config.workload,

@@ -152,6 +152,17 @@ MIGRATIONS: tuple[str, ...] = (
         ELSE '' END;
     CREATE INDEX runs_by_parent ON runs(parent_id);
     """,
+    # 3 -> 4: where each target's journal was and the device profile of each disk, as
+    # columns, so reports and compare can group results by them. Filled from the stored
+    # config; NULL profile: the disk ran without one (a sparse file as qemu gives it).
+    """
+    ALTER TABLE targets ADD COLUMN placement TEXT;
+    ALTER TABLE targets ADD COLUMN data_profile TEXT;
+    ALTER TABLE targets ADD COLUMN journal_profile TEXT;
+    UPDATE targets SET placement = json_extract(config, '$.journal'),
+        data_profile = json_extract(config, '$.disk_profiles.data'),
+        journal_profile = json_extract(config, '$.disk_profiles.journal');
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -214,6 +225,15 @@ class BenchSample:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetPlacement:
+    """Where a run's target kept its journal and the device profile of each disk (None: none)."""
+
+    placement: str | None  # internal | external | none, as the target's ``journal`` says
+    data_profile: str | None
+    journal_profile: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Recovery:
     target: str
     trial: int
@@ -261,6 +281,16 @@ class MetricLike(Protocol):
     def unit(self) -> str: ...
     @property
     def higher_is_better(self) -> bool: ...
+
+
+def _placement_columns(config: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """The placement and profile columns of a target row, read from its config."""
+    profiles = config.get("disk_profiles") or {}
+    if not isinstance(profiles, Mapping):
+        profiles = dict(profiles)  # (role, name) pairs
+    journal = config.get("journal")
+    return (None if journal is None else str(journal), profiles.get("data"),
+            profiles.get("journal"))
 
 
 def _json(value: object) -> str:
@@ -473,6 +503,13 @@ class Store:
                                 (run_id,)).fetchall()
         return {r["name"]: json.loads(r["config"]) for r in rows}
 
+    def placements(self, run_id: int) -> dict[str, TargetPlacement]:
+        """Per target of the run: where its journal was and each disk's device profile."""
+        rows = self._db.execute("SELECT name, placement, data_profile, journal_profile FROM targets"
+                                " WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
+        return {r["name"]: TargetPlacement(r["placement"], r["data_profile"], r["journal_profile"])
+                for r in rows}
+
     @staticmethod
     def _target_id(db: sqlite3.Connection, run_id: int, name: str,
                    config: Mapping[str, Any] | None = None) -> int:
@@ -480,11 +517,14 @@ class Store:
                          (run_id, name)).fetchone()
         if row is not None:
             if config:
-                db.execute("UPDATE targets SET config = ? WHERE id = ?", (_json(dict(config)),
-                                                                          row["id"]))
+                db.execute("UPDATE targets SET config = ?, placement = ?, data_profile = ?,"
+                           " journal_profile = ? WHERE id = ?",
+                           (_json(dict(config)), *_placement_columns(config), row["id"]))
             return int(row["id"])
-        cur = db.execute("INSERT INTO targets (run_id, name, config) VALUES (?, ?, ?)",
-                         (run_id, name, _json(dict(config or {}))))
+        cur = db.execute("INSERT INTO targets (run_id, name, config, placement, data_profile,"
+                         " journal_profile) VALUES (?, ?, ?, ?, ?, ?)",
+                         (run_id, name, _json(dict(config or {})),
+                          *_placement_columns(config or {})))
         return int(cur.lastrowid or 0)
 
     # ---- crash runs --------------------------------------------------------

@@ -20,6 +20,7 @@ from framework.core.store import (
     RunStatus,
     Store,
     StoreError,
+    TargetPlacement,
     merge,
 )
 
@@ -353,3 +354,32 @@ def test_merge_command_combines_databases_and_names_a_missing_one(tmp_path: Path
     err = capsys.readouterr().err.strip()
     assert err.endswith("nope.db: no such results database") and "\n" not in err
     assert main(["merge", str(tmp_path / "a.db"), str(tmp_path / "a.db")]) == 2
+
+
+def test_each_target_row_keeps_its_journal_placement_and_disk_profiles(tmp_path: Path) -> None:
+    # A version 3 database: its target configs hold the placement; migration reads them out.
+    path = tmp_path / "v3.db"
+    db = sqlite3.connect(path)
+    for statement in ";".join(MIGRATIONS[:3]).split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO runs (uuid, started_at, command_line, study, status, environment)"
+               " VALUES ('u1', 't', 'powercut cut --target xfs/logdev', 'cut', 'finished', '{}')")
+    db.execute("INSERT INTO targets (run_id, name, config) VALUES (1, 'xfs/logdev',"
+               " '{\"journal\": \"external\", \"disk_profiles\": {\"journal\": \"ram\"}}')")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.placements(1) == {"xfs/logdev": TargetPlacement("external", None, "ram")}
+        run = store.start_run(command_line="powercut bench", study="b", kind="bench")
+        store.add_target(run, "ext4/logdev", {"journal": "external",
+                                              "disk_profiles": [("data", "hdd"), ("journal", "ram")]})
+        store.add_target(run, "ext2", {"journal": "none"})
+        store.add_target(run, "ext2", {"journal": "none", "disk_profiles": {"data": "usb-flash"}})
+        assert store.placements(run) == {
+            "ext4/logdev": TargetPlacement("external", "hdd", "ram"),
+            "ext2": TargetPlacement("none", "usb-flash", None)}
+    merge(tmp_path / "into.db", [path])
+    with Store(tmp_path / "into.db") as merged:
+        assert merged.placements(2)["ext4/logdev"] == TargetPlacement("external", "hdd", "ram")
