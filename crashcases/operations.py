@@ -506,6 +506,10 @@ class FsModel:
 
 
 def _write_at(buf: bytearray, offset: int, data: bytes) -> None:
+    if not data:
+        # write(2): a zero count on a regular file returns 0 "without causing any other
+        # effect" -- a pwrite of nothing past the end does not extend the file.
+        return
     if offset > len(buf):
         buf.extend(bytes(offset - len(buf)))
     buf[offset : offset + len(data)] = data

@@ -94,6 +94,24 @@ def test_execute_matches_the_model(seed: int, tmp_path: Path) -> None:
     assert_tree_matches(model_after(w), tmp_path)
 
 
+def test_a_zero_length_write_past_the_end_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    # write(2): a zero count on a regular file has no effect; the model once grew the
+    # file to the offset, and the next mmap_write of stress:3000 on ext4 then failed.
+    w = Workload(name="z", seed=0, ops=(Op(K.CREAT, "f"), Op(K.PWRITE, "f", offset=3 * 65536),
+                                        Op(K.DIRECT_WRITE, "f", offset=65536)))
+    execute(w, tmp_path, lambda name: None)
+    assert (tmp_path / "f").stat().st_size == 0
+    assert_tree_matches(model_after(w), tmp_path)
+
+
+def test_a_generated_case_with_ext4s_capabilities_matches_the_model(tmp_path: Path) -> None:
+    from recovery.filesystems import adapter_for
+
+    w = load_case("stress:400", seed=0, capabilities=adapter_for("ext4").capabilities)
+    execute(w, tmp_path, lambda name: None)
+    assert_tree_matches(model_after(w), tmp_path)
+
+
 def test_every_op_kind_against_the_model(tmp_path: Path) -> None:
     F = FallocMode
     ops = (
