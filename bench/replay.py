@@ -193,7 +193,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a recorded log to replay instead of the synthetic one")
     parser.add_argument("--replay-log", type=Path, default=None, metavar="PATH",
                         help="fstests' replay-log binary, to race against")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for what, path, ok in (("--dir", args.dir, Path.is_dir), ("--log", args.log, Path.is_file),
+                           ("--replay-log", args.replay_log, Path.is_file)):
+        if path is not None and not ok(path):
+            parser.error(f"{what} {path}: no such {'directory' if what == '--dir' else 'file'}")
+    return args
 
 
 def device_bytes_of(log: Path) -> int:
