@@ -88,3 +88,20 @@ def run_log_replay(
         return None
     return _run_checker(runner, target, dev, argv, repair=True, timeout_s=timeout_s,
                         what="journal replay")
+
+
+def run_journal_only(
+    runner: CommandRunner,
+    target: Target,
+    dev: str,
+    *,
+    journal_dev: str | None = None,
+    timeout_s: float,
+) -> FsckResult | None:
+    """The checker's journal-only replay of ``dev`` (timed), or None where the checker has
+    none. It writes: give it a throwaway copy when the mount is to replay the same journal."""
+    argv = adapter_for(target.fstype).journal_only_argv(dev, journal_dev=journal_dev)
+    if argv is None:
+        return None
+    return _run_checker(runner, target, dev, argv, repair=True, timeout_s=timeout_s,
+                        what="journal-only replay")

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "shrink": ("framework.cli.shrink", "minimise the workload of a failing crash state (delta debugging)"),
     "export": ("framework.cli.export", "turn a failing crash state into a shell or fstests reproducer"),
     "cut": ("framework.cli.cut", "power cuts on a live workload (dm-flakey) and the recovery after them"),
+    "sweep": ("framework.cli.sweep", "recovery time against size, files, data in flight, journal size"),
     "bench": ("framework.cli.bench", "throughput overhead of journalling per target, with intervals"),
     "report": ("framework.cli.report", "one self-contained HTML report of a run or study"),
     "compare": ("framework.cli.compare", "what changed from run A to run B; exit 1 on a regression"),

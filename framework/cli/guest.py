@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashcases.cuttrial import CUT_ORACLE, CUT_TRIAL
+from crashcases.sweeppoint import SWEEP_POINT
 from crashcases.tasks import CRASH_CHECK, CRASH_RECORD
 from devicemapper.features import loaded_targets
 from framework.bench.task import BENCH_REPETITION
@@ -82,7 +83,7 @@ def environment(_req: EnvRequest) -> EnvFacts:
 ENV = agent.Task("env", EnvRequest, EnvFacts, environment)
 
 TASKS = agent.table(agent.ECHO, ENV, CRASH_RECORD, CRASH_CHECK, CUT_ORACLE, CUT_TRIAL,
-                    BENCH_REPETITION)
+                    BENCH_REPETITION, SWEEP_POINT)
 
 
 def main() -> int:

@@ -746,3 +746,82 @@ def _effects_at_levels(
             stdev=sd,
             ci=Interval(value - t_q * sd, value + t_q * sd, errors.level),
         )
+
+
+# --------------------------------------------------------------------------
+# Linear regression (Jain ch. 14, 15): a response against several predictors
+
+
+@dataclass(frozen=True, slots=True)
+class Slope:
+    """One predictor's coefficient: how much the response grows per unit of it."""
+
+    predictor: str
+    estimate: float
+    interval: Interval
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval excludes zero."""
+        return not self.interval.contains(0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LinearFit:
+    """An ordinary least squares fit, or why none was possible (``reason``)."""
+
+    response: str
+    n: int
+    intercept: float | None = None
+    slopes: tuple[Slope, ...] = ()
+    r_squared: float | None = None
+    dropped: tuple[str, ...] = ()  # predictors with one level only: no slope to fit
+    reason: str = ""  # non-empty: no fit
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+    def slope(self, predictor: str) -> Slope | None:
+        return next((s for s in self.slopes if s.predictor == predictor), None)
+
+
+def linear_fit(rows: Sequence[Mapping[str, float | None]], response: str,
+               predictors: Sequence[str], level: float = 0.95) -> LinearFit:
+    """OLS of ``response`` on ``predictors`` (statsmodels), with ``level`` intervals.
+
+    Rows whose response is missing are left out. A predictor with a single
+    distinct value is dropped and named; with no residual degree of freedom
+    left (too few rows for the predictors), the fit says so in ``reason``
+    instead of printing intervals it cannot have.
+    """
+    import statsmodels.api as sm  # heavy: only a fit pays for it
+
+    _check_level(level)
+    used = [r for r in rows if r.get(response) is not None
+            and all(r.get(p) is not None for p in predictors)]
+    n = len(used)
+    kept = [p for p in predictors if len({float(r[p]) for r in used}) > 1]  # type: ignore[arg-type]
+    dropped = tuple(p for p in predictors if p not in kept)
+    if not kept:
+        return LinearFit(response, n, dropped=dropped,
+                         reason=f"{n} points, no predictor with two or more levels")
+    if n - len(kept) - 1 < 1:
+        return LinearFit(response, n, dropped=dropped,
+                         reason=f"{n} points for {len(kept)} slopes and an intercept: "
+                                "no degree of freedom left for an interval")
+    x = np.array([[float(r[p]) for p in kept] for r in used])  # type: ignore[arg-type]
+    y = np.array([float(r[response]) for r in used])  # type: ignore[arg-type]
+    design = sm.add_constant(x, has_constant="add")
+    if np.linalg.matrix_rank(design) < design.shape[1]:
+        return LinearFit(response, n, dropped=dropped,
+                         reason="the predictors are confounded (their levels move together)")
+    model = sm.OLS(y, design).fit()
+    ci = model.conf_int(alpha=1 - level)
+    slopes = tuple(Slope(p, float(model.params[i + 1]),
+                         Interval(float(ci[i + 1][0]), float(ci[i + 1][1]), level),
+                         float(model.pvalues[i + 1]))
+                   for i, p in enumerate(kept))
+    return LinearFit(response, n, intercept=float(model.params[0]), slopes=slopes,
+                     r_squared=float(model.rsquared), dropped=dropped)

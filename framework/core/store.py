@@ -163,6 +163,29 @@ MIGRATIONS: tuple[str, ...] = (
         data_profile = json_extract(config, '$.disk_profiles.data'),
         journal_profile = json_extract(config, '$.disk_profiles.journal');
     """,
+    # 4 -> 5: recovery sweeps. One row per point: the filesystem's size, its populated
+    # files, the data in flight at the cut and the journal size (NULL: not sized), and the
+    # recovery as timed step by step. ``details`` holds the rest of the point's result.
+    """
+    CREATE TABLE sweep_points (
+        id INTEGER PRIMARY KEY,
+        target_id INTEGER NOT NULL REFERENCES targets(id) ON DELETE CASCADE,
+        point INTEGER NOT NULL,
+        rep INTEGER NOT NULL,
+        size_mib INTEGER NOT NULL,
+        files INTEGER NOT NULL,
+        dirty_mib INTEGER NOT NULL,
+        journal_mib INTEGER,
+        outcome TEXT NOT NULL,
+        mount_s REAL,
+        fsck_s REAL,
+        journal_only_s REAL,
+        replay_messages TEXT NOT NULL,
+        details TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        UNIQUE (target_id, point)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -245,6 +268,25 @@ class Recovery:
     fsck_s: float | None
     replay_messages: list[str]
     known: list[str] | None = None  # entries that explain it (then reported as known)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPointRow:
+    """One point of a recovery sweep as stored (durations in seconds; None: not run)."""
+
+    target: str
+    point: int
+    rep: int
+    size_mib: int
+    files: int
+    dirty_mib: int
+    journal_mib: int | None
+    outcome: str  # crashcases.outcomes.Outcome, or "error" when the point could not run
+    mount_s: float | None
+    fsck_s: float | None
+    journal_only_s: float | None
+    replay_messages: list[str]
+    details: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -643,6 +685,38 @@ class Store:
                          r["in_flight_bytes"], r["in_flight_ops"], r["mount_s"], r["fsck_s"],
                          json.loads(r["replay_messages"]), _known_ids(r["known"])) for r in rows]
 
+    # ---- recovery sweeps ------------------------------------------------------
+
+    def add_sweep_point(self, run_id: int, target: str, *, point: int, rep: int, size_mib: int,
+                        files: int, dirty_mib: int, journal_mib: int | None, outcome: str,
+                        mount_s: float | None = None, fsck_s: float | None = None,
+                        journal_only_s: float | None = None,
+                        replay_messages: Sequence[str] = (),
+                        details: Mapping[str, Any] | None = None) -> None:
+        with self.transaction() as db:
+            target_id = self._target_id(db, run_id, target)
+            db.execute(
+                "INSERT OR REPLACE INTO sweep_points (target_id, point, rep, size_mib, files,"
+                " dirty_mib, journal_mib, outcome, mount_s, fsck_s, journal_only_s,"
+                " replay_messages, details, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (target_id, point, rep, size_mib, files, dirty_mib, journal_mib, str(outcome),
+                 mount_s, fsck_s, journal_only_s, _json(list(replay_messages)),
+                 _json(dict(details or {})), clock.timestamp()))
+
+    def sweep_points(self, run_id: int, *, target: str | None = None) -> list[SweepPointRow]:
+        sql = ("SELECT s.*, t.name AS target FROM sweep_points s JOIN targets t"
+               " ON s.target_id = t.id WHERE t.run_id = ?")
+        args: list[Any] = [run_id]
+        if target is not None:
+            sql += " AND t.name = ?"
+            args.append(target)
+        rows = self._db.execute(sql + " ORDER BY t.id, s.point", args)
+        return [SweepPointRow(r["target"], r["point"], r["rep"], r["size_mib"], r["files"],
+                              r["dirty_mib"], r["journal_mib"], r["outcome"], r["mount_s"],
+                              r["fsck_s"], r["journal_only_s"], json.loads(r["replay_messages"]),
+                              json.loads(r["details"])) for r in rows]
+
     # ---- benchmarks ---------------------------------------------------------
 
     def add_bench_samples(self, run_id: int, target: str, workload: str, *, repetition: int,
@@ -801,6 +875,17 @@ class Store:
                 (self._target_id(db, run_id, b["target"]), b["workload"], b["repetition"],
                  b["trial_order"], b["metric"], b["value"], b["unit"], b["higher_is_better"],
                  b["warmup"], b["created_at"]))
+        for p in src.execute("SELECT s.*, t.name AS target FROM sweep_points s JOIN targets t"
+                             " ON s.target_id = t.id WHERE t.run_id = ?", (src_run,)):
+            db.execute(
+                "INSERT OR IGNORE INTO sweep_points (target_id, point, rep, size_mib, files,"
+                " dirty_mib, journal_mib, outcome, mount_s, fsck_s, journal_only_s,"
+                " replay_messages, details, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self._target_id(db, run_id, p["target"]), p["point"], p["rep"], p["size_mib"],
+                 p["files"], p["dirty_mib"], p["journal_mib"], p["outcome"], p["mount_s"],
+                 p["fsck_s"], p["journal_only_s"], p["replay_messages"], p["details"],
+                 p["created_at"]))
         for a in src.execute("SELECT * FROM artifacts WHERE run_id = ?", (src_run,)):
             db.execute("INSERT OR IGNORE INTO artifacts (run_id, path, sha256, kind, size_bytes)"
                        " VALUES (?, ?, ?, ?, ?)",

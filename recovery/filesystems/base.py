@@ -103,6 +103,8 @@ class FilesystemAdapter(abc.ABC):
     min_journal_size_bytes: int = 0
     #: Whether a journal (or log) may live on its own device.
     supports_external_journal: bool = False
+    #: Whether mkfs takes the journal's size (``Target.journal_size_mib``).
+    journal_sizable: bool = False
     #: Whether the filesystem can be made without a journal (journal = "none").
     journal_optional: bool = False
     #: Whether the kernel replays the journal at mount. JFS does not: it
@@ -187,6 +189,11 @@ class FilesystemAdapter(abc.ABC):
     def journal_replay_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
         """The checker's journal replay, run before anything else when the kernel does not
         replay at mount (``mount_replays_journal`` False); None where mount replays."""
+        return None
+
+    def journal_only_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
+        """The checker replaying the journal and doing nothing else, where it can (e2fsck
+        ``-E journal_only``), to time next to the kernel's replay at mount; None otherwise."""
         return None
 
     @abc.abstractmethod

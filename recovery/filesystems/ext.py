@@ -117,6 +117,7 @@ class ExtAdapter(FilesystemAdapter):
     )
     supports_external_journal = True
     journal_optional = True
+    journal_sizable = True  # mke2fs -J size=, or the journal device's size
     replay_patterns = (
         # fs/ext4/super.c after jbd2_journal_load() replayed the log.
         re.compile(r"EXT[234]-fs \(.*\): recovery complete"),
@@ -250,6 +251,14 @@ class ExtAdapter(FilesystemAdapter):
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         # -f: check even if the superblock says clean (a crash state often does).
         argv = ["e2fsck", "-f", "-y" if repair else "-n"]
+        if journal_dev is not None:
+            argv += ["-j", journal_dev]
+        return [*argv, dev]
+
+    def journal_only_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
+        # -E journal_only: replay the journal if needed and stop (e2fsck(8)); -p so it
+        # asks nothing. -n would open read-only and skip the replay altogether.
+        argv = ["e2fsck", "-E", "journal_only", "-p"]
         if journal_dev is not None:
             argv += ["-j", journal_dev]
         return [*argv, dev]

@@ -28,8 +28,10 @@ class XfsAdapter(FilesystemAdapter):
         Tool("xfs_repair", "xfsprogs", ("-V",), required=False),
     )
     supports_external_journal = True
+    journal_sizable = True  # mkfs.xfs -l size=, internal or external
     min_size_bytes = MIN_SIZE_BYTES
-    min_journal_size_bytes = 64 * 1024 * 1024  # "Log size must be at least 64MB."
+    # "Log size must be at least 64MB." (mkfs.xfs 6.1, internal and external logs)
+    min_journal_size_bytes = 64 * 1024 * 1024
     replay_patterns = (
         # fs/xfs/xfs_log_recover.c around log recovery.
         re.compile(r"XFS \(.*\): Starting recovery"),

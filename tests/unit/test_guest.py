@@ -21,7 +21,7 @@ IMPORTED = "import sys, {module}; print(' '.join(sorted({{m.split('.')[0] for m 
 
 def test_every_task_resolves_and_is_named_as_its_key() -> None:
     assert set(guest.TASKS) == {"echo", "env", "crash-record", "crash-check", "cut-oracle",
-                                "cut-trial", "bench-rep"}
+                                "cut-trial", "bench-rep", "sweep-point"}
     for name, task in guest.TASKS.items():
         assert task.name == name
         for kind in (task.request, task.result):
@@ -42,7 +42,8 @@ def _top_level_imports(module: str) -> set[str]:
     return set(out.stdout.split())
 
 
-@pytest.mark.parametrize("module", ["framework.cli.guest", "crashcases.cuttrial"])
+@pytest.mark.parametrize("module", ["framework.cli.guest", "crashcases.cuttrial",
+                                    "framework.cli.sweepguest"])
 def test_the_guest_imports_no_heavy_library(module: str) -> None:
     # Every guest start reads its imports over 9p, often under an emulated CPU.
     assert _top_level_imports(module) & set(HEAVY) == set()
