@@ -277,3 +277,66 @@ def test_the_sweeps_guest_program_answers_and_skips_the_crash_checker() -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=60, check=True).stdout.split("]")
     assert "'sweep-point'" in loaded[0] and loaded[1].strip() == "False"
+
+
+# --- the engine, with a scripted guest ------------------------------------------------------
+
+
+def test_a_sweep_stores_each_point_replaces_a_hung_guest_and_resumes(tmp_path: Path) -> None:
+    """Interrupted after four points (one of them hung): --resume runs only the other five."""
+    import json
+    from typing import Any
+
+    from crashcases.sweep import load_sweep_plan, run_spec, run_sweep
+    from framework.core import agent
+    from framework.core.errors import CommandTimeout
+    from framework.core.lifecycle import resumed_lifecycle, run_lifecycle
+    from framework.core.machine.fake import FakeMachine
+    from framework.core.store import RunStatus
+
+    seen: list[str] = []
+    boots: list[int] = []
+    stop_after = {"n": 4}
+
+    def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+        assert argv[-1] == "framework.cli.sweepguest"
+        raw = json.loads(text or "{}")
+        assert raw.pop("task") == "sweep-point"
+        req = PointRequest.from_dict(raw)
+        if len(seen) == stop_after["n"]:
+            raise KeyboardInterrupt
+        seen.append(req.key)
+        if len(seen) == 2:
+            raise CommandTimeout("mount outlived its deadline")
+        assert req.target.journal_size_mib == 64 and req.cow_dev is not None
+        result = _result(0.001 * req.dirty_mib, 0.5 * req.size_mib / 1024)
+        return 0, agent.frame({"result": result.to_dict()}), ""
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        boots.append(1)
+        rundir.mkdir(parents=True, exist_ok=True)
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.sweepguest", respond=guest)
+
+    plan = SweepPlan(("ext4/ordered",))
+    with Store(tmp_path / "db.sqlite") as store:
+        with pytest.raises(KeyboardInterrupt), \
+                run_lifecycle(run_spec(plan), tmp_path / "results", store) as run:
+            run_sweep(plan, run, factory, guest_module="framework.cli.sweepguest")
+        run_dir = run.run_dir
+        assert store.run(run.run_id or 0).status is RunStatus.INTERRUPTED
+        assert len(store.sweep_points(run.run_id or 0)) == 4
+        assert len(boots) == 2  # the hung guest was replaced
+        resumed_plan = load_sweep_plan(run_dir)
+        assert resumed_plan == plan
+        stop_after["n"] = 99
+        with resumed_lifecycle(run_spec(resumed_plan), run_dir, store) as again:
+            result = run_sweep(resumed_plan, again, factory, resume=True,
+                               guest_module="framework.cli.sweepguest")
+        rows = store.sweep_points(again.run_id or 0)
+    assert len(seen) == len(set(seen)) == 9  # every point once, none twice
+    assert sorted(r.point for r in rows) == list(range(9))
+    assert [r.outcome for r in rows].count("hang") == 1
+    (fits,) = result.fits()
+    mount = fits.fits[0]
+    assert mount.ok and mount.n == 8  # the hung point is left out
+    assert (run_dir / "results.csv").read_text().count("\n") == 10
