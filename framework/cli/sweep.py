@@ -118,11 +118,13 @@ def _slope_cell(fit_slope: object) -> str:
     if not isinstance(fit_slope, Slope):
         return "-"
     lo, hi = fit_slope.interval.low, fit_slope.interval.high
-    return f"{fit_slope.estimate:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+    mark = " *" if fit_slope.significant else ""
+    return f"{fit_slope.estimate:+.4f} [{lo:+.4f}, {hi:+.4f}]{mark}"
 
 
 def fits_table(fits: Sequence[TargetFit]) -> Table:
-    table = Table(title="fitted lines: seconds per unit of each factor, [95% interval]")
+    table = Table(title="fitted lines: seconds per unit of each factor, [95% interval]",
+                  caption="*: the interval excludes 0 (the factor changes the time)")
     table.add_column("target")
     table.add_column("time")
     table.add_column("n", justify="right")
