@@ -21,6 +21,7 @@ as a second factor.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from framework.bench import design as factorial_design
 from framework.bench.report import format_anova
 from framework.bench.task import (
     BENCH_REPETITION,
@@ -82,6 +84,10 @@ class BenchConfig:
     metric: str | None = None  # primary metric; default: "total" if reported, else the first
     level: float = 0.95
     user_targets: tuple[Target, ...] = ()  # definitions from --targets-file the targets may name
+    #: Factors beyond the target (framework.bench.design); with any, ``targets`` are the
+    #: cells (every base target at every combination of levels) and ``bases`` the targets named.
+    factors: tuple[factorial_design.Factor, ...] = ()
+    bases: tuple[str, ...] = ()
 
     @property
     def baseline_target(self) -> str:
@@ -104,6 +110,28 @@ class BenchConfig:
                               f"({', '.join(self.targets)})")
         if not 0 < self.level < 1:
             raise ConfigError(f"bench: confidence level {self.level} is not between 0 and 1")
+
+
+def with_factors(config: BenchConfig, factors: Sequence[factorial_design.Factor]) -> BenchConfig:
+    """``config`` with its targets expanded into the cells of ``factors`` (a full factorial)."""
+    if not factors:
+        return config
+    bases = config.targets
+    cells = factorial_design.expand([resolve(n, config.user_targets) for n in bases], factors)
+    names = tuple(c.name for c in cells)
+    made = tuple(c.target for c in cells if c.name not in bases)
+    baseline = config.baseline
+    if baseline is not None and baseline not in names:
+        raise ConfigError(f"bench: baseline {baseline!r} is not one of the cells "
+                          f"({', '.join(names)})")
+    return dataclasses.replace(config, targets=names, factors=tuple(factors), bases=bases,
+                               user_targets=(*config.user_targets, *made))
+
+
+def design_cells(config: BenchConfig) -> list[factorial_design.Cell]:
+    """The cells of a factorial run, rebuilt from its config (as a resumed run does)."""
+    return factorial_design.expand([resolve(n, config.user_targets) for n in config.bases],
+                                   config.factors)
 
 
 def resolve_targets(config: BenchConfig) -> list[Target]:
@@ -410,7 +438,9 @@ def config_from_plan(run_dir: Path) -> BenchConfig:
             until_ci_pct=doc["until_ci_pct"], max_reps=int(doc["max_reps"]),
             seed=int(doc["seed"]), baseline=doc["baseline"], metric=doc["metric"],
             level=float(doc["level"]),
-            user_targets=tuple(Target.from_dict(t) for t in doc.get("user_targets", ())))
+            user_targets=tuple(Target.from_dict(t) for t in doc.get("user_targets", ())),
+            factors=tuple(factorial_design.parse_factor(f) for f in doc.get("factors", ())),
+            bases=tuple(doc.get("bases", ())))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: not a bench plan ({exc})") from None
     config.validate()
@@ -423,7 +453,8 @@ def plan_document(config: BenchConfig) -> dict[str, Any]:
             "reps": config.reps, "warmup": config.warmup, "until_ci_pct": config.until_ci_pct,
             "max_reps": config.max_reps, "seed": config.seed, "baseline": config.baseline_target,
             "metric": config.metric, "level": config.level,
-            "user_targets": [t.to_dict() for t in config.user_targets]}
+            "user_targets": [t.to_dict() for t in config.user_targets],
+            "factors": [f.describe() for f in config.factors], "bases": list(config.bases)}
 
 
 class GuestExecutor:
@@ -547,7 +578,21 @@ def analyse(run: BenchRun) -> BenchAnalysis:
             except StatsError as exc:
                 overheads.append(OverheadCell(target, info.name, None, str(exc)))
     primary = infos[run.primary]
-    design, r, why = one_factor_design(kept_values(kept, run.primary, config.targets), level)
+    if config.factors:
+        def cell_values(target: str, metric: str) -> Sequence[float]:
+            return kept_values(kept, metric, [target]).get(target, [])
+
+        try:
+            # Workloads name their metrics only in their results: a metric level the run
+            # did not report is known only now, and the samples are stored by then.
+            factorial_design.check_metrics(config.factors, infos)
+        except ConfigError as exc:
+            design, r, why = None, 0, str(exc)
+        else:
+            design, r, why = factorial_design.factorial(design_cells(config), config.factors,
+                                                        cell_values, run.primary, level)
+    else:
+        design, r, why = one_factor_design(kept_values(kept, run.primary, config.targets), level)
     return BenchAnalysis(config, primary, tuple(infos.values()), tuple(cells), tuple(overheads),
                          design, r, why)
 
@@ -643,7 +688,35 @@ def format_overheads(a: BenchAnalysis) -> str:
     return title + "\n" + _table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
 
 
+def format_factorial(a: BenchAnalysis) -> str:
+    """A multi-factor run: the ANOVA with interactions, each term's share, main effects."""
+    pct = f"{100 * a.config.level:g}%"
+    metric = next((f for f in a.config.factors if f.name == factorial_design.METRIC), None)
+    response = "each metric's value" if metric is not None else \
+        f"{a.primary.name} [{a.primary.unit}]"
+    names = factorial_design.design_factors(design_cells(a.config), a.config.factors)
+    d = a.design
+    if d is None:
+        return (f"Full factorial design over {', '.join(names) or 'nothing'} for {response}"
+                f"\n  no analysis: {a.design_error}")
+    factors = ", ".join(f"{f} ({len(lv)} levels)" for f, lv in zip(d.factors, d.levels, strict=True))
+    lines = [f"Full factorial design for {response}: factors {factors}, "
+             f"{a.design_replications} replications per cell", format_anova(d)]
+    for t in d.terms:
+        verdict = "significant" if t.significant else "not significant"
+        lines.append(f"  {t.name}: {t.percent:.1f}% of the variation, F = {_num(t.f)}, "
+                     f"p = {t.p_value:.3g}: {verdict} at {pct}")
+    lines.append(f"  errors: {d.error_percent:.1f}%")
+    lines.append(f"main effects (level mean - grand mean {_num(d.grand_mean)}):")
+    rows = [[e.factors[0], str(e.levels[0]), _num(e.value), f"[{_num(e.ci.low)}, {_num(e.ci.high)}]"]
+            for f in d.factors for e in d.effects_of(f)]
+    lines.append(_table(["factor", "level", "effect", f"{pct} interval"], rows))
+    return "\n".join(lines)
+
+
 def format_design(a: BenchAnalysis) -> str:
+    if a.config.factors:
+        return format_factorial(a)
     pct = f"{100 * a.config.level:g}%"
     head = (f"One-factor design for {a.primary.name} [{a.primary.unit}]: factor target "
             f"({len(a.config.targets)} levels), {a.design_replications} replications each")
@@ -712,7 +785,18 @@ def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
             "ratio": o.overhead.ratio, "significant": o.overhead.significant}
         overheads.setdefault(o.metric, {})[o.target] = item
     design: dict[str, Any] | None = None
-    if a.design is not None:
+    if a.design is not None and c.factors:
+        design = {
+            "replications": a.design_replications, "factors": list(a.design.factors),
+            "ss_total": a.design.ss_total, "ss_error": a.design.ss_error,
+            "percent_error": a.design.error_percent, "df_error": a.design.df_error,
+            "terms": [{"term": list(t.factors), "ss": t.sum_sq, "percent": t.percent, "df": t.df,
+                       "f": t.f, "f_crit": t.f_crit, "p": t.p_value, "significant": t.significant}
+                      for t in a.design.terms],
+            "effects": [{"factors": list(e.factors), "levels": [str(lv) for lv in e.levels],
+                         "effect": e.value, "ci": interval(e.ci)} for e in a.design.effects],
+        }
+    elif a.design is not None:
         term = a.design.term("target")
         design = {
             "replications": a.design_replications,

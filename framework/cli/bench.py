@@ -60,6 +60,23 @@ What the output means:
                      variation the choice of target explains versus
                      run-to-run noise, and the F-test of whether the
                      targets differ at all.
+
+Factors (--factor, repeatable) make a full factorial: every target at
+every combination of the factors' levels is a cell that runs like a
+target of its own (named ext4/ordered[journal-size=32]), all cells in one
+shuffled order. The ANOVA then has a row per factor and per interaction
+(Jain's allocation of variation), and main effects with intervals.
+  journal-size=4,32,128         journal size in MiB (mkfs -J size=, -l size=)
+  placement=internal,external   where the journal lives
+  data-profile=hdd,ssd          device profile of the data disk
+  journal-profile=ram,usb-flash device profile of the journal disk
+  mount=data=ordered,data=journal+nodelalloc
+                                mount options per level (+ joins options;
+                                one replaces the target's option of its name)
+  metric=block_write,block_read several metrics of the workload as levels
+                                of one factor (seed 000's access mode)
+With several targets, the target is a factor too. A level a target cannot
+take (a journal size on ext2) is an error before anything runs.
 """
 
 EPILOG = """\
@@ -67,12 +84,17 @@ examples:
   powercut bench --targets ext2,ext4/ordered,ext4/journal --workload postmark --reps 10
   powercut bench --targets ext4/ordered,ext4/journal --workload fsmark --reps 3 \\
       --until-ci 5 --max-reps 20 --warmup
+  powercut bench --targets ext3,ext4/ordered --workload dbench --reps 5 \\
+      --factor journal-size=4,32,128
+  powercut bench --targets ext2,ext3,reiserfs,ext4/ordered --workload bonnie --reps 10 \\
+      --factor metric=block_write,block_read
 """
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     # scipy, statsmodels and pandas load in about half a second: only when benchmarking.
-    from framework.bench.engine import BenchConfig
+    from framework.bench.design import parse_factor
+    from framework.bench.engine import BenchConfig, with_factors
 
     config = BenchConfig(
         targets=tuple(args.target),
@@ -87,6 +109,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         metric=args.metric,
         user_targets=named_user_targets(args),
     )
+    factors = [parse_factor(text) for text in args.factor or ()]
+    config = with_factors(config, factors)
     config.validate()
     return config
 
@@ -100,9 +124,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     resume_dir = Path(args.resume) if args.resume else None
     if resume_dir is not None:
-        if args.target or args.workload:
-            raise ConfigError("--resume takes the targets, workload and every option from the "
-                              "run's plan.json; drop --target and --workload")
+        if args.target or args.workload or args.factor:
+            raise ConfigError("--resume takes the targets, workload, factors and every option "
+                              "from the run's plan.json; drop --target, --workload and --factor")
         config = bench.config_from_plan(resume_dir)
     elif not (args.target and args.workload):
         raise ConfigError("name targets and a workload (--target A,B --workload NAME) or a run "
@@ -218,6 +242,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", metavar="NAME",
                    help="primary metric for --until-ci and the ANOVA (default: 'total' if the "
                         "workload reports it, else its first metric)")
+    p.add_argument("--factor", action="append", metavar="NAME=LEVEL,LEVEL",
+                   help="a factor beyond the target, for a full factorial design (repeatable): "
+                        "journal-size, placement, data-profile, journal-profile, mount, metric "
+                        "(see above)")
     p.add_argument("--max-overhead", type=float, metavar="PCT",
                    help="fail (exit 1, a failing JUnit case) when a target's overhead on the "
                         "primary metric is above PCT%% with the interval's confidence (its whole "

@@ -508,3 +508,77 @@ def test_a_resumed_bench_takes_the_finished_trials_and_runs_the_rest_in_the_same
     assert [json.loads(x)["seq"] for x in lines] == list(range(len(whole.samples)))
     (run_dir / bench.SAMPLES_FILE).write_text("\n".join(lines[:3]) + "\n{\"seq\": 3, \"tar")
     assert sorted(bench.earlier_samples(run_dir)) == [0, 1, 2]  # a torn last line is dropped
+
+
+def test_a_factorial_bench_runs_every_cell_shuffled_and_finds_the_effect_it_was_given(tmp_path):
+    from framework.bench.design import parse_factor
+
+    base = BenchConfig(targets=("ext4/ordered", "ext3"), workload="fsmark", reps=4, seed=9)
+    config = bench.with_factors(base, [parse_factor("journal-size=4,128")])
+    config.validate()
+    assert config.bases == ("ext4/ordered", "ext3") and len(config.targets) == 4
+    assert config.targets[0] == "ext4/ordered[journal-size=4]"
+    assert config.baseline_target == "ext4/ordered[journal-size=4]"
+    # The journal size costs 20 files/s; ext3 and ext4 are alike (no target effect).
+    means = {name: 100.0 - (20.0 if "=4]" in name else 0.0) for name in config.targets}
+    fake = FakeExecute(means, dict.fromkeys(config.targets, 1.0), seed=3)
+    run = bench.run_bench(config, fake)
+    order = [s.trial.target for s in run.samples]
+    assert Counter(order) == dict.fromkeys(config.targets, 4)
+    assert sum(1 for a, b in itertools.pairwise(order) if a != b) > 3  # cells interleaved
+    a = bench.analyse(run)
+    assert a.design is not None and a.design.factors == ("target", "journal-size")
+    size, target = a.design.term("journal-size"), a.design.term("target")
+    assert size.significant and size.percent > 90
+    assert not target.significant  # positive control's twin: no effect, none found
+    effect = a.design.effect({"journal-size": "128"})
+    assert effect.value == pytest.approx(10.0, abs=1.5) and effect.ci.low > 0
+    text = bench.format_report(run, a)
+    assert "Full factorial design for files [files/s]: factors target (2 levels), " \
+           "journal-size (2 levels), 4 replications per cell" in text
+    assert re.search(r"journal-size: 9\d\.\d% of the variation, .*: significant at 95%", text)
+    doc = bench.report_json(run, a)
+    assert [t["term"] for t in doc["anova"]["terms"]] == [
+        ["target"], ["journal-size"], ["target", "journal-size"]]
+    # The plan keeps factors and cells: a resumed run rebuilds the same design.
+    (tmp_path / "plan.json").write_text(json.dumps(bench.plan_document(config)))
+    again = bench.config_from_plan(tmp_path)
+    assert again.factors == config.factors and again.targets == config.targets
+    assert [c.name for c in bench.design_cells(again)] == list(config.targets)
+
+
+def test_a_metric_factor_needs_metrics_the_workload_reported():
+    from framework.bench.design import parse_factor
+
+    config = bench.with_factors(BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark",
+                                            reps=3, seed=1),
+                                [parse_factor("metric=files,inodes")])
+    assert config.targets == ("ext2", "ext4/ordered")  # no cells of its own
+    run = bench.run_bench(config, FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0},
+                                              {"ext2": 1.0, "ext4/ordered": 1.0}))
+    a = bench.analyse(run)  # the samples are kept; the design says why it is missing
+    assert a.design is None
+    assert a.design_error.startswith("--factor metric: the workload reports no metric 'inodes'")
+    two = bench.with_factors(BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark",
+                                         reps=3, seed=1), [parse_factor("metric=files,run_s")])
+    a = bench.analyse(bench.run_bench(two, FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0},
+                                                       {"ext2": 1.0, "ext4/ordered": 1.0})))
+    assert a.design is not None and a.design.factors == ("target", "metric")
+
+
+def test_factor_options_errors_are_one_line(capsys):
+    from framework.cli import main
+
+    for argv, message in [
+        (["--target", "ext2", "--workload", "fsmark", "--factor", "journal-size=4,32"],
+         "target 'ext2' cannot take journal-size=4"),
+        (["--target", "ext4/ordered", "--workload", "fsmark", "--factor", "size=1,2"],
+         "unknown factor 'size'"),
+        (["--target", "ext4/ordered", "--workload", "fsmark", "--factor", "journal-size=4,32",
+          "--factor", "journal-size=8,16"], "given twice"),
+        (["--target", "ext4/ordered", "--workload", "fsmark", "--factor", "journal-size=4,32",
+          "--baseline", "ext4/ordered"], "baseline 'ext4/ordered' is not one of the cells"),
+    ]:
+        assert main(["bench", *argv, "--results", "/nonexistent/never"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
