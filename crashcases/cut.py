@@ -40,7 +40,7 @@ from framework.core.errors import CommandTimeout, ConfigError, MachineError, Pow
 from framework.core.lifecycle import Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
-from recovery.disks import MiB, disk_bytes
+from recovery.disks import MiB, plan_disks
 from recovery.filesystems import tool_versions
 from recovery.targets import Target, resolve
 
@@ -208,8 +208,10 @@ class CutEngine:
         self.by_name = {t.name: t for t in self.targets}
         self.vm_dir = run_dir / "vm"
         # A target with an external journal gets a journal disk; the trial cuts both.
-        sizes = disk_bytes(self.targets, data_bytes=plan.data_mib * MiB if plan.data_mib else None)
-        self.disks = [DiskSpec(name, size) for name, size in sizes.items()]
+        # Device profiles that throttle a disk differently give their targets disks of their own.
+        self.disk_plan = plan_disks(self.targets,
+                                    data_bytes=plan.data_mib * MiB if plan.data_mib else None)
+        self.disks = list(self.disk_plan.specs)
         self.journal_evidence: dict[str, str] = {}
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
         self.machine: Machine | None = None
@@ -243,7 +245,7 @@ class CutEngine:
             return
         request = OracleRequest(target, workload_path=os.fspath(self.vm_dir / "workload.json"),
                                 oracle_path=os.fspath(self._oracle_path(target.name)),
-                                data_dev=machine.disk("data"),
+                                data_dev=machine.disk(self.disk_plan.disk(target, "data")),
                                 journal_dev=self._journal_dev(machine, target))
         made = agent.perform(machine, CUT_ORACLE, request, timeout_s=self.plan.trial_timeout_s)
         if made.journal_evidence:
@@ -251,9 +253,9 @@ class CutEngine:
             self.journal_evidence[target.name] = made.journal_evidence
         self.oracles.add(target.name)
 
-    @staticmethod
-    def _journal_dev(machine: Machine, target: Target) -> str | None:
-        return machine.disk("journal") if target.needs_journal_disk else None
+    def _journal_dev(self, machine: Machine, target: Target) -> str | None:
+        return (machine.disk(self.disk_plan.disk(target, "journal"))
+                if target.needs_journal_disk else None)
 
     def point_for(self, target: str, trial: int) -> CutPoint:
         return plan_cut(self.workload, trial_seed=f"{self.plan.seed}:{target}:{trial}",
@@ -265,7 +267,8 @@ class CutEngine:
         self._ensure_oracle(machine, self.by_name[target])
         request = TrialRequest(
             self.by_name[target], key=f"{target}#{trial}", workload_path=os.fspath(self.vm_dir / "workload.json"),
-            oracle_path=os.fspath(self._oracle_path(target)), data_dev=machine.disk("data"),
+            oracle_path=os.fspath(self._oracle_path(target)),
+            data_dev=machine.disk(self.disk_plan.disk(self.by_name[target], "data")),
             point=point, mode=FlakeyMode(self.plan.mode), continue_syncs=self.plan.continue_syncs,
             count_post_cut_promises=self.plan.count_post_cut_promises,
             timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),

@@ -55,6 +55,7 @@ from crashcases.operations import (
     perform,
 )
 from crashcases.oracle import OracleLog
+from devicemapper.delay import delayed_path
 from devicemapper.flakey import FlakeyMode, cut_together, flakey_device, restore_together
 from framework.core import agent, clock
 from framework.core.command import CommandRunner, HostRunner
@@ -424,6 +425,13 @@ def run_trial(runner: CommandRunner, target: Target, data_dev: str, workload: Wo
         raise ConfigError(f"cut mode {mode!r}: expected one of {', '.join(CUT_MODES)}")
     live.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
+        # A device profile's latency sits under the cut: the filesystem, its recovery and the
+        # cut itself see the modelled disk (fs -> dm-flakey -> dm-delay -> disk).
+        data_dev = stack.enter_context(
+            delayed_path(runner, data_dev, target.delays("data"), name="pc-delay-data"))
+        if journal_dev is not None:
+            journal_dev = stack.enter_context(
+                delayed_path(runner, journal_dev, target.delays("journal"), name="pc-delay-journal"))
         fd = stack.enter_context(flakey_device(runner, data_dev))
         fj = (stack.enter_context(flakey_device(runner, journal_dev, name="pc-flakey-journal"))
               if journal_dev is not None else None)

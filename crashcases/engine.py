@@ -62,7 +62,7 @@ from framework.core.errors import CommandTimeout, ConfigError, MachineError, Pow
 from framework.core.lifecycle import Run, RunSpec, read_plan, write_json_atomic
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.store import Store
-from recovery.disks import disk_bytes
+from recovery.disks import disk_bytes, throttle
 from recovery.filesystems import adapter_for, tool_versions
 from recovery.targets import Target, resolve
 
@@ -230,7 +230,10 @@ class CrashEngine:
         names = [*RECORD_DISKS, *CHECK_DISKS]
         if self.two_disks:
             names += [*JOURNAL_RECORD_DISKS, *JOURNAL_CHECK_DISKS]
-        disks = [DiskSpec(n, self.sizes[n]) for n in names]
+        # The recorded disks are throttled as the target's device profiles say.
+        limits = {"data": throttle(self.target, "data"), "journal": throttle(self.target, "journal")}
+        disks = [DiskSpec(n, self.sizes[n], bandwidth_bytes_s=limits.get(n, (None, None))[0],
+                          iops=limits.get(n, (None, None))[1]) for n in names]
         machine = self.factory(disks, self.run_dir / "vm-0", self.fstypes)
         # The guest writes only into its run directory (the rest of the host
         # is read-only or hidden there).

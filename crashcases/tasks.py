@@ -30,6 +30,7 @@ from crashcases.check import CheckResult, Timeouts, check_state
 from crashcases.operations import MKFS_MARK, ORDER_SUFFIX, Workload, execute
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
+from devicemapper.delay import delayed_path
 from devicemapper.logformat import LogReader
 from devicemapper.logwrites import LogWritesDevice, recording
 from devicemapper.replay import Replayer, apply_entries, zero_target
@@ -98,10 +99,17 @@ def record(req: RecordRequest) -> RecordResult:
     runner = HostRunner()
     start = clock.monotonic()
     with contextlib.ExitStack() as stack:
-        lw = stack.enter_context(recording(runner, req.data_dev, req.log_dev))
+        # A device profile's latency sits under the recorder (fs -> dm-log-writes -> dm-delay
+        # -> disk): the workload runs at the modelled disk's pace, the log is the same.
+        # Checking the crash states afterwards replays onto plain disks.
+        data_dev = stack.enter_context(
+            delayed_path(runner, req.data_dev, req.target.delays("data"), name="pc-delay-data"))
+        lw = stack.enter_context(recording(runner, data_dev, req.log_dev))
         jlw = None
         if req.journal_dev is not None and req.journal_log_dev is not None:
-            jlw = stack.enter_context(recording(runner, req.journal_dev, req.journal_log_dev,
+            journal_dev = stack.enter_context(delayed_path(
+                runner, req.journal_dev, req.target.delays("journal"), name="pc-delay-journal"))
+            jlw = stack.enter_context(recording(runner, journal_dev, req.journal_log_dev,
                                                 name="pc-logw-journal"))
         mark = lw.mark_fast if jlw is None else _marks_both(lw, jlw)
         mkfs(runner, req.target, lw.path, journal_dev=jlw.path if jlw else None)

@@ -1,9 +1,10 @@
-"""Slow storage with dm-delay: every I/O to a device waits a fixed time.
+"""Slow storage with dm-delay: every read, write and flush to a device waits a fixed time.
 
-Recovery time depends on the latency of the disk under the filesystem; a
-RAM-backed scratch device has almost none. A device profile puts the
-scratch device behind dm-delay to measure journal replay and fsck as a
-slower disk would see them.
+Recovery time and journalling overhead depend on the latency of the disk
+under the filesystem; a scratch file served from the host's page cache has
+almost none. A device profile (``recovery.profiles``) puts the disk behind
+dm-delay so fsync, journal commits, journal replay and fsck pay what a
+slower device would make them pay.
 """
 
 from __future__ import annotations
@@ -23,13 +24,29 @@ def delay_device(
     *,
     read_ms: int,
     write_ms: int | None = None,
+    flush_ms: int | None = None,
     name: str = "pc-delay",
 ) -> Iterator[DmDevice]:
-    """``dev`` behind dm-delay: reads wait ``read_ms``, writes and flushes ``write_ms``.
+    """``dev`` behind dm-delay: reads wait ``read_ms``, writes ``write_ms``, flushes ``flush_ms``.
 
-    Without ``write_ms`` writes and flushes wait ``read_ms`` too (dm-delay's
-    three-argument table). The device is removed when the block ends.
+    Without ``write_ms`` writes wait ``read_ms``; without ``flush_ms`` flushes
+    wait as writes do (dm-delay's 3- and 6-argument tables). The device is
+    removed when the block ends.
     """
-    delays = table.delay(dev, device_sectors(runner, dev), read_ms, write_ms)
+    delays = table.delay(dev, device_sectors(runner, dev), read_ms, write_ms, flush_ms=flush_ms)
     with DmSetup(runner).device(name, delays) as delayed:
         yield delayed
+
+
+@contextlib.contextmanager
+def delayed_path(runner: CommandRunner, dev: str, delays: tuple[int, int, int] | None, *,
+                 name: str) -> Iterator[str]:
+    """The path to use for ``dev``: itself without ``delays``, else a dm-delay device over it
+    with (read, write, flush) milliseconds, removed when the block ends."""
+    if delays is None:
+        yield dev
+        return
+    read_ms, write_ms, flush_ms = delays
+    with delay_device(runner, dev, read_ms=read_ms, write_ms=write_ms, flush_ms=flush_ms,
+                      name=name) as delayed:
+        yield delayed.path

@@ -76,11 +76,20 @@ def snapshot(origin: str, cow_dev: str, size_sectors: int, *, persistent: bool =
 
 
 def delay(dev: str, size_sectors: int, read_ms: int, write_ms: int | None = None,
-          offset: int = 0) -> Table:
-    """dm-delay: reads wait read_ms, writes and flushes write_ms (default: read_ms)."""
+          offset: int = 0, *, flush_ms: int | None = None) -> Table:
+    """dm-delay: reads wait read_ms, writes write_ms (default: read_ms) and flushes
+    flush_ms (default: write_ms).
+
+    The 3, 6 and 9 argument forms of Documentation/admin-guide/device-mapper/
+    delay.rst: with 9, a bio with REQ_PREFLUSH (an empty flush, or a write
+    that asks for one) is the flush class (delay_map() in drivers/md/dm-delay.c,
+    Linux 6.1).
+    """
     args: list[object] = [dev, offset, read_ms]
-    if write_ms is not None:
-        args += [dev, offset, write_ms]
+    if write_ms is not None or flush_ms is not None:
+        args += [dev, offset, read_ms if write_ms is None else write_ms]
+    if flush_ms is not None:
+        args += [dev, offset, flush_ms]
     return _one(size_sectors, "delay", args)
 
 

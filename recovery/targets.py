@@ -1,10 +1,10 @@
 """Targets: a filesystem configuration under test, named like xfstests-bld configs.
 
-A target names the mkfs options, the mount options and where the journal
-lives (``disk_profiles``, the device profile of each disk, is parsed but
-refused until runs apply it). The
-built-in targets are in ``builtin_targets.toml`` (same format as user
-files); users add their own with ``load_targets()``::
+A target names the mkfs options, the mount options, where the journal
+lives and, optionally, the device profile of each disk (``disk_profiles``,
+see ``recovery.profiles``). The built-in targets are in
+``builtin_targets.toml`` (same format as user files); users add their own
+with ``load_targets()``, and their own device profiles in the same file::
 
     [targets."ext4/data-journal-big"]
     fstype = "ext4"
@@ -13,6 +13,11 @@ files); users add their own with ``load_targets()``::
     journal = "internal"            # internal | external | none
     journal_size_mib = 128          # optional
     description = "ext4 data=journal with a 128 MiB journal"
+    disk_profiles = { data = "hdd", journal = "my-ssd" }   # optional
+
+    [profiles.my-ssd]                # optional: see recovery/profiles.py
+    flush_ms = 3
+    bandwidth_mb_s = 400
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.core.errors import ConfigError
+from recovery.profiles import DeviceProfile, get_profile, parse_profiles, profile_from_mapping
 
 
 class JournalPlacement(StrEnum):
@@ -51,6 +57,19 @@ class Target:
     description: str = ""
     #: (disk role, device profile name) pairs; roles are those in DISK_ROLES.
     disk_profiles: tuple[tuple[str, str], ...] = ()
+    #: The definitions of the profiles disk_profiles names (built in or the user's), so a
+    #: target carries its device model into plans, guest requests and the store.
+    profile_defs: tuple[DeviceProfile, ...] = ()
+
+    def profile(self, role: str) -> DeviceProfile | None:
+        """The device profile of disk ``role`` (data, journal), None if it has none."""
+        name = dict(self.disk_profiles).get(role)
+        return next((p for p in self.profile_defs if p.name == name), None)
+
+    def delays(self, role: str) -> tuple[int, int, int] | None:
+        """dm-delay's (read, write, flush) ms for disk ``role``; None: not delayed."""
+        profile = self.profile(role)
+        return None if profile is None else profile.delays
 
     @property
     def needs_journal_disk(self) -> bool:
@@ -65,7 +84,8 @@ class Target:
         return {"name": self.name, "fstype": self.fstype, "mkfs_options": list(self.mkfs_options),
                 "mount_options": list(self.mount_options), "journal": self.journal.value,
                 "journal_size_mib": self.journal_size_mib, "description": self.description,
-                "disk_profiles": dict(self.disk_profiles)}
+                "disk_profiles": dict(self.disk_profiles),
+                "profile_defs": {p.name: p.to_dict() for p in self.profile_defs}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Target:
@@ -74,12 +94,16 @@ class Target:
         if isinstance(table.get("disk_profiles"), list | tuple):
             # dataclasses.asdict() keeps the (role, profile) pairs as a sequence
             table["disk_profiles"] = dict(table["disk_profiles"])
+        if isinstance(table.get("profile_defs"), list | tuple):
+            # ... and the profile definitions as a sequence of tables, each with its name
+            table["profile_defs"] = {p["name"]: {k: v for k, v in p.items() if k != "name"}
+                                     for p in table["profile_defs"]}
         return target_from_mapping(str(d["name"]), table, source="target data")
 
 
 _KEYS = frozenset(
     {"fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib", "description",
-     "disk_profiles"}
+     "disk_profiles", "profile_defs"}
 )
 
 
@@ -93,8 +117,10 @@ def _string_list(value: Any, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def target_from_mapping(name: str, table: Mapping[str, Any], *, source: str) -> Target:
-    """Build and validate one target from its TOML table."""
+def target_from_mapping(name: str, table: Mapping[str, Any], *, source: str,
+                        profiles_of_file: Mapping[str, DeviceProfile] | None = None) -> Target:
+    """Build and validate one target from its TOML table (``profiles_of_file``: the file's own
+    device profiles, which its disk_profiles may name next to the built-in ones)."""
     where = _where(source, name)
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where}: must be a table, got {table!r}")
@@ -131,12 +157,20 @@ def target_from_mapping(name: str, table: Mapping[str, Any], *, source: str) -> 
         if not isinstance(profile, str):
             raise ConfigError(f"{where}.disk_profiles.{role}: must be a string, got {profile!r}")
     if "journal" in profiles and journal is not JournalPlacement.EXTERNAL:
-        raise ConfigError(f"{where}.disk_profiles.journal: set, but journal is {journal.value!r}")
-    if profiles:
-        # Refused rather than ignored: a run that silently used plain disks would
-        # report figures for a device it never modelled.
-        raise ConfigError(f"{where}.disk_profiles: device profiles are not applied by this "
-                          "version of powercut yet; remove the key")
+        raise ConfigError(f"{where}.disk_profiles.journal: set, but journal is {journal.value!r}"
+                          " (no journal disk)")
+    known = dict(profiles_of_file or {})
+    embedded = table.get("profile_defs", {})
+    if not isinstance(embedded, Mapping):
+        raise ConfigError(f"{where}.profile_defs: must be a table, got {embedded!r}")
+    for pname, ptable in embedded.items():
+        known[pname] = profile_from_mapping(pname, ptable, where=f"{where}.profile_defs.{pname}")
+    defs: dict[str, DeviceProfile] = {}
+    for role, pname in profiles.items():
+        try:
+            defs[pname] = get_profile(pname, known)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.disk_profiles.{role}: {exc}") from None
     target = Target(
         name=name,
         fstype=fstype,
@@ -146,6 +180,7 @@ def target_from_mapping(name: str, table: Mapping[str, Any], *, source: str) -> 
         journal_size_mib=size,
         description=description,
         disk_profiles=tuple(sorted(profiles.items())),
+        profile_defs=tuple(defs[n] for n in sorted(defs)),
     )
     _check_supported(target, where)
     return target
@@ -162,33 +197,68 @@ def _check_supported(target: Target, where: str) -> None:
 
 def parse_targets(text: str, *, source: str) -> dict[str, Target]:
     """Targets defined in TOML ``text``; ``source`` names the file in messages."""
+    return parse_target_file(text, source=source)[0]
+
+
+def parse_target_file(text: str, *, source: str
+                      ) -> tuple[dict[str, Target], dict[str, DeviceProfile]]:
+    """The targets and the device profiles a TOML file defines."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # The decoder's message ends with "(at line L, column C)".
         raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
     for key in data:
-        if key != "targets":
-            raise ConfigError(f"{source}: unknown key {key!r} (expected only [targets.\"name\"] tables)")
+        if key not in ("targets", "profiles"):
+            raise ConfigError(f"{source}: unknown key {key!r} (expected only [targets.\"name\"] "
+                              "and [profiles.\"name\"] tables)")
     tables = data.get("targets", {})
     if not isinstance(tables, Mapping):
         raise ConfigError(f"{source}: 'targets' must be a table of tables")
-    return {name: target_from_mapping(name, table, source=source) for name, table in tables.items()}
+    profiles = parse_profiles(data.get("profiles", {}), source=source)
+    return ({name: target_from_mapping(name, table, source=source, profiles_of_file=profiles)
+             for name, table in tables.items()}, profiles)
 
 
 def load_targets(path: str | os.PathLike[str]) -> dict[str, Target]:
     """User targets from a TOML file; a name that shadows a built-in one is an error."""
+    return load_target_file(path)[0]
+
+
+def load_target_file(path: str | os.PathLike[str]
+                     ) -> tuple[dict[str, Target], dict[str, DeviceProfile]]:
+    """User targets and device profiles from a TOML file; neither may redefine a built-in one."""
+    from recovery.profiles import builtin_profiles
+
     source = os.fspath(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read target file: {exc.strerror}") from exc
-    targets = parse_targets(text, source=source)
+    targets, profiles = parse_target_file(text, source=source)
+    for name in profiles:
+        if name in builtin_profiles():
+            raise ConfigError(f"{source}: profiles.{name!r}: redefines a built-in device profile")
     for name in targets:
         # Results are stored by target name: one name must mean one configuration.
         if name in _builtin():
             raise ConfigError(f"{source}: targets.{name!r}: redefines a built-in target")
-    return targets
+    return targets, profiles
+
+
+def with_profiles(target: Target, roles: Mapping[str, str],
+                  profiles: Mapping[str, DeviceProfile] | None = None) -> Target:
+    """``target`` with the device profile of each disk role in ``roles`` set (``--profile``)."""
+    for role, name in roles.items():
+        get_profile(name, profiles)  # an unknown name: the error lists the known ones
+        if role == "journal" and not target.needs_journal_disk:
+            raise ConfigError(f"--profile journal={name}: target {target.name!r} has no journal "
+                              f"disk (its journal is {target.journal.value!r})")
+    table = target.to_dict()
+    table["disk_profiles"] = {**table["disk_profiles"], **roles}
+    table["profile_defs"] = {**table["profile_defs"],
+                             **{n: get_profile(n, profiles).to_dict() for n in roles.values()}}
+    return Target.from_dict(table)
 
 
 @functools.cache

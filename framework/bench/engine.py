@@ -57,7 +57,7 @@ from framework.core.stats import (
     summarize,
 )
 from framework.core.store import Store
-from recovery.disks import disk_bytes
+from recovery.disks import plan_disks
 from recovery.targets import Target, resolve
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,9 @@ def resolve_targets(config: BenchConfig) -> list[Target]:
 
 
 def disks_for(targets: Sequence[Target], scale: Scale) -> list[DiskSpec]:
-    """Scratch disks for a bench over ``targets``: data, plus journal if any needs one."""
-    return [DiskSpec(role, size)
-            for role, size in disk_bytes(targets, data_bytes=DATA_DISK_BYTES[scale]).items()]
+    """Scratch disks for a bench over ``targets``: data, plus journal if any needs one (a disk
+    per device profile that throttles a role differently)."""
+    return list(plan_disks(targets, data_bytes=DATA_DISK_BYTES[scale]).specs)
 
 
 # --------------------------------------------------------------------------
@@ -465,12 +465,15 @@ class GuestExecutor:
         self.config = config
         self.timeout_s = get_workload(config.workload).timeout_s(config.scale) + REPETITION_OVERHEAD_S
         self._targets = {t.name: t for t in resolve_targets(config)}
+        self._disks = plan_disks(self._targets.values(), data_bytes=DATA_DISK_BYTES[config.scale])
 
     def request(self, trial: Trial) -> RepetitionRequest:
         target = self._targets[trial.target]
-        journal = self.machine.disk("journal") if target.needs_journal_disk else None
+        journal = (self.machine.disk(self._disks.disk(target, "journal"))
+                   if target.needs_journal_disk else None)
         return RepetitionRequest(target=target, workload=self.config.workload,
-                                 scale=self.config.scale, data_dev=self.machine.disk("data"),
+                                 scale=self.config.scale,
+                                 data_dev=self.machine.disk(self._disks.disk(target, "data")),
                                  journal_dev=journal)
 
     def __call__(self, trial: Trial) -> RepetitionResult:

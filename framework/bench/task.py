@@ -19,6 +19,7 @@ only on the host.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import platform
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicemapper.delay import delayed_path
 from framework.bench.workloads import Metric, Scale, get_workload, run_workload
 from framework.core import agent, clock
 from framework.core.command import CommandRunner
@@ -133,18 +135,31 @@ def _mount_options(mountpoint: str) -> str:
 def run_repetition(runner: CommandRunner, req: RepetitionRequest) -> RepetitionResult:
     """mkfs, mount, drop caches, run the workload, unmount; on this machine."""
     target = req.target
-    workload = get_workload(req.workload)
     if target.needs_journal_disk and req.journal_dev is None:
         raise ConfigError(f"target {target.name!r} needs a journal disk, none was given")
     journal_dev = req.journal_dev if target.needs_journal_disk else None
+    with contextlib.ExitStack() as stack:
+        # The device profiles' latency under the filesystem (fs -> dm-delay -> disk).
+        data_dev = stack.enter_context(
+            delayed_path(runner, req.data_dev, target.delays("data"), name="pc-delay-data"))
+        if journal_dev is not None:
+            journal_dev = stack.enter_context(
+                delayed_path(runner, journal_dev, target.delays("journal"), name="pc-delay-journal"))
+        return _repetition(runner, req, data_dev, journal_dev)
+
+
+def _repetition(runner: CommandRunner, req: RepetitionRequest, data_dev: str,
+                journal_dev: str | None) -> RepetitionResult:
+    target = req.target
+    workload = get_workload(req.workload)
     start = clock.monotonic()
-    fsmount.mkfs(runner, target, req.data_dev, journal_dev=journal_dev)
+    fsmount.mkfs(runner, target, data_dev, journal_dev=journal_dev)
     mkfs_s = clock.monotonic() - start
     Path(req.mountpoint).mkdir(parents=True, exist_ok=True)
-    mounted = fsmount.mount_timed(runner, target, req.data_dev, req.mountpoint,
+    mounted = fsmount.mount_timed(runner, target, data_dev, req.mountpoint,
                                   journal_dev=journal_dev, timeout_s=fsmount.UMOUNT_TIMEOUT_S)
     if not mounted.ok:
-        raise CommandError(f"mount of {target.name} on {req.data_dev} failed "
+        raise CommandError(f"mount of {target.name} on {data_dev} failed "
                            f"(status {mounted.status}): {mounted.error.replace(chr(10), ' | ')}")
     try:
         options = _mount_options(req.mountpoint)

@@ -115,10 +115,29 @@ def user_targets(args: argparse.Namespace) -> dict[str, Target]:
     return load_targets(path) if path else {}
 
 
+def add_profile_option(p: argparse.ArgumentParser) -> None:
+    """--profile: the device profile of each disk, for every target of the run."""
+    p.add_argument("--profile", metavar="ROLE=NAME[,ROLE=NAME]",
+                   help="device profile of the data and/or journal disk for every target of the "
+                        "run, e.g. data=hdd,journal=ram (a bare NAME is the data disk's); "
+                        "built in: ram, nvme, ssd, hdd, usb-flash, or [profiles.NAME] of "
+                        "--targets-file ('powercut targets --profiles' lists them with their "
+                        "numbers). Overrides a target's own disk_profiles for the roles named")
+
+
 def named_user_targets(args: argparse.Namespace) -> tuple[Target, ...]:
-    """The --targets-file definitions that --target names: what a plan must carry."""
-    extra = user_targets(args)
-    return tuple(extra[name] for name in args.target if name in extra)
+    """The --targets-file definitions that --target names, with --profile applied to every
+    named target (built in or not): what a plan must carry."""
+    from recovery.profiles import parse_profile_option
+    from recovery.targets import DISK_ROLES, get_target, load_target_file, with_profiles
+
+    path = getattr(args, "targets_file", None)
+    extra, profiles = load_target_file(path) if path else ({}, {})
+    option = getattr(args, "profile", None)
+    if not option:
+        return tuple(extra[name] for name in args.target if name in extra)
+    roles = parse_profile_option(option, DISK_ROLES)
+    return tuple(with_profiles(get_target(name, extra), roles, profiles) for name in args.target)
 
 
 def _command_of(argv: Sequence[str]) -> str | None:

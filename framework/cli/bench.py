@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from framework.bench.workloads import Scale, get_workload, list_workloads
 from framework.cli import (
     add_machine_options,
+    add_profile_option,
     add_target_options,
     named_user_targets,
     print_json,
@@ -221,6 +222,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_target_options(p, what="targets to compare, e.g. ext2,ext4/ordered,ext4/journal",
                        required=False)
+    add_profile_option(p)
     p.add_argument("--workload", metavar="NAME",
                    help=f"benchmark workload: {', '.join(list_workloads())}")
     p.add_argument("--scale", choices=[s.value for s in Scale], default=Scale.TINY.value,

@@ -31,6 +31,7 @@ from crashcases.outcomes import KNOWN, Outcome, fails
 from crashcases.points import Variant
 from framework.cli import (
     add_machine_options,
+    add_profile_option,
     add_target_options,
     named_user_targets,
 )
@@ -315,6 +316,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_target_options(p, what="filesystem configurations to check, e.g. ext4/ordered; "
                                "one crash run each", required=False)
+    add_profile_option(p)
     p.add_argument("--case", default="hand:write-fsync-rename",
                    help=f"workload: {', '.join(list_cases())}, random:N (default: hand:write-fsync-rename)")
     p.add_argument("--max-sequences", type=int, metavar="N",

@@ -27,7 +27,12 @@ from crashcases.cut import (
 )
 from crashcases.outcomes import KNOWN, Outcome, fails
 from devicemapper.flakey import FlakeyMode
-from framework.cli import add_machine_options, add_target_options, named_user_targets
+from framework.cli import (
+    add_machine_options,
+    add_profile_option,
+    add_target_options,
+    named_user_targets,
+)
 from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
 from framework.core import junit
 from framework.core.errors import ConfigError
@@ -229,6 +234,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "distribution. Exits 1 if any trial broke a promise.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_target_options(p, what="filesystem configurations, e.g. ext4/ordered", required=False)
+    add_profile_option(p)
     p.add_argument("--case", default="random:200",
                    help=f"workload: {', '.join(list_cases())}, random:N (default: random:200)")
     p.add_argument("--max-sequences", type=int, metavar="N", help="gen:* cases: a seeded sample of N sequences")

@@ -81,8 +81,37 @@ def _default_kernel_modules() -> KernelModules | str:
     return guest_kernel_modules(_default_kernel())
 
 
+def cmd_profiles(args: argparse.Namespace) -> int:
+    """List the device profiles, built in and from --targets-file, with the numbers each applies."""
+    from recovery.profiles import builtin_profiles
+    from recovery.targets import load_target_file
+
+    path = getattr(args, "targets_file", None)
+    user = load_target_file(path)[1] if path else {}
+    profiles = [*builtin_profiles().values(), *user.values()]
+    if args.json:
+        print_json([{"name": p.name, **p.to_dict(), "builtin": p.name not in user}
+                    for p in profiles])
+        return 0
+    name_w = max(len("PROFILE"), *(len(p.name) for p in profiles))
+    print(f"{'PROFILE':<{name_w}}  {'READ':>5}  {'WRITE':>5}  {'FLUSH':>5}  {'MB/s':>6}  "
+          f"{'IOPS':>6}  DESCRIPTION")
+    for p in profiles:
+        mbs = f"{p.bandwidth_mb_s:g}" if p.bandwidth_mb_s is not None else "-"
+        iops = str(p.iops) if p.iops is not None else "-"
+        print(f"{p.name:<{name_w}}  {p.read_ms:>3}ms  {p.write_ms:>3}ms  {p.flush_ms:>3}ms  "
+              f"{mbs:>6}  {iops:>6}  {p.description}")
+        if p.source:
+            print(f"{'':<{name_w}}  source: {p.source}")
+    print("\nREAD/WRITE/FLUSH: dm-delay in the guest (whole ms; the flush delay is what fsync "
+          "and a journal commit wait for); MB/s, IOPS: qemu's throttling of the disk")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """List the targets, built in and from --targets-file, and whether this machine can run each."""
+    if getattr(args, "profiles", False):
+        return cmd_profiles(args)
     user = user_targets(args)
     kernel = _default_kernel_modules()
     rows = [(t, availability(t, kernel)) for t in list_targets(user)]
@@ -234,6 +263,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "one target's options, commands and persistence rules.",
     )
     _add_common(p, suppress=False)
+    p.add_argument("--profiles", action="store_true",
+                   help="list the device profiles (built in, and [profiles.NAME] of "
+                        "--targets-file) with their delays and limits instead")
     p.set_defaults(func=cmd_list)
     verbs = p.add_subparsers(dest="targets_command", metavar="VERB")
     show = verbs.add_parser("show", help="one target in detail", description=cmd_show.__doc__)

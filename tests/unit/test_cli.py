@@ -66,6 +66,12 @@ def test_an_unknown_command_is_a_usage_error_naming_the_choices(capsys) -> None:
     ["crash", "--target", "ext2", "--points", "every:0"],
     ["cut", "--target", "ext4/ordered", "--trials", "0"],
     ["bench", "--target", "ext2,ext4/ordered", "--workload", "fsmark", "--baseline", "xfs"],
+    ["crash", "--target", "ext2", "--profile", "data=floppy"],
+    ["crash", "--target", "ext4/ordered", "--profile", "journal=ram"],
+    ["cut", "--target", "ext4/ordered", "--profile", "log=hdd"],
+    ["cut", "--target", "ext4/logdev", "--profile", "data=hdd,data=ssd"],
+    ["bench", "--target", "ext2,ext4/ordered", "--workload", "fsmark", "--profile", "data="],
+    ["bench", "--target", "ext2,ext4/logdev", "--workload", "fsmark", "--profile", "journal=ssd"],
 ])
 def test_bad_options_are_one_line_and_create_nothing(argv, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)

@@ -186,3 +186,19 @@ def test_without_a_kernel_modules_are_not_checked(
     assert out.rstrip().endswith("kernel modules not checked: no guest kernel found")
     rows = [line.split() for line in out.splitlines()[1:] if line and not line.startswith(" ")]
     assert {row[3] for row in rows[:-1]} == {"yes"}  # every program there; modules unknown
+
+
+def test_profiles_are_listed_with_their_numbers_and_the_users_own(
+    machine: set[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('[profiles.sd]\nwrite_ms = 10\nflush_ms = 40\nbandwidth_mb_s = 10\n')
+    rc, out, _ = run(["targets", "--profiles", "--targets-file", str(path)], capsys)
+    assert rc == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:] if line[:1].strip()}
+    assert rows["hdd"][1:6] == ["8ms", "4ms", "12ms", "150", "150"]
+    assert rows["sd"][1:6] == ["0ms", "10ms", "40ms", "10", "-"]
+    rc, out, _ = run(["targets", "--profiles", "--json"], capsys)
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert list(listed) == ["ram", "nvme", "ssd", "hdd", "usb-flash"]
+    assert listed["usb-flash"]["flush_ms"] == 20 and listed["usb-flash"]["builtin"]

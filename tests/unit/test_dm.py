@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from devicemapper import table
-from devicemapper.delay import delay_device
+from devicemapper.delay import delay_device, delayed_path
 from devicemapper.dmsetup import DmSetup
 from devicemapper.flakey import cut_together, flakey_device, restore_together
 from devicemapper.ioctl import DM_TARGET_MSG, pack_target_msg
@@ -27,6 +27,11 @@ def test_tables_match_the_kernel_syntax():
     assert str(table.snapshot("/dev/a", "/dev/b", 64)) == "0 64 snapshot /dev/a /dev/b N 8\n"
     assert str(table.delay("/dev/a", 64, 5)) == "0 64 delay /dev/a 0 5\n"
     assert str(table.delay("/dev/a", 64, 5, 10)) == "0 64 delay /dev/a 0 5 /dev/a 0 10\n"
+    # the 9-argument form: flushes get their own delay (writes default to reads)
+    assert (str(table.delay("/dev/a", 64, 5, 10, flush_ms=30))
+            == "0 64 delay /dev/a 0 5 /dev/a 0 10 /dev/a 0 30\n")
+    assert (str(table.delay("/dev/a", 64, 5, flush_ms=30))
+            == "0 64 delay /dev/a 0 5 /dev/a 0 5 /dev/a 0 30\n")
     with pytest.raises(ValueError, match="length must be positive"):
         table.linear("/dev/a", 0)
 
@@ -98,6 +103,18 @@ def test_delay_device_spans_the_whole_device_and_is_removed_on_error():
     assert verbs == [("create", "pc-delay"), ("remove", "pc-delay")]
     created = next(i for c, i in zip(fake.calls, fake.inputs) if c[:2] == ("dmsetup", "create"))
     assert created == "0 131072 delay /dev/vda 0 5 /dev/vda 0 20\n"
+
+
+def test_delayed_path_stacks_dm_delay_only_for_a_profile_with_delays():
+    fake = dm_fake()
+    with delayed_path(fake, "/dev/vdb", None, name="pc-delay-data") as path:
+        assert path == "/dev/vdb"
+    assert not [c for c in fake.calls if c[0] == "dmsetup"]
+    with delayed_path(fake, "/dev/vdb", (8, 4, 12), name="pc-delay-data") as path:
+        assert path == "/dev/mapper/pc-delay-data"
+    created = next(i for c, i in zip(fake.calls, fake.inputs) if c[:2] == ("dmsetup", "create"))
+    assert created == "0 131072 delay /dev/vdb 0 8 /dev/vdb 0 4 /dev/vdb 0 12\n"
+    assert fake.calls[-1][:3] == ("dmsetup", "remove", "pc-delay-data")
 
 
 def test_resume_happens_even_if_load_fails():

@@ -126,7 +126,8 @@ def test_redefining_a_builtin_is_rejected(tmp_path: Path) -> None:
         ('fstype = "ext4"\nmount_options = "data=journal"', "must be a list of strings"),
         ('fstype = "ext4"\ndisk_profiles = { log = "ssd" }', "unknown disk role 'log'"),
         ('fstype = "ext4"\ndisk_profiles = { journal = "ssd" }', "journal: set, but journal is 'internal'"),
-        ('fstype = "ext4"\ndisk_profiles = { data = "ssd" }', "device profiles are not applied"),
+        ('fstype = "ext4"\ndisk_profiles = { data = "floppy" }',
+         "disk_profiles.data: unknown device profile 'floppy' .known: ram, nvme, ssd, hdd, usb-flash"),
         ('mount_options = []', "missing key 'fstype'"),
     ],
 )

@@ -22,6 +22,9 @@ class DiskSpec:
     size_bytes: int
     image: Path | None = None  # an existing image to attach instead of a new sparse file
     readonly: bool = False
+    #: Throttling of the disk as a whole (a device profile's bandwidth and IOPS), None: none.
+    bandwidth_bytes_s: int | None = None
+    iops: int | None = None
 
 
 class Machine(abc.ABC):

@@ -39,6 +39,20 @@ MSIZE = 512 * 1024
 KVM_PROBE_TIMEOUT_S = 25.0
 
 
+def drive_argv(spec: DiskSpec, index: int, image: Path, *, cache: str) -> list[str]:
+    """The -drive and -device arguments of scratch disk ``spec`` (the guest's vd[a+index])."""
+    options = ",readonly=on" if spec.readonly else ""
+    # qemu's block throttling (docs/throttle.txt; -drive throttling.* options): a device
+    # profile's limits on the disk as a whole, reads and writes together.
+    if spec.bandwidth_bytes_s is not None:
+        options += f",throttling.bps-total={spec.bandwidth_bytes_s}"
+    if spec.iops is not None:
+        options += f",throttling.iops-total={spec.iops}"
+    return ["-drive",
+            f"file={image},format=raw,if=none,id=disk{index},cache={cache},discard=unmap{options}",
+            "-device", f"virtio-blk-pci,drive=disk{index},serial={spec.name[:20]}"]
+
+
 class QemuMachine(Machine):
     """Boots a kernel under qemu and runs commands in it over the serial console.
 
@@ -146,14 +160,7 @@ class QemuMachine(Machine):
         else:
             argv += ["-accel", "tcg,thread=multi", "-cpu", "max"]
         for i, spec in enumerate(self.disk_specs):
-            image = self.disk_image(spec.name)
-            ro = ",readonly=on" if spec.readonly else ""
-            argv += [
-                "-drive",
-                f"file={image},format=raw,if=none,id=disk{i},cache={self.disk_cache},discard=unmap{ro}",
-                "-device",
-                f"virtio-blk-pci,drive=disk{i},serial={spec.name[:20]}",
-            ]
+            argv += drive_argv(spec, i, self.disk_image(spec.name), cache=self.disk_cache)
         return argv
 
     def _make_disks(self) -> None:
