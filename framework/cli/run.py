@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
+from framework.cli.claims import NOT_COMPARABLE, Verdict, format_table, judge, verdicts_json
 from framework.cli.study import (
     Step,
     StepResult,
@@ -148,10 +149,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  {r.step.number or i}. {verdict:<11} exit {r.status}  ({want})  "
               f"powercut {' '.join(r.step.argv)}")
         ok &= r.as_expected
+    if study.claims:
+        verdicts = judge_claims(store_path=Path(args.db), study_id=run.run_id, study=study)
+        print(format_table(verdicts))
+        run.save_json("claims.json", verdicts_json(verdicts))
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
     if not args.no_report:
         write_report(Path(args.db), run.run_id, run.run_dir / "report.html")
     return 0 if ok else 1
+
+
+def judge_claims(*, store_path: Path, study_id: int | None, study: Study) -> list[Verdict]:
+    """The study's claims against the results.json of the steps that ran (a step that did not
+    leave one makes its claims not comparable, saying so)."""
+    results: dict[int, dict[str, object]] = {}
+    with Store(store_path) as store:
+        for child in store.children(study_id) if study_id is not None else []:
+            step, run_dir = child.environment.get("study_step"), child.environment.get("run_dir")
+            path = Path(run_dir) / "results.json" if run_dir else None
+            if isinstance(step, int) and path is not None and path.is_file():
+                results[step] = json.loads(path.read_text())
+    out = []
+    for claim in study.claims:
+        if claim.step in results:
+            out.append(judge(claim, results[claim.step]))
+        else:
+            out.append(Verdict(claim, NOT_COMPARABLE, "-", f"step {claim.step} left no results"))
+    return out
 
 
 def write_report(db: Path, run_id: int | None, out: Path) -> None:

@@ -31,12 +31,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from framework.cli.claims import Claim, load_claims
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import study_step
 
 COMMANDS = ("crash", "cut", "bench")
 STEP_KEYS = {"command", "targets", "options", "expect", "title"}
-STUDY_KEYS = {"name", "description", "targets_file", "known"}
+STUDY_KEYS = {"name", "description", "targets_file", "known", "claims"}
 #: Commands that take --known (a known-behaviour list judges their failing results).
 KNOWN_COMMANDS = ("crash", "cut")
 
@@ -58,13 +59,15 @@ class Study:
     source: str = ""
     targets_file: str | None = None  # absolute, passed to every step as --targets-file
     known_files: tuple[str, ...] = ()  # absolute, passed to crash and cut steps as --known
+    #: The paper's claims the study judges (framework.cli.claims), from [study] claims.
+    claims: tuple[Claim, ...] = ()
 
 
 def builtin_studies() -> dict[str, str]:
     """Built-in study names and their file contents."""
     out = {}
     for entry in resources.files("framework.cli.studies").iterdir():
-        if entry.name.endswith(".toml"):
+        if entry.name.endswith(".toml") and not entry.name.endswith(".claims.toml"):
             out[entry.name.removesuffix(".toml")] = entry.read_text()
     return out
 
@@ -72,7 +75,10 @@ def builtin_studies() -> dict[str, str]:
 def load_study(name_or_path: str) -> Study:
     builtins = builtin_studies()
     if name_or_path in builtins:
-        return parse_study(builtins[name_or_path], source=f"built-in study {name_or_path!r}")
+        # A built-in study's files (claims) are next to it in the package.
+        here = Path(str(resources.files("framework.cli.studies")))
+        return parse_study(builtins[name_or_path], source=f"built-in study {name_or_path!r}",
+                           base=here)
     path = Path(name_or_path)
     if not path.is_file():
         raise ConfigError(f"study {name_or_path!r}: no such file and no built-in study of that name "
@@ -150,8 +156,18 @@ def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
                                             *opt_argv), expect, title))
     if not steps:
         raise ConfigError(f"{source}: the study has no [[step]]")
+    claims: tuple[Claim, ...] = ()
+    if "claims" in head:
+        if not isinstance(head["claims"], str) or not head["claims"]:
+            raise ConfigError(f"{source}: [study] claims must be a path string")
+        path = Path(head["claims"])
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        if not path.is_file():
+            raise ConfigError(f"{source}: [study] claims {head['claims']!r}: no such file ({path})")
+        claims = load_claims(path, steps=len(steps))  # a malformed claim fails before any step
     return Study(head.get("name", source), head.get("description", ""), tuple(steps), source,
-                 targets_file, known_files)
+                 targets_file, known_files, claims)
 
 
 def _known_files(value: Any, source: str, base: Path | None) -> tuple[str, ...]:

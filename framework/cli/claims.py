@@ -1,0 +1,221 @@
+"""A paper's claims, judged against what a study measured today.
+
+A study may name a claims file (``[study] claims = "FILE"``): one
+``[[claim]]`` per statement of the paper, with where the paper says it,
+the sentence or figure, the study step whose results judge it, and a
+test. Each claim ends ``agree``, ``disagree`` or ``not comparable``, with
+one line that says why in numbers::
+
+    [[claim]]
+    id = "ext2-reads-faster"
+    section = "3.2"
+    paper = "ext2fs is about 0.6 MB/s faster at reading [than ext3fs]"
+    step = 1
+    test = "order"                    # order | similar | share-greater | share-at-most
+    metric = "block_read"
+    better = "ext2"
+    worse = "ext3"
+
+Tests, on a bench step's results.json:
+
+``order``
+    ``better``'s mean of ``metric`` beats ``worse``'s (the metric's own
+    direction) with disjoint confidence intervals: agree; the reverse:
+    disagree; overlapping intervals: not comparable.
+``similar``
+    ``target``'s overhead against the step's baseline on ``metric`` lies
+    within +-``within_pct``% (its whole Fieller interval): agree; the
+    whole interval outside: disagree; else not comparable.
+``share-greater``
+    ANOVA term ``term`` explains more of the variation than ``than``.
+``share-at-most``
+    ANOVA term ``term`` explains at most ``pct``% of the variation.
+
+Terms are factor names joined by ``:`` (``target:metric``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from framework.core.errors import ConfigError
+
+AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
+TESTS: dict[str, tuple[str, ...]] = {
+    "order": ("metric", "better", "worse"),
+    "similar": ("metric", "target", "within_pct"),
+    "share-greater": ("term", "than"),
+    "share-at-most": ("term", "pct"),
+}
+_COMMON = ("id", "section", "paper", "step", "test")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    id: str
+    section: str
+    paper: str
+    step: int
+    test: str
+    args: tuple[tuple[str, Any], ...]
+
+    def arg(self, name: str) -> Any:
+        return dict(self.args)[name]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    claim: Claim
+    verdict: str
+    measured: str  # what was measured, with its interval
+    why: str
+
+
+def parse_claims(text: str, *, source: str, steps: int) -> tuple[Claim, ...]:
+    """The claims of a file; ``steps``: how many steps the study has (a claim names one)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    if set(raw) - {"claim"}:
+        raise ConfigError(f"{source}: unknown table {sorted(set(raw) - {'claim'})[0]!r} "
+                          "(expected only [[claim]])")
+    items = raw.get("claim", [])
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{source}: no [[claim]]")
+    claims: list[Claim] = []
+    for i, item in enumerate(items, 1):
+        where = f"{source}: claim {i}"
+        test = item.get("test")
+        if test not in TESTS:
+            raise ConfigError(f"{where}: test must be one of {', '.join(TESTS)}, not {test!r}")
+        wanted = set(_COMMON) | set(TESTS[test])
+        if set(item) - wanted:
+            raise ConfigError(f"{where}: unknown key {sorted(set(item) - wanted)[0]!r} "
+                              f"(a {test} claim takes {', '.join(sorted(wanted))})")
+        missing = [k for k in (*_COMMON, *TESTS[test]) if k not in item]
+        if missing:
+            raise ConfigError(f"{where}: missing key {missing[0]!r}")
+        for key in ("id", "section", "paper"):
+            if not isinstance(item[key], str) or not item[key]:
+                raise ConfigError(f"{where}: {key} must be a non-empty string")
+        step = item["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= steps:
+            raise ConfigError(f"{where}: step must be a step number from 1 to {steps}, got {step!r}")
+        for key in ("within_pct", "pct"):
+            if key in item and (isinstance(item[key], bool) or not isinstance(item[key], int | float)
+                                or item[key] < 0):
+                raise ConfigError(f"{where}: {key} must be a non-negative number, got {item[key]!r}")
+        if item["id"] in {c.id for c in claims}:
+            raise ConfigError(f"{where}: id {item['id']!r} is used twice")
+        claims.append(Claim(item["id"], item["section"], item["paper"], step, test,
+                            tuple((k, item[k]) for k in TESTS[test])))
+    return tuple(claims)
+
+
+def load_claims(path: Path, *, steps: int) -> tuple[Claim, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read claims file: {exc.strerror}") from None
+    return parse_claims(text, source=str(path), steps=steps)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _mean(results: Mapping[str, Any], metric: str, target: str) -> tuple[float, float, float]:
+    try:
+        cell = results["means"][metric][target]
+        low, high = cell["ci"]
+        return float(cell["mean"]), float(low), float(high)
+    except (KeyError, TypeError, ValueError):
+        raise LookupError(f"no mean of {metric} for {target}") from None
+
+
+def _share(results: Mapping[str, Any], term: str) -> float:
+    anova = results.get("anova") or {}
+    wanted = set(term.split(":"))
+    for row in anova.get("terms", ()):
+        if set(row["term"]) == wanted:
+            return float(row["percent"])
+    raise LookupError(f"no ANOVA term {term!r} in the step's design")
+
+
+def judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
+    """One claim against a bench step's results.json."""
+    try:
+        return _judge(claim, results)
+    except LookupError as exc:
+        return Verdict(claim, NOT_COMPARABLE, "-", f"not measured: {exc.args[0]}")
+
+
+def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
+    a = claim.arg
+    if claim.test == "order":
+        metric = a("metric")
+        higher = bool(results.get("higher_is_better", {}).get(metric, True))
+        bm, bl, bh = _mean(results, metric, a("better"))
+        wm, wl, wh = _mean(results, metric, a("worse"))
+        unit = results.get("units", {}).get(metric, "")
+        measured = (f"{a('better')} {_fmt(bm)} [{_fmt(bl)}, {_fmt(bh)}], {a('worse')} "
+                    f"{_fmt(wm)} [{_fmt(wl)}, {_fmt(wh)}] {unit}")
+        better_wins = bl > wh if higher else bh < wl
+        worse_wins = wl > bh if higher else wh < bl
+        if better_wins:
+            return Verdict(claim, AGREE, measured, f"{a('better')} is better, the intervals are apart")
+        if worse_wins:
+            return Verdict(claim, DISAGREE, measured, f"{a('worse')} is better, the intervals are apart")
+        return Verdict(claim, NOT_COMPARABLE, measured,
+                       "the intervals overlap: no difference detectable at this scale")
+    if claim.test == "similar":
+        metric, target, bound = a("metric"), a("target"), float(a("within_pct"))
+        try:
+            o = results["overhead"][metric][target]
+            low, high = (100 * float(x) for x in o["ci"])
+            value = 100 * float(o["overhead"])
+        except (KeyError, TypeError, ValueError):
+            raise LookupError(f"no overhead of {target} on {metric} against the baseline "
+                              f"{results.get('baseline')}") from None
+        measured = f"{target} vs {results.get('baseline')}: {value:+.1f}% [{low:+.1f}%, {high:+.1f}%]"
+        if -bound <= low and high <= bound:
+            return Verdict(claim, AGREE, measured, f"the whole interval is within +-{bound:g}%")
+        if high < -bound or low > bound:
+            return Verdict(claim, DISAGREE, measured, f"the whole interval is beyond +-{bound:g}%")
+        return Verdict(claim, NOT_COMPARABLE, measured,
+                       f"the interval is too wide to say whether it is within +-{bound:g}%")
+    if claim.test == "share-greater":
+        mine, other = _share(results, a("term")), _share(results, a("than"))
+        measured = f"{a('term')} {mine:.1f}%, {a('than')} {other:.1f}% of the variation"
+        if mine > other:
+            return Verdict(claim, AGREE, measured, f"{a('term')} explains more")
+        return Verdict(claim, DISAGREE, measured, f"{a('than')} explains as much or more")
+    share = _share(results, a("term"))
+    measured = f"{a('term')} {share:.1f}% of the variation"
+    if share <= float(a("pct")):
+        return Verdict(claim, AGREE, measured, f"at most {a('pct')}%")
+    return Verdict(claim, DISAGREE, measured, f"more than {a('pct')}%")
+
+
+def format_table(verdicts: Sequence[Verdict]) -> str:
+    """Paper versus today, one block per claim (quotes are long: no fixed-width table)."""
+    lines = ["paper versus today:"]
+    for v in verdicts:
+        c = v.claim
+        lines.append(f"  [{v.verdict}] {c.id} (paper, {c.section}): \"{c.paper}\"")
+        lines.append(f"      measured (step {c.step}): {v.measured}")
+        lines.append(f"      why: {v.why}")
+    counts = {k: sum(1 for v in verdicts if v.verdict == k) for k in (AGREE, DISAGREE, NOT_COMPARABLE)}
+    lines.append("  " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    return "\n".join(lines)
+
+
+def verdicts_json(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
+    return [{"id": v.claim.id, "section": v.claim.section, "paper": v.claim.paper,
+             "step": v.claim.step, "test": v.claim.test, "verdict": v.verdict,
+             "measured": v.measured, "why": v.why} for v in verdicts]

@@ -1,0 +1,121 @@
+"""A paper's claims judged against a study's results: parsing, each test, and bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from framework.cli.claims import AGREE, DISAGREE, NOT_COMPARABLE, judge, parse_claims
+from framework.cli.study import load_study
+from framework.core.errors import ConfigError
+
+ORDER = """
+[[claim]]
+id = "a-beats-b"
+section = "3.2"
+paper = "A is faster than B"
+step = 1
+test = "order"
+metric = "mb_s"
+better = "a"
+worse = "b"
+"""
+
+
+def results(a: tuple[float, float, float], b: tuple[float, float, float], *,
+            overhead: tuple[float, float, float] = (0.01, -0.02, 0.03),
+            shares: dict[str, float] | None = None) -> dict:
+    """A bench results.json of targets a (the baseline) and b on one metric."""
+    shares = shares or {"target": 20.0, "metric": 59.0, "target:metric": 19.5}
+    return {
+        "baseline": "a", "units": {"mb_s": "MB/s"}, "higher_is_better": {"mb_s": True},
+        "means": {"mb_s": {"a": {"mean": a[0], "ci": [a[1], a[2]]},
+                           "b": {"mean": b[0], "ci": [b[1], b[2]]}}},
+        "overhead": {"mb_s": {"b": {"overhead": overhead[0], "ci": [overhead[1], overhead[2]]}}},
+        "anova": {"terms": [{"term": t.split(":"), "percent": p} for t, p in shares.items()]},
+    }
+
+
+def one(text: str):
+    (claim,) = parse_claims(text, source="c.toml", steps=1)
+    return claim
+
+
+@pytest.mark.parametrize(("a", "b", "verdict"), [
+    ((13.1, 13.0, 13.2), (12.4, 12.3, 12.5), AGREE),
+    ((12.4, 12.3, 12.5), (13.1, 13.0, 13.2), DISAGREE),
+    ((13.0, 12.5, 13.5), (12.9, 12.4, 13.4), NOT_COMPARABLE),
+])
+def test_order_needs_intervals_apart(a, b, verdict) -> None:
+    v = judge(one(ORDER), results(a, b))
+    assert v.verdict == verdict
+    assert "a 13" in v.measured or "a 12" in v.measured
+    if verdict == NOT_COMPARABLE:
+        assert "overlap" in v.why
+
+
+def test_order_follows_the_metrics_direction() -> None:
+    r = results((13.1, 13.0, 13.2), (12.4, 12.3, 12.5))
+    r["higher_is_better"]["mb_s"] = False  # now a latency: smaller is better
+    assert judge(one(ORDER), r).verdict == DISAGREE
+
+
+@pytest.mark.parametrize(("overhead", "verdict"), [
+    ((0.01, -0.02, 0.03), AGREE), ((0.20, 0.15, 0.25), DISAGREE), ((0.04, -0.01, 0.09), NOT_COMPARABLE),
+])
+def test_similar_asks_the_whole_overhead_interval(overhead, verdict) -> None:
+    claim = one(ORDER.replace('test = "order"', 'test = "similar"').replace(
+        'better = "a"\nworse = "b"', 'target = "b"\nwithin_pct = 5'))
+    v = judge(claim, results((1, 1, 1), (1, 1, 1), overhead=overhead))
+    assert v.verdict == verdict and "b vs a" in v.measured
+
+
+def test_shares_of_variation() -> None:
+    greater = one(ORDER.replace('test = "order"', 'test = "share-greater"').replace(
+        'metric = "mb_s"\nbetter = "a"\nworse = "b"', 'term = "metric"\nthan = "target"'))
+    at_most = one(ORDER.replace('test = "order"', 'test = "share-at-most"').replace(
+        'metric = "mb_s"\nbetter = "a"\nworse = "b"', 'term = "metric:target"\npct = 2'))
+    r = results((1, 1, 1), (1, 1, 1))
+    assert judge(greater, r).verdict == AGREE
+    v = judge(at_most, r)  # seed 000's "less than 2%": 19.5% measured
+    assert v.verdict == DISAGREE and "19.5%" in v.measured
+    r = results((1, 1, 1), (1, 1, 1), shares={"target": 70.0, "metric": 10.0, "target:metric": 1.0})
+    assert judge(greater, r).verdict == DISAGREE and judge(at_most, r).verdict == AGREE
+
+
+def test_a_claim_on_what_was_not_measured_is_not_comparable_and_says_why() -> None:
+    v = judge(one(ORDER.replace('worse = "b"', 'worse = "zfs"')), results((1, 1, 1), (1, 1, 1)))
+    assert v.verdict == NOT_COMPARABLE and v.why == "not measured: no mean of mb_s for zfs"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[claim]\nid=", "c.toml: not valid TOML"),
+    ("[other]\nx = 1", "unknown table 'other'"),
+    ("", "no [[claim]]"),
+    (ORDER.replace('test = "order"', 'test = "vibes"'), "test must be one of order, similar"),
+    (ORDER.replace('worse = "b"', 'worse = "b"\ncolour = 1'), "unknown key 'colour'"),
+    (ORDER.replace('worse = "b"\n', ""), "missing key 'worse'"),
+    (ORDER.replace("step = 1", "step = 3"), "step must be a step number from 1 to 1, got 3"),
+    (ORDER + ORDER, "id 'a-beats-b' is used twice"),
+])
+def test_a_malformed_claims_file_is_one_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")) as err:
+        parse_claims(text, source="c.toml", steps=1)
+    assert "\n" not in str(err.value) and str(err.value).startswith("c.toml")
+
+
+def test_a_study_loads_its_claims_and_a_bad_claims_file_stops_it_before_any_step(
+        tmp_path: Path) -> None:
+    study = load_study("seed000-bonnie")
+    assert [c.id for c in study.claims][:2] == ["ext2-ext3-write-alike",
+                                                "ext2-reads-faster-than-ext3"]
+    assert "--factor" in study.steps[0].argv
+    (tmp_path / "s.toml").write_text('[study]\nname = "s"\nclaims = "c.toml"\n'
+                                     '[[step]]\ncommand = "bench"\ntargets = ["ext2"]\n'
+                                     'options = { workload = "fsmark" }\n')
+    with pytest.raises(ConfigError, match=r"s.toml: \[study\] claims 'c.toml': no such file"):
+        load_study(str(tmp_path / "s.toml"))
+    (tmp_path / "c.toml").write_text(ORDER.replace("step = 1", "step = 2"))
+    with pytest.raises(ConfigError, match=r"c.toml: claim 1: step must be a step number"):
+        load_study(str(tmp_path / "s.toml"))
