@@ -35,7 +35,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashcases.outcomes import Outcome
 from crashcases.sweeppoint import (
@@ -45,13 +45,16 @@ from crashcases.sweeppoint import (
     PointResult,
     Timeouts,
 )
-from framework.core import agent, clock, stats
+from framework.core import agent, clock
 from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
 from framework.core.lifecycle import Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
 from recovery.disks import DEFAULT_JOURNAL_BYTES, MARGIN_BYTES, MiB
 from recovery.filesystems import adapter_for, tool_versions
 from recovery.targets import Target, resolve
+
+if TYPE_CHECKING:
+    from framework.core import stats
 
 log = logging.getLogger(__name__)
 
@@ -304,13 +307,15 @@ class SweepResult:
 def fit_target(rows: Sequence[SweepRow], level: float = 0.95) -> tuple[stats.LinearFit, ...]:
     """Mount time and fsck time (and the checker's journal-only replay, where timed) on the
     factors, over the points whose recovery worked."""
+    from framework.core.stats import linear_fit  # numpy, scipy: only a fit pays for them
+
     timed = [r.fit_row() for r in rows if r.timed]
     fits = []
     for response in RESPONSES:
         if response == "journal_only_s" and not any(r[response] is not None for r in timed):
             continue
         predictors = [p for p in PREDICTORS if any(r[p] is not None for r in timed)]
-        fits.append(stats.linear_fit(timed, response, predictors, level))
+        fits.append(linear_fit(timed, response, predictors, level))
     return tuple(fits)
 
 

@@ -31,11 +31,12 @@ from framework.cli.crash import machine_factory
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.store import Store
+from recovery.filesystems import SWEEP_TARGETS
 
 #: The guest program a sweep's points run in: it imports only the point task, which
 #: saves seconds of start-up per point under an emulated CPU.
 GUEST_MODULE = "framework.cli.sweepguest"
-DEFAULT_TARGETS = ("ext2", "ext4/ordered", "ext4/logdev", "xfs", "xfs/logdev", "btrfs")
+DEFAULT_TARGETS = SWEEP_TARGETS
 
 EPILOG = """\
 one point, in the guest:
@@ -74,7 +75,7 @@ examples:
   powercut sweep --target ext4/ordered --reps 2
   powercut sweep --target xfs --sizes 512,1024,2048,4096 --files 1000,2000,4000,8000 \\
       --dirty 0,16,32,64
-  powercut sweep --target ext4/ordered --journal-sizes 16,64,128 --design full
+  powercut sweep --target ext4/ordered --journal-sizes 16,48,96 --design full
 """
 
 

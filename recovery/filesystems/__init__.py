@@ -60,6 +60,12 @@ def persistence_rules(target: Target) -> PersistenceRules:
 #: ext family shares one module, so ext2, ext3 and ext4 all come with it.
 GUEST_FSTYPES: tuple[str, ...] = ("ext4",)
 
+#: The targets ``powercut sweep`` measures when none is named: one of each kind of
+#: recovery, with the journal where it can be (none: fsck; jbd2 and the XFS log, on
+#: the data disk and on their own; the btrfs log tree).
+SWEEP_TARGETS: tuple[str, ...] = ("ext2", "ext4/ordered", "ext4/logdev", "xfs", "xfs/logdev",
+                                  "btrfs")
+
 
 def kernel_modules(fstypes: Iterable[str]) -> tuple[str, ...]:
     """The kernel modules these filesystem types need, each once, in order.
@@ -98,6 +104,7 @@ def tools() -> tuple[Tool, ...]:
 __all__ = [
     "ADAPTERS",
     "GUEST_FSTYPES",
+    "SWEEP_TARGETS",
     "BtrfsAdapter",
     "ExtAdapter",
     "F2fsAdapter",
