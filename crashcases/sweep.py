@@ -33,7 +33,7 @@ import logging
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,6 +222,11 @@ def validate_sweep_plan(plan: SweepPlan) -> list[Target]:
     smallest = min(plan.sizes_mib)
     for target in targets:
         adapter = adapter_for(target.fstype)
+        if target.disk_profiles:
+            # Refused rather than ignored: plain disks would be timed as if they were the
+            # profiled devices.
+            raise ConfigError(f"the sweep cannot do {target.name} yet: it does not apply device "
+                              "profiles (disk_profiles); use a target without them")
         if not adapter.mount_replays_journal:
             raise ConfigError(f"the sweep cannot do {target.name}: its kernel does not replay the "
                               "journal at mount (the checker does), so there is no mount to time")
@@ -387,9 +392,7 @@ class SweepEngine:
 
     def request(self, machine: Machine, point: SweepPoint) -> PointRequest:
         base = self.by_name[point.target]
-        target = Target(base.name, base.fstype, base.mkfs_options, base.mount_options,
-                        base.journal, point.journal_mib or base.journal_size_mib,
-                        base.description, base.disk_profiles)
+        target = replace(base, journal_size_mib=point.journal_mib or base.journal_size_mib)
         external = target.needs_journal_disk
         budget = self.plan.point_timeout_s * 0.8
         return PointRequest(

@@ -340,3 +340,11 @@ def test_a_sweep_stores_each_point_replaces_a_hung_guest_and_resumes(tmp_path: P
     mount = fits.fits[0]
     assert mount.ok and mount.n == 8  # the hung point is left out
     assert (run_dir / "results.csv").read_text().count("\n") == 10
+
+
+def test_a_target_with_device_profiles_is_refused_not_run_on_plain_disks() -> None:
+    from dataclasses import replace
+
+    profiled = replace(get_target("ext4/ordered"), name="ext4/hdd", disk_profiles=(("data", "hdd"),))
+    with pytest.raises(ConfigError, match="does not apply device profiles"):
+        validate_sweep_plan(SweepPlan(("ext4/hdd",), user_targets=(profiled,)))
