@@ -57,7 +57,8 @@ from recovery.targets import Target
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
-LIVE_MOUNTPOINT = Path("/tmp/powercut/sweep-live")
+# The guest covers /mnt with a tmpfs of its own (framework.core.machine.initramfs).
+LIVE_MOUNTPOINT = Path("/mnt/powercut-sweep")
 FILE_BYTES = 4096  # each populated file: one block, so fsck has an inode and a block to walk
 FILES_PER_DIR = 100
 DIRTY_FILE_BYTES = 256 * 1024  # the work in flight comes in files of this size, each fsynced
