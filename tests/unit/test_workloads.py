@@ -442,3 +442,14 @@ def test_every_tool_really_runs_at_tiny_scale(tmp_path: Path) -> None:
             shutil.rmtree(workdir)
     if missing:
         pytest.skip("not installed: " + ", ".join(missing))
+
+
+def test_bonnie_block_skips_the_per_character_tests_and_fits_the_tiny_data_disk() -> None:
+    from framework.bench.engine import DATA_DISK_BYTES
+
+    argv = get_workload("bonnie-block").argv("/mnt/x", scale=Scale.TINY)
+    assert argv[-1] == "-f" and argv[argv.index("-n") + 1] == "0"
+    file_mib = int(argv[argv.index("-s") + 1].split(":")[0])
+    assert file_mib >= 2 * int(argv[argv.index("-r") + 1])  # bonnie++'s RAM rule
+    assert file_mib * (1 << 20) <= DATA_DISK_BYTES[Scale.TINY] // 2
+    assert "-f" not in get_workload("bonnie").argv("/mnt/x", scale=Scale.TINY)
