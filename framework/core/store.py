@@ -509,10 +509,12 @@ class Store:
             return self._run(row)
         if text.isdigit():
             row = self._db.execute("SELECT * FROM runs WHERE id = ?", (int(text),)).fetchone()
-            if row is None:
+            if row is not None:
+                return self._run(row)
+            if len(text) < 8:  # too short for a uuid prefix: it can only be an id
                 raise StoreError(f"run {ref!r}: no run with that id in {self.path} "
                                  f"({self._id_range()})")
-            return self._run(row)
+            # eight digits or more may also start a uuid (about one uuid in 40 does)
         if len(text) >= 8:
             rows = self._db.execute("SELECT * FROM runs WHERE uuid LIKE ? ORDER BY id",
                                     (text.replace("%", "").replace("_", "") + "%",)).fetchall()

@@ -303,6 +303,11 @@ def test_study_runs_have_their_steps_as_children(tmp_path: Path) -> None:
         assert store.resolve("latest").study == "cut after"  # newest top-level run
         assert store.resolve(str(lone)).id == lone
         assert store.resolve(kids[0].uuid[:8]).id == kids[0].id
+        # A uuid whose first eight characters are digits (about one in 40) is still found.
+        with store.transaction() as tx:
+            tx.execute("UPDATE runs SET uuid = ? WHERE id = ?",
+                       ("12798811-0000-4000-8000-000000000000", kids[1].id))
+        assert store.resolve("12798811").id == kids[1].id
         for bad, message in [("999", r"run '999': no run with that id .*\(ids 1 to 5\)"),
                              ("nonsense", r"run 'nonsense': not a run id, uuid or 'latest'")]:
             with pytest.raises(StoreError, match=message):
