@@ -11,7 +11,8 @@ one line that says why in numbers::
     section = "3.2"
     paper = "ext2fs is about 0.6 MB/s faster at reading [than ext3fs]"
     step = 1
-    test = "order"                    # order | similar | share-greater | share-at-most
+    test = "order"                    # order | similar | overhead-above | overhead-below
+                                      # | share-greater | share-at-most | significant
     metric = "block_read"
     better = "ext2"
     worse = "ext3"
@@ -26,12 +27,21 @@ Tests, on a bench step's results.json:
     ``target``'s overhead against the step's baseline on ``metric`` lies
     within +-``within_pct``% (its whole Fieller interval): agree; the
     whole interval outside: disagree; else not comparable.
+``overhead-above`` / ``overhead-below``
+    ``target``'s overhead against the baseline on ``metric`` (positive: it
+    costs) lies wholly above / below ``pct``%: agree; wholly on the other
+    side: disagree; the interval straddles ``pct``: not comparable.
 ``share-greater``
     ANOVA term ``term`` explains more of the variation than ``than``.
 ``share-at-most``
     ANOVA term ``term`` explains at most ``pct``% of the variation.
+``significant``
+    ANOVA term ``term``'s F-test rejects "no effect" at the step's level:
+    agree; it does not: not comparable (no effect detectable is not proof
+    of none).
 
-Terms are factor names joined by ``:`` (``target:metric``).
+Terms are factor names joined by ``:`` (``target:metric``); a one-factor
+bench step has the single term ``target``.
 """
 
 from __future__ import annotations
@@ -48,8 +58,11 @@ AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
 TESTS: dict[str, tuple[str, ...]] = {
     "order": ("metric", "better", "worse"),
     "similar": ("metric", "target", "within_pct"),
+    "overhead-above": ("metric", "target", "pct"),
+    "overhead-below": ("metric", "target", "pct"),
     "share-greater": ("term", "than"),
     "share-at-most": ("term", "pct"),
+    "significant": ("term",),
 }
 _COMMON = ("id", "section", "paper", "step", "test")
 
@@ -138,13 +151,33 @@ def _mean(results: Mapping[str, Any], metric: str, target: str) -> tuple[float, 
         raise LookupError(f"no mean of {metric} for {target}") from None
 
 
-def _share(results: Mapping[str, Any], term: str) -> float:
+def _term(results: Mapping[str, Any], term: str) -> dict[str, Any]:
+    """The ANOVA row of ``term``: a factorial step's ``terms``, or a one-factor step's target."""
     anova = results.get("anova") or {}
     wanted = set(term.split(":"))
     for row in anova.get("terms", ()):
         if set(row["term"]) == wanted:
-            return float(row["percent"])
+            return dict(row)
+    if wanted == {"target"} and "percent_target" in anova:
+        return {"percent": anova["percent_target"], "p": anova.get("p"),
+                "significant": anova.get("significant")}
     raise LookupError(f"no ANOVA term {term!r} in the step's design")
+
+
+def _share(results: Mapping[str, Any], term: str) -> float:
+    return float(_term(results, term)["percent"])
+
+
+def _overhead(results: Mapping[str, Any], metric: str, target: str) -> tuple[float, float, float]:
+    """``target``'s overhead against the step's baseline on ``metric``, in percent, with its
+    interval."""
+    try:
+        o = results["overhead"][metric][target]
+        low, high = (100 * float(x) for x in o["ci"])
+        return 100 * float(o["overhead"]), low, high
+    except (KeyError, TypeError, ValueError):
+        raise LookupError(f"no overhead of {target} on {metric} against the baseline "
+                          f"{results.get('baseline')}") from None
 
 
 def judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
@@ -175,13 +208,7 @@ def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
                        "the intervals overlap: no difference detectable at this scale")
     if claim.test == "similar":
         metric, target, bound = a("metric"), a("target"), float(a("within_pct"))
-        try:
-            o = results["overhead"][metric][target]
-            low, high = (100 * float(x) for x in o["ci"])
-            value = 100 * float(o["overhead"])
-        except (KeyError, TypeError, ValueError):
-            raise LookupError(f"no overhead of {target} on {metric} against the baseline "
-                              f"{results.get('baseline')}") from None
+        value, low, high = _overhead(results, metric, target)
         measured = f"{target} vs {results.get('baseline')}: {value:+.1f}% [{low:+.1f}%, {high:+.1f}%]"
         if -bound <= low and high <= bound:
             return Verdict(claim, AGREE, measured, f"the whole interval is within +-{bound:g}%")
@@ -189,6 +216,27 @@ def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
             return Verdict(claim, DISAGREE, measured, f"the whole interval is beyond +-{bound:g}%")
         return Verdict(claim, NOT_COMPARABLE, measured,
                        f"the interval is too wide to say whether it is within +-{bound:g}%")
+    if claim.test in ("overhead-above", "overhead-below"):
+        metric, target, bound = a("metric"), a("target"), float(a("pct"))
+        value, low, high = _overhead(results, metric, target)
+        measured = f"{target} vs {results.get('baseline')}: {value:+.1f}% [{low:+.1f}%, {high:+.1f}%]"
+        above, below = low > bound, high < bound
+        if not (above or below):
+            return Verdict(claim, NOT_COMPARABLE, measured, f"the interval straddles {bound:+g}%")
+        side = "above" if above else "below"
+        wanted = claim.test.removeprefix("overhead-")
+        return Verdict(claim, AGREE if side == wanted else DISAGREE, measured,
+                       f"the whole interval is {side} {bound:+g}%")
+    if claim.test == "significant":
+        row = _term(results, a("term"))
+        if row.get("p") is None:
+            raise LookupError(f"no F-test of {a('term')!r} (too few replications?)")
+        level = float(results.get("level", 0.95))
+        measured = f"{a('term')}: {float(row['percent']):.1f}% of the variation, p = {float(row['p']):.3g}"
+        if float(row["p"]) < 1 - level:
+            return Verdict(claim, AGREE, measured, f"an effect at {level:.0%} confidence")
+        return Verdict(claim, NOT_COMPARABLE, measured,
+                       f"no effect detectable at {level:.0%} confidence at this scale")
     if claim.test == "share-greater":
         mine, other = _share(results, a("term")), _share(results, a("than"))
         measured = f"{a('term')} {mine:.1f}%, {a('than')} {other:.1f}% of the variation"

@@ -55,10 +55,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.list:
         for name in sorted(builtin_studies()):
             study = load_study(name)
-            print(f"{name:<20} {study.description} ({len(study.steps)} steps)")
+            scales = f"; scales {', '.join(study.scales)}" if study.scales else ""
+            print(f"{name:<20} {study.description} ({len(study.steps)} steps{scales})")
         return 0
     resume_dir = Path(args.resume).resolve() if args.resume else None
-    study = load_study(args.study) if resume_dir is None else study_of_run(resume_dir)
+    if resume_dir is not None and args.scale:
+        raise ConfigError("--scale with --resume: a resumed study keeps the scale it started with")
+    study = (load_study(args.study, scale=args.scale) if resume_dir is None
+             else study_of_run(resume_dir))
     run_uuid = None
     if args.shard and resume_dir is None:
         index, count = parse_shard(args.shard)
@@ -84,12 +88,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if resume_dir is not None:
         with Store(args.db) as store:
             resumable_run(store, resume_dir, "study")
-    print(f"study {study.name}: {study.description} ({len(study.steps)} steps)")
+    at_scale = f", scale {study.scale}" if study.scale else ""
+    print(f"study {study.name}: {study.description} ({len(study.steps)} steps{at_scale})")
     from framework.cli import main as powercut
 
     spec = RunSpec("study", f"study {study.name}", uuid=run_uuid, plan={
         "study": study.name, "source": study.source, "description": study.description,
-        "shard": args.shard, "steps": [{"argv": list(s.argv), "expect": s.expect,
+        "shard": args.shard, "scale": study.scale, "steps": [{"argv": list(s.argv), "expect": s.expect,
                                         "title": s.title, "number": s.number}
                                        for s in study.steps]})
     with Store(args.db) as store, \
@@ -254,6 +259,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("study", nargs="?", default="quick", help="built-in study name or TOML file (default: quick)")
     p.add_argument("--list", action="store_true", help="list the built-in studies")
+    p.add_argument("--scale", metavar="NAME",
+                   help="the study's scale, as its [study] scales name them (the seed studies: "
+                        "tiny, minutes under TCG, the default; full, the paper's sizes)")
     p.add_argument("--no-report", action="store_true",
                    help="do not write the HTML report at the end (powercut report makes it later)")
     p.add_argument("--shard", metavar="I/N",

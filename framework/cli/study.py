@@ -11,6 +11,13 @@ that does not fire on a known-bad configuration is broken.
     description = "..."
     targets_file = "my-targets.toml"   # optional: user targets, relative to this file
     known = ["my-known.toml"]          # optional: known-behaviour lists (crash and cut steps)
+    scales = ["tiny", "full"]          # optional: named scales, the first the default
+
+    [[step]]
+    command = "bench"
+    targets = ["ext2", "ext3"]
+    options = { workload = "dbench", reps = 5 }
+    scales.full = { scale = "full", reps = 10 }   # options that replace these at --scale full
 
     [[step]]
     command = "crash"
@@ -36,8 +43,8 @@ from framework.core.errors import ConfigError
 from framework.core.lifecycle import study_step
 
 COMMANDS = ("crash", "cut", "bench")
-STEP_KEYS = {"command", "targets", "options", "expect", "title"}
-STUDY_KEYS = {"name", "description", "targets_file", "known", "claims"}
+STEP_KEYS = {"command", "targets", "options", "expect", "title", "scales"}
+STUDY_KEYS = {"name", "description", "targets_file", "known", "claims", "scales"}
 #: Commands that take --known (a known-behaviour list judges their failing results).
 KNOWN_COMMANDS = ("crash", "cut")
 
@@ -61,6 +68,9 @@ class Study:
     known_files: tuple[str, ...] = ()  # absolute, passed to crash and cut steps as --known
     #: The paper's claims the study judges (framework.cli.claims), from [study] claims.
     claims: tuple[Claim, ...] = ()
+    #: The scales the study names ([study] scales, the first the default) and the one chosen.
+    scales: tuple[str, ...] = ()
+    scale: str = ""
 
 
 def builtin_studies() -> dict[str, str]:
@@ -72,18 +82,18 @@ def builtin_studies() -> dict[str, str]:
     return out
 
 
-def load_study(name_or_path: str) -> Study:
+def load_study(name_or_path: str, *, scale: str | None = None) -> Study:
     builtins = builtin_studies()
     if name_or_path in builtins:
         # A built-in study's files (claims) are next to it in the package.
         here = Path(str(resources.files("framework.cli.studies")))
         return parse_study(builtins[name_or_path], source=f"built-in study {name_or_path!r}",
-                           base=here)
+                           base=here, scale=scale)
     path = Path(name_or_path)
     if not path.is_file():
         raise ConfigError(f"study {name_or_path!r}: no such file and no built-in study of that name "
                           f"(built-in: {', '.join(sorted(builtins))})")
-    return parse_study(path.read_text(), source=str(path), base=path.parent)
+    return parse_study(path.read_text(), source=str(path), base=path.parent, scale=scale)
 
 
 def _option_argv(key: str, value: Any, where: str) -> list[str]:
@@ -99,8 +109,10 @@ def _option_argv(key: str, value: Any, where: str) -> list[str]:
     raise ConfigError(f"{where}: option {key!r} has a value of type {type(value).__name__}")
 
 
-def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
-    """A study from TOML ``text``; ``base`` is where a relative targets_file is looked up."""
+def parse_study(text: str, *, source: str, base: Path | None = None,
+                scale: str | None = None) -> Study:
+    """A study from TOML ``text``; ``base`` is where a relative targets_file is looked up;
+    ``scale`` picks the steps' options for one of the study's scales (default: its first)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -123,6 +135,11 @@ def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
             raise ConfigError(f"{source}: [study] targets_file {targets_file!r}: no such file ({path})")
         targets_file = str(path.resolve())
         file_argv = ("--targets-file", targets_file)
+    scales = _scales(head.get("scales"), source)
+    if scale is not None and scale not in scales:
+        raise ConfigError(f"--scale {scale!r}: {source} has " + (
+            f"the scales {', '.join(scales)}" if scales else "no scales ([study] scales)"))
+    chosen = scale or (scales[0] if scales else "")
     known_files = _known_files(head.get("known"), source, base)
     known_argv = tuple(a for path in known_files for a in ("--known", path))
     steps: list[Step] = []
@@ -139,6 +156,14 @@ def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
         options = st.get("options", {})
         if not isinstance(options, dict):
             raise ConfigError(f"{where}: options must be a table")
+        per_scale = st.get("scales", {})
+        if not isinstance(per_scale, dict) or not all(isinstance(v, dict) for v in per_scale.values()):
+            raise ConfigError(f"{where}: scales must be a table of option tables, "
+                              "e.g. scales.full = { reps = 10 }")
+        if set(per_scale) - set(scales):
+            raise ConfigError(f"{where}: scale {sorted(set(per_scale) - set(scales))[0]!r} is not "
+                              "in [study] scales" + (f" ({', '.join(scales)})" if scales else ""))
+        options = {**options, **per_scale.get(chosen, {})}
         opt_argv: list[str] = []
         for key, value in options.items():
             opt_argv += _option_argv(key, value, where)
@@ -167,7 +192,18 @@ def parse_study(text: str, *, source: str, base: Path | None = None) -> Study:
             raise ConfigError(f"{source}: [study] claims {head['claims']!r}: no such file ({path})")
         claims = load_claims(path, steps=len(steps))  # a malformed claim fails before any step
     return Study(head.get("name", source), head.get("description", ""), tuple(steps), source,
-                 targets_file, known_files, claims)
+                 targets_file, known_files, claims, scales, chosen)
+
+
+def _scales(value: Any, source: str) -> tuple[str, ...]:
+    """[study] scales: a list of distinct names, the first the default."""
+    if value is None:
+        return ()
+    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
+            or not all(isinstance(v, str) and v for v in value)):
+        raise ConfigError(f"{source}: [study] scales must be a list of distinct names, "
+                          "e.g. [\"tiny\", \"full\"]")
+    return tuple(value)
 
 
 def _known_files(value: Any, source: str, base: Path | None) -> tuple[str, ...]:

@@ -84,6 +84,36 @@ def test_shares_of_variation() -> None:
     assert judge(greater, r).verdict == DISAGREE and judge(at_most, r).verdict == AGREE
 
 
+@pytest.mark.parametrize(("overhead", "above", "below"), [
+    ((0.20, 0.15, 0.25), AGREE, DISAGREE),
+    ((0.02, -0.01, 0.05), DISAGREE, AGREE),
+    ((0.10, 0.05, 0.15), NOT_COMPARABLE, NOT_COMPARABLE),
+])
+def test_overhead_above_and_below_a_bound(overhead, above, below) -> None:
+    def claim(test: str):
+        return one(ORDER.replace('test = "order"', f'test = "{test}"').replace(
+            'better = "a"\nworse = "b"', 'target = "b"\npct = 10'))
+    r = results((1, 1, 1), (1, 1, 1), overhead=overhead)
+    assert judge(claim("overhead-above"), r).verdict == above
+    v = judge(claim("overhead-below"), r)
+    assert v.verdict == below and "b vs a" in v.measured
+    if below == NOT_COMPARABLE:
+        assert "straddles +10%" in v.why
+
+
+def test_significant_asks_the_f_test_and_a_one_factor_step_has_the_target_term() -> None:
+    claim = one(ORDER.replace('test = "order"', 'test = "significant"').replace(
+        'metric = "mb_s"\nbetter = "a"\nworse = "b"', 'term = "target"'))
+    r = results((1, 1, 1), (1, 1, 1))
+    r["anova"] = {"percent_target": 85.4, "p": 6.3e-07, "significant": True}  # seed 004, small
+    v = judge(claim, r)
+    assert v.verdict == AGREE and "p = 6.3e-07" in v.measured
+    r["anova"]["p"] = 0.4
+    assert judge(claim, r).verdict == NOT_COMPARABLE  # no effect seen is not proof of none
+    r["anova"]["p"] = None
+    assert judge(claim, r).why.startswith("not measured: no F-test of 'target'")
+
+
 def test_a_claim_on_what_was_not_measured_is_not_comparable_and_says_why() -> None:
     v = judge(one(ORDER.replace('worse = "b"', 'worse = "zfs"')), results((1, 1, 1), (1, 1, 1)))
     assert v.verdict == NOT_COMPARABLE and v.why == "not measured: no mean of mb_s for zfs"

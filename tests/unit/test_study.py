@@ -38,7 +38,46 @@ def test_steps_expand_into_command_lines():
     assert study.steps[2].expect == "fail"
 
 
+SCALED = """
+[study]
+name = "s"
+scales = ["tiny", "full"]
+
+[[step]]
+command = "bench"
+targets = ["ext2", "ext3"]
+options = { workload = "dbench", reps = 5 }
+scales.full = { scale = "full", reps = 10 }
+
+[[step]]
+command = "cut"
+targets = ["ext2"]
+options = { case = "random:100" }
+"""
+
+
+def test_a_scale_replaces_the_options_it_names_and_the_first_is_the_default():
+    tiny = parse_study(SCALED, source="s.toml")
+    assert (tiny.scales, tiny.scale) == (("tiny", "full"), "tiny")
+    assert tiny.steps[0].argv[-4:] == ("--workload", "dbench", "--reps", "5")
+    full = parse_study(SCALED, source="s.toml", scale="full")
+    assert full.steps[0].argv[-6:] == ("--workload", "dbench", "--reps", "10", "--scale", "full")
+    assert full.steps[1].argv == tiny.steps[1].argv  # a step without the scale keeps its options
+    with pytest.raises(ConfigError, match=r"^--scale 'huge': s.toml has the scales tiny, full$"):
+        parse_study(SCALED, source="s.toml", scale="huge")
+    with pytest.raises(ConfigError, match=r"^--scale 'full': t.toml has no scales"):
+        parse_study(STUDY, source="t.toml", scale="full")
+
+
 @pytest.mark.parametrize(("text", "message"), [
+    ("[study]\nscales = 'tiny'\n[[step]]\ncommand = 'cut'\ntargets = ['ext2']\n",
+     "[study] scales must be a list of distinct names"),
+    ("[study]\nscales = ['a', 'a']\n[[step]]\ncommand = 'cut'\ntargets = ['ext2']\n",
+     "[study] scales must be a list of distinct names"),
+    ("[study]\nscales = ['a']\n[[step]]\ncommand = 'cut'\ntargets = ['ext2']\nscales.b = {}\n",
+     "step 1: scale 'b' is not in [study] scales (a)"),
+    ("[[step]]\ncommand = 'cut'\ntargets = ['ext2']\nscales = { b = 1 }\n",
+     "step 1: scales must be a table of option tables"),
     ("[[step]]\ncommand = 'crash'\ntargets = ['ext2']\nbogus = 1\n", "step 1: unknown key 'bogus'"),
     ("[[step]]\ncommand = 'format'\ntargets = ['ext2']\n", "command must be one of"),
     ("[[step]]\ncommand = 'crash'\n", "targets must be a non-empty list"),
@@ -79,8 +118,10 @@ def test_every_builtin_study_step_is_valid_for_its_command():
 
     parser = build_parser()
     assert "quick" in builtin_studies()
-    for name in builtin_studies():
-        for step in load_study(name).steps:
+    studies = [load_study(name, scale=scale) for name in builtin_studies()
+               for scale in (load_study(name).scales or (None,))]
+    for study in studies:
+        for step in study.steps:
             args = parser.parse_args(list(step.argv))  # argparse exits on a bad option
             if step.command == "crash":
                 for target in args.target:
