@@ -73,11 +73,15 @@ class Study:
     scale: str = ""
 
 
+#: Files next to the built-in studies that are not studies: claims and targets files.
+_NOT_STUDIES = (".claims.toml", "-targets.toml")
+
+
 def builtin_studies() -> dict[str, str]:
     """Built-in study names and their file contents."""
     out = {}
     for entry in resources.files("framework.cli.studies").iterdir():
-        if entry.name.endswith(".toml") and not entry.name.endswith(".claims.toml"):
+        if entry.name.endswith(".toml") and not entry.name.endswith(_NOT_STUDIES):
             out[entry.name.removesuffix(".toml")] = entry.read_text()
     return out
 

@@ -133,6 +133,16 @@ def test_every_builtin_study_step_is_valid_for_its_command():
                 bench.resolve_targets(config)
 
 
+def test_claims_and_targets_files_beside_the_studies_are_not_studies():
+    from importlib import resources
+
+    names = {e.name for e in resources.files("framework.cli.studies").iterdir()}
+    assert "seed000-bonnie.claims.toml" in names
+    listed = builtin_studies()
+    assert "seed000-bonnie" in listed
+    assert not any(n.endswith((".claims", "-targets")) for n in listed)
+
+
 def test_unknown_study_lists_the_builtins():
     with pytest.raises(ConfigError, match="built-in: .*quick"):
         load_study("no-such-study")
