@@ -41,6 +41,7 @@ and inodes, which is where crash bugs like to hide.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -416,13 +417,20 @@ def seq1(selection: OpSelection = CLASSIC) -> list[tuple[str, list[Op]]]:
 
 def seq2(selection: OpSelection = CLASSIC) -> list[tuple[str, list[Op]]]:
     """Every valid ordered pair of op variants, each followed by a rotating durability op."""
+    return [(label, list(ops)) for label, ops in _seq2(selection)]
+
+
+@functools.lru_cache(maxsize=8)
+def _seq2(selection: OpSelection) -> tuple[tuple[str, tuple[Op, ...]], ...]:
+    # Thousands of pairs, each checked against the model: seconds of work that a
+    # study's steps (one per target, often the same selection) would otherwise repeat.
     found = variants(selection)
     out = []
     for (i, (la, a)), (j, (lb, b)) in itertools.product(enumerate(found), repeat=2):
         ops = _sequence((a, b), _rotation([i + j, i * 7 + j * 3]), selection)
         if ops is not None:
-            out.append((f"{la},{lb}", ops))
-    return out
+            out.append((f"{la},{lb}", tuple(ops)))
+    return tuple(out)
 
 
 def seq3(seed: int, count: int, selection: OpSelection = CLASSIC) -> list[tuple[int, str, list[Op]]]:

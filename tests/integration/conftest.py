@@ -26,6 +26,27 @@ def guest_prerequisites() -> str | None:
     return None
 
 
+#: The longest tests (a minute or more each under TCG), started first so that two workers
+#: (make test: pytest -n 2 --dist worksteal) do not end with one of them running alone.
+LONGEST = (
+    "test_user_targets.py::test_a_study_runs_crash_cut_and_bench",
+    "test_shrink.py::test_a_planted_fsync_failure",
+    "test_bench.py::test_bench_over_four_journal_modes",
+    "test_resume.py::test_a_study_killed_in_crash_and_in_bench",
+    "test_crash.py::test_a_hung_check_is_a_finding",
+    "test_sweep.py::",
+    "test_bench.py::test_each_workload_runs_on_ext4_ordered[bonnie]",
+    "test_crash.py::test_two_disks_",
+    "test_run.py::test_study_runs_steps_and_judges_controls",
+    "test_cut.py::test_a_cut_takes_the_external_journal_disk_down",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    return next((i for i, key in enumerate(LONGEST) if f"integration/{key}" in item.nodeid),
+                len(LONGEST))
+
+
 def pytest_collection_modifyitems(config, items):
     reason = guest_prerequisites()
     for item in items:
@@ -33,6 +54,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    items.sort(key=_rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
