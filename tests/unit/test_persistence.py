@@ -211,6 +211,7 @@ FIELDS = ("fsync_file_persists_names", "fsync_file_persists_exchanged_names",
 PINNED = {
     "ext2": ("ext2", ".......T"),
     "ext3": ("ext3/ordered", "TTTTT..."),
+    "ext3/logdev": ("ext3/ordered", "TTTTT..."),
     "ext4/ordered": ("ext4/ordered", "TTTTT..."),
     "ext4/writeback": ("ext4/writeback", "TTT.T..T"),
     "ext4/journal": ("ext4/journal", "TTTTTT.."),

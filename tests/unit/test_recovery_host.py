@@ -72,8 +72,8 @@ def _mountpoint(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["ext2", "ext4/ordered", "ext4/logdev", "xfs", "xfs/logdev", "btrfs", "f2fs", "jfs",
-             "reiserfs"],
+    "name", ["ext2", "ext4/ordered", "ext3/logdev", "ext4/logdev", "xfs", "xfs/logdev", "btrfs",
+             "f2fs", "jfs", "reiserfs"],
 )
 def test_mkfs_mount_write_umount_check_clean(name: str, machine_for: MachineFactory, tmp_path: Path) -> None:
     target = get_target(name)

@@ -21,7 +21,7 @@ from recovery.targets import (
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recovery"
 
 BUILTIN_NAMES = [
-    "ext2", "ext3", "ext4/ordered", "ext4/writeback", "ext4/journal", "ext4/nojournal",
+    "ext2", "ext3", "ext3/logdev", "ext4/ordered", "ext4/writeback", "ext4/journal", "ext4/nojournal",
     "ext4/fast_commit", "ext4/logdev", "ext4/nobarrier", "xfs", "xfs/logdev", "btrfs",
     "f2fs", "jfs", "jfs/logdev", "reiserfs",
 ]
@@ -43,7 +43,7 @@ def test_every_builtin_has_an_adapter_and_a_description(name: str) -> None:
 
 def test_journal_placements_of_builtins() -> None:
     external = {t.name for t in list_targets() if t.needs_journal_disk}
-    assert external == {"ext4/logdev", "xfs/logdev", "jfs/logdev"}
+    assert external == {"ext3/logdev", "ext4/logdev", "xfs/logdev", "jfs/logdev"}
     none = {t.name for t in list_targets() if t.journal is JournalPlacement.NONE}
     assert none == {"ext2", "ext4/nojournal"}
 
