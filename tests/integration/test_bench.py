@@ -20,6 +20,7 @@ from framework.core.stats import summarize
 from framework.core.store import RunStatus, Store
 from recovery.filesystems import kernel_modules
 from recovery.targets import get_target
+from tests.integration.test_guest import interruptible
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 TARGETS = ("ext2", "ext4/ordered", "ext4/writeback", "ext4/journal")
@@ -137,7 +138,7 @@ def test_ctrl_c_keeps_the_samples_and_marks_the_run_interrupted(tmp_path):
     proc = subprocess.Popen(
         [*POWERCUT, "bench", "--targets", "ext2,ext4/ordered", "--workload", "fsmark",
          "--reps", "3", "--seed", "3", "--db", str(db), "--results", str(tmp_path / "r")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
     )
     assert proc.stderr is not None
     progress = []

@@ -119,10 +119,17 @@ def test_no_qemu_or_run_directory_survives_an_error(error):
     assert not rundir.exists()
 
 
+def interruptible() -> None:
+    """In the child before exec: Ctrl-C as a terminal gives it. A shell starts background
+    jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_cli_tears_the_guest_down(sig):
     proc = subprocess.Popen([*POWERCUT, "vm", "run", "--", "sleep", "300"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     try:
         qemu = None
         for _ in range(600):  # the guest boots in seconds; allow a loaded machine
@@ -151,6 +158,7 @@ def test_vm_shell_is_interactive():
     try:
         child.expect("disk data: /dev/vda")
         child.expect("guest shell")
+        child.expect("guest# ")  # typed before the shell starts, a line would be lost
         child.sendline("echo answer-$((6 * 7)); blockdev --getsize64 /dev/vda")
         child.expect("answer-42")
         child.expect("16777216")
