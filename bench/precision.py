@@ -8,8 +8,15 @@ interval half width relative to the mean, and how many repetitions it
 would take to get that half width under ``--target-pct`` percent of the
 mean (``framework.core.stats.repetitions_needed``, t-based), plus wall times.
 
+Knobs to find what makes repetitions noisy: ``--cpus`` (the guest's vCPUs; under TCG each
+is a host thread competing with the host's other work), ``--disk-cache`` (qemu's cache mode
+for the scratch disks: powercut's default ``unsafe`` serves them from the host's page cache
+and drops flushes) and ``--warmup`` (one more repetition first, discarded, as ``powercut
+bench --warmup``). Compare runs of the same workload with one knob changed.
+
 Usage: python bench/precision.py [--workload fsmark] [--target ext4/ordered]
                                  [--reps 10] [--scale tiny] [--target-pct 5]
+                                 [--cpus 2] [--disk-cache unsafe] [--warmup]
 """
 
 from __future__ import annotations
@@ -38,14 +45,21 @@ def main() -> int:
     p.add_argument("--scale", choices=[s.value for s in Scale], default="tiny")
     p.add_argument("--target-pct", type=float, default=5.0,
                    help="wanted 95%% half width, percent of the mean (default: 5)")
+    p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default: 2)")
+    p.add_argument("--disk-cache", default="unsafe",
+                   choices=["unsafe", "writeback", "none", "directsync", "writethrough"],
+                   help="qemu cache mode of the guest's disks (default: unsafe)")
+    p.add_argument("--warmup", action="store_true",
+                   help="run one more repetition first and discard it")
     args = p.parse_args()
 
     config = BenchConfig(targets=(args.target,), workload=args.workload, scale=Scale(args.scale),
-                         reps=args.reps, seed=0)
+                         reps=args.reps, seed=0, warmup=args.warmup)
     targets = bench.resolve_targets(config)
     start = clock.monotonic()
     with QemuMachine(disks=bench.disks_for(targets, config.scale),
-                     modules=kernel_modules(t.fstype for t in targets)) as machine:
+                     modules=kernel_modules(t.fstype for t in targets),
+                     cpus=args.cpus, disk_cache=args.disk_cache) as machine:
         machine.start()
         boot_s = clock.monotonic() - start
         run = bench.run_bench(config, bench.GuestExecutor(machine, config),
@@ -54,7 +68,8 @@ def main() -> int:
     total_s = clock.monotonic() - start
 
     print(f"{args.workload} on {args.target} at {args.scale} scale, {args.reps} repetitions "
-          f"(fresh mkfs, cold caches each), accel {accel}")
+          f"(fresh mkfs, cold caches each), accel {accel}, {args.cpus} vCPUs, disk cache "
+          f"{args.disk_cache}{', one warm-up repetition discarded' if args.warmup else ''}")
     print(f"wall time: {total_s:.1f} s in all, boot {boot_s:.1f} s, "
           f"{run.wall_s / len(run.samples):.1f} s per repetition (mkfs to unmount, incl. the "
           f"console round trip and python start in the guest)")

@@ -42,6 +42,11 @@ Tests, on a bench step's results.json:
 
 Terms are factor names joined by ``:`` (``target:metric``); a one-factor
 bench step has the single term ``target``.
+
+A claim that only some of the study's scales can test names them, with the
+reason the others cannot (``scales = ["full"]``, ``scales_why = "..."``); at
+another scale it is measured and shown but judged not comparable, with that
+reason.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "significant": ("term",),
 }
 _COMMON = ("id", "section", "paper", "step", "test")
+_OPTIONAL = ("scales", "scales_why")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,8 @@ class Claim:
     step: int
     test: str
     args: tuple[tuple[str, Any], ...]
+    scales: tuple[str, ...] = ()  # the scales that can test it; empty: every scale
+    scales_why: str = ""  # why the others cannot
 
     def arg(self, name: str) -> Any:
         return dict(self.args)[name]
@@ -88,8 +96,10 @@ class Verdict:
     why: str
 
 
-def parse_claims(text: str, *, source: str, steps: int) -> tuple[Claim, ...]:
-    """The claims of a file; ``steps``: how many steps the study has (a claim names one)."""
+def parse_claims(text: str, *, source: str, steps: int,
+                 scales: Sequence[str] = ()) -> tuple[Claim, ...]:
+    """The claims of a file; ``steps``: how many steps the study has (a claim names one);
+    ``scales``: the study's scales (a claim's ``scales`` must be among them)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -106,7 +116,7 @@ def parse_claims(text: str, *, source: str, steps: int) -> tuple[Claim, ...]:
         test = item.get("test")
         if test not in TESTS:
             raise ConfigError(f"{where}: test must be one of {', '.join(TESTS)}, not {test!r}")
-        wanted = set(_COMMON) | set(TESTS[test])
+        wanted = set(_COMMON) | set(TESTS[test]) | set(_OPTIONAL)
         if set(item) - wanted:
             raise ConfigError(f"{where}: unknown key {sorted(set(item) - wanted)[0]!r} "
                               f"(a {test} claim takes {', '.join(sorted(wanted))})")
@@ -125,17 +135,29 @@ def parse_claims(text: str, *, source: str, steps: int) -> tuple[Claim, ...]:
                 raise ConfigError(f"{where}: {key} must be a non-negative number, got {item[key]!r}")
         if item["id"] in {c.id for c in claims}:
             raise ConfigError(f"{where}: id {item['id']!r} is used twice")
+        only = item.get("scales", [])
+        if (not isinstance(only, list) or not all(isinstance(x, str) for x in only)
+                or ("scales" in item and not only)):
+            raise ConfigError(f"{where}: scales must be a non-empty list of scale names, got {only!r}")
+        why = item.get("scales_why", "")
+        if bool(only) != bool(why) or not isinstance(why, str):
+            raise ConfigError(f"{where}: scales and scales_why (why the other scales cannot "
+                              "test the claim, one line) go together")
+        unknown = [x for x in only if x not in scales]
+        if unknown:
+            raise ConfigError(f"{where}: scale {unknown[0]!r} is not one of the study's "
+                              f"({', '.join(scales) or 'it names none'})")
         claims.append(Claim(item["id"], item["section"], item["paper"], step, test,
-                            tuple((k, item[k]) for k in TESTS[test])))
+                            tuple((k, item[k]) for k in TESTS[test]), tuple(only), why))
     return tuple(claims)
 
 
-def load_claims(path: Path, *, steps: int) -> tuple[Claim, ...]:
+def load_claims(path: Path, *, steps: int, scales: Sequence[str] = ()) -> tuple[Claim, ...]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read claims file: {exc.strerror}") from None
-    return parse_claims(text, source=str(path), steps=steps)
+    return parse_claims(text, source=str(path), steps=steps, scales=scales)
 
 
 def _fmt(value: float) -> str:
@@ -180,12 +202,16 @@ def _overhead(results: Mapping[str, Any], metric: str, target: str) -> tuple[flo
                           f"{results.get('baseline')}") from None
 
 
-def judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
-    """One claim against a bench step's results.json."""
+def judge(claim: Claim, results: Mapping[str, Any], *, scale: str | None = None) -> Verdict:
+    """One claim against a bench step's results.json, from a study run at ``scale``."""
     try:
-        return _judge(claim, results)
+        verdict = _judge(claim, results)
     except LookupError as exc:
         return Verdict(claim, NOT_COMPARABLE, "-", f"not measured: {exc.args[0]}")
+    if claim.scales and scale not in claim.scales:
+        return Verdict(claim, NOT_COMPARABLE, verdict.measured,
+                       f"judged at scale {', '.join(claim.scales)} only: {claim.scales_why}")
+    return verdict
 
 
 def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:

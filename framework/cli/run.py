@@ -177,7 +177,7 @@ def judge_claims(*, store_path: Path, study_id: int | None, study: Study) -> lis
     out = []
     for claim in study.claims:
         if claim.step in results:
-            out.append(judge(claim, results[claim.step]))
+            out.append(judge(claim, results[claim.step], scale=study.scale))
         else:
             out.append(Verdict(claim, NOT_COMPARABLE, "-", f"step {claim.step} left no results"))
     return out

@@ -194,7 +194,7 @@ def parse_study(text: str, *, source: str, base: Path | None = None,
             path = (base or Path.cwd()) / path
         if not path.is_file():
             raise ConfigError(f"{source}: [study] claims {head['claims']!r}: no such file ({path})")
-        claims = load_claims(path, steps=len(steps))  # a malformed claim fails before any step
+        claims = load_claims(path, steps=len(steps), scales=scales)  # fails before any step
     return Study(head.get("name", source), head.get("description", ""), tuple(steps), source,
                  targets_file, known_files, claims, scales, chosen)
 

@@ -128,11 +128,26 @@ def test_a_claim_on_what_was_not_measured_is_not_comparable_and_says_why() -> No
     (ORDER.replace('worse = "b"\n', ""), "missing key 'worse'"),
     (ORDER.replace("step = 1", "step = 3"), "step must be a step number from 1 to 1, got 3"),
     (ORDER + ORDER, "id 'a-beats-b' is used twice"),
+    (ORDER + 'scales = ["full"]\n', "scales and scales_why"),
+    (ORDER + 'scales = []\nscales_why = "x"\n', "scales must be a non-empty list"),
+    (ORDER + 'scales = ["huge"]\nscales_why = "x"\n', "scale 'huge' is not one of the study's"),
 ])
 def test_a_malformed_claims_file_is_one_line(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")) as err:
         parse_claims(text, source="c.toml", steps=1)
     assert "\n" not in str(err.value) and str(err.value).startswith("c.toml")
+
+
+def test_a_claim_some_scales_cannot_test_is_measured_but_not_judged_at_the_others() -> None:
+    text = ORDER + 'scales = ["full"]\nscales_why = "the tiny file stays in the page cache"\n'
+    (claim,) = parse_claims(text, source="c.toml", steps=1, scales=("tiny", "full"))
+    data = results((13.1, 13.0, 13.2), (12.4, 12.3, 12.5))
+    assert judge(claim, data, scale="full").verdict == AGREE
+    tiny = judge(claim, data, scale="tiny")
+    assert tiny.verdict == NOT_COMPARABLE and tiny.measured == judge(claim, data).measured
+    assert tiny.why == "judged at scale full only: the tiny file stays in the page cache"
+    # positive control: without the restriction the same results are judged
+    assert judge(one(ORDER), data, scale="tiny").verdict == AGREE
 
 
 def test_a_study_loads_its_claims_and_a_bad_claims_file_stops_it_before_any_step(
