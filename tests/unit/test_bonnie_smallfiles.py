@@ -50,12 +50,13 @@ def test_argv_runs_only_the_file_creation_tests(scale: Scale) -> None:
     assert ":" not in argv[argv.index("-n") + 1]
 
 
-def test_the_full_scale_is_the_papers_default_count_and_scales_do_not_shrink() -> None:
+def test_every_scale_creates_the_papers_default_count() -> None:
     workload = get_workload("bonnie-smallfiles")
     argvs = [workload.argv("/mnt/t", scale=s) for s in (Scale.TINY, Scale.SMALL, Scale.FULL)]
     counts = [int(argv[argv.index("-n") + 1]) for argv in argvs]
-    assert counts == sorted(counts) and counts[0] > 0
-    assert counts[-1] == 16  # bonnie++ -n 16, as Dell'Omodarme (2001) ran it
+    # bonnie++ -n 16, as Dell'Omodarme (2001) ran it; fewer files make ext3's and ext4's
+    # create and delete phases too short for bonnie++ to time under emulation.
+    assert counts == [16, 16, 16]
 
 
 def test_the_other_variants_are_unchanged() -> None:
