@@ -16,7 +16,7 @@ bench --warmup``). Compare runs of the same workload with one knob changed.
 
 Usage: python bench/precision.py [--workload fsmark] [--target ext4/ordered]
                                  [--reps 10] [--scale tiny] [--target-pct 5]
-                                 [--cpus 2] [--disk-cache unsafe] [--warmup]
+                                 [--cpus 1] [--disk-cache unsafe] [--warmup]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
 from framework.bench import engine as bench
 from framework.bench.engine import BenchConfig
 from framework.bench.workloads import Scale
+from framework.cli.bench import BENCH_CPUS
 from framework.core import clock
 from framework.core.machine.qemu import QemuMachine
 from framework.core.stats import StatsError, repetitions_needed, summarize
@@ -45,7 +46,8 @@ def main() -> int:
     p.add_argument("--scale", choices=[s.value for s in Scale], default="tiny")
     p.add_argument("--target-pct", type=float, default=5.0,
                    help="wanted 95%% half width, percent of the mean (default: 5)")
-    p.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default: 2)")
+    p.add_argument("--cpus", type=int, default=BENCH_CPUS,
+                   help=f"guest vCPUs (default: {BENCH_CPUS}, as powercut bench)")
     p.add_argument("--disk-cache", default="unsafe",
                    choices=["unsafe", "writeback", "none", "directsync", "writethrough"],
                    help="qemu cache mode of the guest's disks (default: unsafe)")
@@ -54,7 +56,7 @@ def main() -> int:
     args = p.parse_args()
 
     config = BenchConfig(targets=(args.target,), workload=args.workload, scale=Scale(args.scale),
-                         reps=args.reps, seed=0, warmup=args.warmup)
+                         reps=args.reps, seed=0, warmup=args.warmup, cpus=args.cpus)
     targets = bench.resolve_targets(config)
     start = clock.monotonic()
     with QemuMachine(disks=bench.disks_for(targets, config.scale),

@@ -83,6 +83,8 @@ class BenchConfig:
     baseline: str | None = None  # default: the first target
     metric: str | None = None  # primary metric; default: "total" if reported, else the first
     level: float = 0.95
+    #: The guest's vCPUs (BENCH_CPUS unless given; older plans without it ran with 2).
+    cpus: int = 2
     user_targets: tuple[Target, ...] = ()  # definitions from --targets-file the targets may name
     #: Factors beyond the target (framework.bench.design); with any, ``targets`` are the
     #: cells (every base target at every combination of levels) and ``bases`` the targets named.
@@ -100,6 +102,8 @@ class BenchConfig:
             raise ConfigError(f"bench: targets {','.join(self.targets)}: a target is named twice")
         if self.reps < 2:
             raise ConfigError(f"bench: --reps {self.reps}: at least 2 are needed for an interval")
+        if self.cpus < 1:
+            raise ConfigError(f"bench: --cpus {self.cpus}: the guest needs at least one vCPU")
         if self.until_ci_pct is not None:
             if not self.until_ci_pct > 0:
                 raise ConfigError(f"bench: --until-ci {self.until_ci_pct}: must be a positive percentage")
@@ -282,12 +286,16 @@ def kept_values(samples: Iterable[Sample], metric: str, targets: Sequence[str]) 
     return out
 
 
-def choose_primary(result: RepetitionResult, wanted: str | None) -> str:
-    """The metric the CI rule and the ANOVA use: the asked one, else "total", else the first."""
+def choose_primary(result: RepetitionResult, wanted: str | None,
+                   preferred: str | None = None) -> str:
+    """The metric the CI rule and the ANOVA use: the asked one, else the workload's own
+    (``preferred``, Benchmark.primary), else "total", else the first."""
     names = [m.name for m in result.metrics]
     if wanted is not None:
         result.metric(wanted)  # ConfigError naming the metrics the workload reports
         return wanted
+    if preferred is not None and preferred in names:
+        return preferred
     if "total" in names:
         return "total"
     return names[0]
@@ -322,6 +330,7 @@ def run_bench(
     earlier = earlier or {}
     config.validate()
     scheduler = Scheduler(config)
+    preferred = get_workload(config.workload).primary
     state = BenchState(config, clock.monotonic())
     load_before = _load_average()
     pending = scheduler.first_round()
@@ -332,7 +341,7 @@ def run_bench(
             if before is not None and before.trial == trial:
                 state.samples.append(before)
                 if state.primary is None:
-                    state.primary = choose_primary(before.result, config.metric)
+                    state.primary = choose_primary(before.result, config.metric, preferred)
                 if progress is not None:
                     progress(before, state)
                 continue
@@ -341,7 +350,7 @@ def run_bench(
             if result.target != trial.target:
                 raise ConfigError(f"bench: trial of {trial.target!r} returned a result of {result.target!r}")
             if state.primary is None:
-                state.primary = choose_primary(result, config.metric)
+                state.primary = choose_primary(result, config.metric, preferred)
             sample = Sample(trial, result, clock.monotonic() - start)
             state.samples.append(sample)
             if recorder is not None:
@@ -437,7 +446,7 @@ def config_from_plan(run_dir: Path) -> BenchConfig:
             scale=Scale(doc["scale"]), reps=int(doc["reps"]), warmup=bool(doc["warmup"]),
             until_ci_pct=doc["until_ci_pct"], max_reps=int(doc["max_reps"]),
             seed=int(doc["seed"]), baseline=doc["baseline"], metric=doc["metric"],
-            level=float(doc["level"]),
+            level=float(doc["level"]), cpus=int(doc.get("cpus", 2)),
             user_targets=tuple(Target.from_dict(t) for t in doc.get("user_targets", ())),
             factors=tuple(factorial_design.parse_factor(f) for f in doc.get("factors", ())),
             bases=tuple(doc.get("bases", ())))
@@ -452,7 +461,7 @@ def plan_document(config: BenchConfig) -> dict[str, Any]:
     return {"targets": list(config.targets), "workload": config.workload, "scale": str(config.scale),
             "reps": config.reps, "warmup": config.warmup, "until_ci_pct": config.until_ci_pct,
             "max_reps": config.max_reps, "seed": config.seed, "baseline": config.baseline_target,
-            "metric": config.metric, "level": config.level,
+            "metric": config.metric, "level": config.level, "cpus": config.cpus,
             "user_targets": [t.to_dict() for t in config.user_targets],
             "factors": [f.describe() for f in config.factors], "bases": list(config.bases)}
 

@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The bench guest's vCPUs. One: under TCG a second vCPU is a second host thread that
+#: competes with qemu's I/O thread on a 2-core host, and the workloads are single-threaded
+#: or nearly. bench/precision.py, 10 repetitions each on ext4/ordered at tiny scale, 2 vCPUs
+#: against 1: fs_mark files/s CoV 18.5% -> 10.9% (and 462 -> 589 files/s), fio-oltp-8k
+#: read_bw 7.1% -> 5.5%, PostMark run_s 3.7% -> 3.9%.
+BENCH_CPUS = 1
+
 DESCRIPTION = """\
 Measure what journalling costs in throughput: run one benchmark workload
 on several targets (filesystem configurations), each repetition on a fresh
@@ -108,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         baseline=args.baseline,
         metric=args.metric,
+        cpus=args.cpus if args.cpus is not None else BENCH_CPUS,
         user_targets=named_user_targets(args),
     )
     factors = [parse_factor(text) for text in args.factor or ()]
@@ -153,7 +161,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             run_lifecycle(spec, Path(args.results), store) if resume_dir is None
             else resumed_lifecycle(spec, resume_dir, store))
         earlier = bench.earlier_samples(run.run_dir) if resume_dir is not None else {}
-        machine = stack.enter_context(machine_from_args(args, disks=disks, fstypes=fstypes))
+        machine = stack.enter_context(machine_from_args(args, disks=disks, fstypes=fstypes,
+                                                        cpus=config.cpus))
         run.started(machine.start())
         assert run.run_id is not None
         recorder = bench.StoreRecorder(store, run.run_id, config, run.run_dir)
@@ -266,5 +275,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "read from RUN_DIR/plan.json; trials it finished are kept and the rest "
                         "run in the same order")
     add_machine_options(p)
+    p.add_argument("--cpus", type=int, metavar="N",
+                   help=f"the guest's vCPUs (default: {BENCH_CPUS}; see bench/precision.py for how "
+                        "the count changes the spread of repetitions under emulation)")
     p.set_defaults(func=cmd_bench)
 

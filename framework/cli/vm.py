@@ -50,7 +50,7 @@ def resolve_kernel(args: argparse.Namespace) -> KernelSpec:
 
 def machine_from_args(args: argparse.Namespace, *, disks: Sequence[DiskSpec] = (),
                       fstypes: Sequence[str] = (), rundir: Path | None = None,
-                      kernel: KernelSpec | None = None) -> QemuMachine:
+                      kernel: KernelSpec | None = None, cpus: int = 2) -> QemuMachine:
     """A guest as the machine options (--kernel, --modules, --kernel-release, --accel,
     --memory-mib) ask, with the kernel modules the filesystem types ``fstypes`` need."""
     return QemuMachine(
@@ -60,6 +60,7 @@ def machine_from_args(args: argparse.Namespace, *, disks: Sequence[DiskSpec] = (
         accel=None if args.accel == "auto" else args.accel,
         memory_mib=args.memory_mib,
         rundir=rundir,
+        cpus=cpus,
     )
 
 

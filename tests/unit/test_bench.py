@@ -276,6 +276,34 @@ def test_primary_metric_prefers_total():
                                                  Metric("total", 3.0, "s", False)))
     assert bench.choose_primary(with_total, None) == "total"
     assert bench.choose_primary(with_total, "create") == "create"
+    # A workload's own primary comes before "total"; one it did not report is passed over.
+    assert bench.choose_primary(with_total, None, "create") == "create"
+    assert bench.choose_primary(with_total, None, "run_s") == "total"
+    assert bench.choose_primary(with_total, "total", "create") == "total"
+
+
+def test_postmark_is_judged_by_its_finely_timed_run_not_its_whole_second_rates():
+    from framework.bench.workloads import get_workload
+
+    assert get_workload("postmark").primary == "run_s"
+    assert get_workload("fsmark").primary is None
+    run = bench.run_bench(BenchConfig(targets=("ext2",), workload="postmark", reps=2, seed=1),
+                          FakeExecute({"ext2": 100.0}, {"ext2": 1.0}))
+    assert run.primary == "run_s"
+    fsmark = bench.run_bench(BenchConfig(targets=("ext2",), workload="fsmark", reps=2, seed=1),
+                             FakeExecute({"ext2": 100.0}, {"ext2": 1.0}))
+    assert fsmark.primary == "files"  # control: the same results under a workload without one
+
+
+def test_the_guest_cpus_are_in_the_plan_and_an_old_plan_ran_with_two(tmp_path):
+    config = BenchConfig(targets=("ext2",), workload="fsmark", reps=2, seed=1, cpus=1)
+    doc = bench.plan_document(config)
+    assert doc["cpus"] == 1
+    del doc["cpus"]
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    assert bench.config_from_plan(tmp_path).cpus == 2
+    with pytest.raises(ConfigError, match="--cpus 0: the guest needs at least one vCPU"):
+        dataclasses.replace(config, cpus=0).validate()
 
 
 # ---- the guest side, over fakes --------------------------------------------

@@ -10,6 +10,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import ClassVar
 
 from framework.core.command import CommandResult, CommandRunner
 from framework.core.errors import CommandError, ConfigError, MissingPrerequisite
@@ -59,6 +60,9 @@ class Benchmark(abc.ABC):
     name: str
     tool: str
     package: str
+    #: The metric bench judges by default (CI rule, ANOVA, overhead) when --metric names
+    #: none; None: "total" if reported, else the first.
+    primary: ClassVar[str | None] = None
 
     def datadir(self, workdir: str) -> str:
         """The directory inside ``workdir`` that this workload writes to."""
