@@ -192,9 +192,12 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
 
 
 def main(argv: Sequence[str] | None = None, *,
-         on_error: Callable[[PowercutError], None] | None = None) -> int:
+         on_error: Callable[[PowercutError], None] | None = None, nested: bool = False) -> int:
     """Run one command; its exit status. ``on_error`` sees the error a failing command
-    ended with (a study uses it to stop after a guest that did not boot)."""
+    ended with (a study uses it to stop after a guest that did not boot). ``nested``: the
+    command is a step of another (a study's step, a ci run's study); Ctrl-C or SIGTERM then
+    ends the command as usual and is raised again, so the outer command stops too instead
+    of going on with its next step."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -216,6 +219,8 @@ def main(argv: Sequence[str] | None = None, *,
         return 2
     except KeyboardInterrupt:
         print("powercut: interrupted; results so far are kept", file=sys.stderr)
+        if nested:
+            raise
         return 130
 
 

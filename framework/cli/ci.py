@@ -105,7 +105,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
     def run_study_on(label: str, kernel: list[str], targets_file: str | None) -> int:
         extra = [*kernel, *(["--targets-file", targets_file] if targets_file else [])]
         print(f"\n=== ci: the {label}: powercut run {args.study} {shlex.join(extra)}", flush=True)
-        status = powercut(["run", args.study, *extra, *common])
+        status = powercut(["run", args.study, *extra, *common], nested=True)
         if status >= 2:
             raise ConfigError(f"{label}: the study could not run (exit {status}); see above")
         with Store(db) as store:
@@ -163,7 +163,7 @@ def rerun(state: StateChange, times: int, kernel: Sequence[str], powercut: objec
     words = shlex.split(state.reproducer)  # powercut recheck RUN_DIR KEY
     assert callable(powercut)
     failed = sum(1 for _ in range(times)
-                 if powercut(["recheck", *words[2:], *kernel]) == 1)
+                 if powercut(["recheck", *words[2:], *kernel], nested=True) == 1)
     return Rerun(state, times, failed)
 
 

@@ -134,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     argv = resume_argv(argv, earlier[-1].environment["run_dir"])
                     print(f"   carrying on run {earlier[-1].id}: powercut {' '.join(argv)}")
             try:
-                return powercut([*argv, *extra], on_error=stop_on_boot_error)
+                return powercut([*argv, *extra], on_error=stop_on_boot_error, nested=True)
             except SystemExit as exc:  # argparse rejected a step's options
                 return int(exc.code or 2)
 

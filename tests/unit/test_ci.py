@@ -83,9 +83,10 @@ def ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     real_main = cli.main
     rechecks: list[list[str]] = []
 
-    def main(argv, on_error=None):  # type: ignore[no-untyped-def]
+    def main(argv, on_error=None, nested=False):  # type: ignore[no-untyped-def]
+        assert nested, argv  # a step of run or ci: an interrupt must stop the outer command
         if argv[0] in ("run", "ci", "compare"):
-            return real_main(argv, on_error=on_error)
+            return real_main(argv, on_error=on_error, nested=nested)
         return fake_step(list(argv), rechecks)
 
     monkeypatch.setattr(cli, "main", main)

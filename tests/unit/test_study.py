@@ -254,7 +254,8 @@ def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
     study.write_text(SHARDED)
     real_main = cli.main
 
-    def main(argv, on_error=None):
+    def main(argv, on_error=None, nested=False):
+        assert nested or argv[0] == "run", argv  # a study's step is a nested command
         return real_main(argv, on_error=on_error) if argv[0] == "run" else fake_powercut(list(argv))
 
     monkeypatch.setattr(cli, "main", main)
@@ -270,6 +271,59 @@ def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
     assert study_results(tmp_path / "merged.sqlite", expected) == whole
     # Each shard did only its own steps.
     assert [[s[0] for s in study_results(db, expected)] for db in shards] == [[1, 4], [2, 5], [3]]
+
+
+def test_a_nested_command_passes_an_interrupt_on_and_a_top_level_one_exits_130(monkeypatch,
+                                                                             capsys):
+    import argparse
+
+    import framework.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def parser(argv):
+        p = argparse.ArgumentParser()
+        p.add_argument("what")
+        p.set_defaults(func=interrupted, verbose=0)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    assert cli.main(["bench"]) == 130
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["bench"], nested=True)
+    assert capsys.readouterr().err.count("powercut: interrupted; results so far are kept") == 2
+
+
+def test_an_interrupted_step_stops_the_study_and_the_study_says_interrupted(tmp_path,
+                                                                          monkeypatch):
+    import framework.cli as cli
+    from framework.cli import doctor
+    from framework.core.store import RunStatus, Store
+
+    monkeypatch.setattr(doctor, "failed", lambda checks: [])
+    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+    study = tmp_path / "s.toml"
+    study.write_text(SHARDED)
+    real_main = cli.main
+    steps: list[list[str]] = []
+
+    def main(argv, on_error=None, nested=False):
+        if argv[0] == "run":
+            return real_main(argv, on_error=on_error, nested=nested)
+        assert nested
+        steps.append(list(argv))
+        if len(steps) == 2:
+            raise KeyboardInterrupt  # what a nested command does on Ctrl-C or SIGTERM
+        return fake_powercut(list(argv))
+
+    monkeypatch.setattr(cli, "main", main)
+    db = tmp_path / "db.sqlite"
+    assert real_main(["run", str(study), "--results", str(tmp_path / "r"), "--db", str(db)]) == 130
+    assert len(steps) == 2  # steps 3 to 5 never started
+    with Store(db) as store:
+        (top,) = [r for r in store.runs() if r.kind == "study"]
+        assert top.status is RunStatus.INTERRUPTED
 
 
 @pytest.mark.parametrize("argv, message", [
