@@ -16,7 +16,7 @@ bench --warmup``). Compare runs of the same workload with one knob changed.
 
 Usage: python bench/precision.py [--workload fsmark] [--target ext4/ordered]
                                  [--reps 10] [--scale tiny] [--target-pct 5]
-                                 [--cpus 1] [--disk-cache unsafe] [--warmup]
+                                 [--cpus N] [--disk-cache unsafe] [--warmup]
 """
 
 from __future__ import annotations
