@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import sys
@@ -152,6 +153,11 @@ def _should_stop(entry: LogEntry, stop_flags: int, mark: str | None) -> bool:
     return bool(entry.flags & LogFlag.MARK) and entry.mark == mark
 
 
+def _is_last(entry: LogEntry, n: int, limit: int, stop_flags: int, mark: str | None) -> bool:
+    """Whether replay-log stops after ``entry``, the ``n``-th it reads (1-based)."""
+    return bool(limit and n == limit) or _should_stop(entry, stop_flags, mark)
+
+
 @_reporting_errors
 def cmd_replay_log(args: argparse.Namespace) -> int:
     """The command line of fstests' replay-log (src/log-writes/replay-log.c), so that
@@ -175,13 +181,9 @@ def cmd_replay_log(args: argparse.Namespace) -> int:
                 return 1
             start = args.start_entry
         stop: LogEntry | None = None
-        if args.find or args.replay:
-            for n, entry in enumerate(reader.iter_entries(start), 1):
-                if (args.limit and n == args.limit) or _should_stop(entry, stop_flags,
-                                                                     args.end_mark):
-                    stop = entry
-                    break
         if args.find:
+            stop = next((e for n, e in enumerate(reader.iter_entries(start), 1)
+                         if _is_last(e, n, args.limit, stop_flags, args.end_mark)), None)
             if stop is None:
                 print("Couldn't find entry", file=sys.stderr)
                 return 1
@@ -195,7 +197,12 @@ def cmd_replay_log(args: argparse.Namespace) -> int:
             return 0
     require_unused(args.replay)
     with Replayer(args.log, args.replay, discard=not args.no_discard) as replayer:
-        replayer.replay_range(start, total if stop is None else stop.index + 1)
+        # The stop rule runs as the entries are applied: one pass over the log.
+        until: Callable[[LogEntry], bool] | None = None
+        if args.limit or stop_flags:
+            applied = itertools.count(1)
+            until = lambda e: _is_last(e, next(applied), args.limit, stop_flags, args.end_mark)  # noqa: E731
+        replayer.replay_range(start, total, until=until)
     return 0
 
 

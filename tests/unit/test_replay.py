@@ -597,3 +597,52 @@ def test_zero_target_clears_a_file_target_for_a_replay_from_the_start(tmp_path):
     zero_target(target)
     data = target.read_bytes()
     assert len(data) == (3 << 20) + 100 and data.count(0) == len(data)
+
+
+def test_a_file_target_is_not_fsynced_by_default_and_sync_true_fsyncs_each_call(
+    tmp_path: Path, log_and_images: tuple[Path, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file is read through its page cache by every reader (loop devices
+    # included), so the fsync that a block device needs is skipped for it.
+    log, images = log_and_images
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(replay_mod.os, "fsync", counting_fsync)
+    with Replayer(log, fresh_target(tmp_path)) as rp:
+        assert rp.sync is False
+        rp.replay_to(100)
+        rp.replay_to(200)
+    assert synced == []
+    target = fresh_target(tmp_path, "synced.img")
+    with Replayer(log, target, sync=True) as rp:
+        rp.replay_to(100)
+        rp.replay_to(200)
+    assert len(synced) == 2
+    assert target.read_bytes() == images[200]
+
+
+def test_replay_range_until_stops_after_the_first_entry_it_accepts(
+    tmp_path: Path, log_and_images: tuple[Path, list[bytes]]
+) -> None:
+    log, images = log_and_images
+    entries = entries_of(log)
+    first_fua = next(e.index for e in entries if e.index >= 40 and e.flags & LogFlag.FUA)
+    seen: list[int] = []
+
+    def until(entry: LogEntry) -> bool:
+        seen.append(entry.index)
+        return bool(entry.flags & LogFlag.FUA)
+
+    target = fresh_target(tmp_path)
+    with Replayer(log, target) as rp:
+        rp.replay_to(39)
+        last = rp.replay_range(40, len(entries), until=until)
+        assert last is not None and last.index == first_fua
+        assert rp.position == first_fua + 1
+    assert seen == list(range(40, first_fua + 1))
+    assert target.read_bytes() == images[first_fua]
