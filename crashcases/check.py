@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,11 +66,17 @@ class CheckResult:
     duration_s: float = 0.0
     #: The checker's journal replay before mount (JFS: jfs_fsck -a), timed.
     log_replay_s: float | None = None
+    #: The unmount after the tree was read (writeback, the last commit), timed.
+    umount_s: float | None = None
     #: The last lines each checker printed, when its verdict was not clean.
     fsck_check_output: str = ""
     fsck_repair_output: str = ""
     #: Why the outcome is not ok, in words (empty for ok).
     explanation: str = ""
+    #: The state checked just before this one, when both had the same disk content: its
+    #: mount, tree read and fsck (and their times) are this state's too, and only this
+    #: state's own promises were verified, on that mount ("" when checked on its own).
+    same_as: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -191,8 +198,24 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
                 timeouts: Timeouts = Timeouts(), journal_dev: str | None = None) -> CheckResult:
     """Check the crash state on ``dev`` (a throwaway snapshot: this writes to it), with
     its external journal on ``journal_dev`` when the target has one."""
+    return check_states(runner, target, dev, mountpoint, oracle=oracle, states=[(key, last_mark)],
+                        rules=rules, timeouts=timeouts, journal_dev=journal_dev)[0]
+
+
+def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Path, *,
+                 oracle: OracleLog, states: Sequence[tuple[str, str | None]],
+                 rules: PersistenceRules, timeouts: Timeouts = Timeouts(),
+                 journal_dev: str | None = None) -> list[CheckResult]:
+    """Check crash states that have the same disk content, on ``dev``: ``states`` are
+    (key, last mark) pairs. The first is checked in full; each other one shares its mount,
+    tree read and fsck, and has its own promises (those up to its own last mark) verified
+    on that mount. The promises differ, so the outcomes can. After a hang only the first
+    state has a result."""
     start = clock.monotonic()
+    key, last_mark = states[0]
     result = CheckResult(key=key)
+    others = [CheckResult(key=k, same_as=key) for k, _ in states[1:]]
+    other_s = [0.0] * len(others)
     mountpoint.mkdir(parents=True, exist_ok=True)
     early = fsck_first(target)
     try:
@@ -208,10 +231,16 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
         else:
             try:
                 found = verify(oracle, mountpoint, last_mark=last_mark, rules=rules)
-                found += walk_tree(mountpoint)
-                result.findings = _findings(found)
+                tree = walk_tree(mountpoint)
+                result.findings = _findings(found + tree)
+                for i, ((_, mark), other) in enumerate(zip(states[1:], others, strict=True)):
+                    t0 = clock.monotonic()
+                    other.findings = _findings(verify(oracle, mountpoint, last_mark=mark,
+                                                      rules=rules) + tree)
+                    other_s[i] = clock.monotonic() - t0
             finally:
-                umount(runner, os.fspath(mountpoint), timeout_s=timeouts.umount_s)
+                result.umount_s = umount(runner, os.fspath(mountpoint),
+                                         timeout_s=timeouts.umount_s).duration_s
         if not early:
             _fsck(runner, target, dev, result, timeouts, journal_dev)
         elif result.mount_ok:
@@ -230,6 +259,23 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
         # umount failing after a successful mount: the state is not usable.
         result.notes.append(str(exc))
         result.outcome = worst(outcome_of(result), Outcome.CORRUPT)
+        unusable = True
+    else:
+        unusable = False
     result.explanation = explain(result)
-    result.duration_s = clock.monotonic() - start
-    return result
+    result.duration_s = clock.monotonic() - start - sum(other_s)
+    if result.outcome is Outcome.HANG:
+        return [result]
+    out = [result]
+    for other, seconds in zip(others, other_s, strict=True):
+        findings = other.findings
+        shared = CheckResult.from_dict({**result.to_dict(), "key": other.key,
+                                        "same_as": result.key})
+        shared.findings = findings
+        shared.outcome = outcome_of(shared)
+        if unusable:
+            shared.outcome = worst(shared.outcome, Outcome.CORRUPT)
+        shared.explanation = explain(shared)
+        shared.duration_s = seconds
+        out.append(shared)
+    return out

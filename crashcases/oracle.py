@@ -50,6 +50,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -177,6 +178,10 @@ class OracleLog:
     inodes: dict[int, InodeRecord]
     block_bytes: int = BLOCK_BYTES
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Checking lanes share one log: the second asks for what the first is still building
+    # (the promise index of a long workload takes seconds) and waits for it.
+    _cache_lock: threading.RLock = field(default_factory=threading.RLock, compare=False,
+                                         repr=False)
 
     @property
     def marks(self) -> list[str]:
@@ -196,9 +201,14 @@ class OracleLog:
         return int(index[name])
 
     def _cached(self, key: Any, make: Any) -> Any:
-        if key not in self._cache:
-            self._cache[key] = make()
-        return self._cache[key]
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        with self._cache_lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
 
     def to_json(self) -> str:
         table: dict[str, int] = {}
@@ -291,7 +301,12 @@ class OracleLog:
     def binding_at(self, path: str, op: int) -> Binding | None:
         """The binding of ``path`` in effect after op ``op`` (None: never bound yet)."""
         hist = self.paths.get(path, ())
-        ops = self._cached(("ops", path), lambda: [b.op for b in hist])
+        # One dict of per-path op lists, not a cache entry per path: this runs for every
+        # name at every crash state.
+        index: dict[str, list[int]] = self._cached("binding_ops", dict)
+        ops = index.get(path)
+        if ops is None:
+            ops = index[path] = [b.op for b in hist]
         i = bisect.bisect_right(ops, op)
         return hist[i - 1] if i else None
 
@@ -639,6 +654,20 @@ def walk_tree(root: Path) -> list[Finding]:
 # Verification
 
 
+def _path_trees(paths: Iterable[str]) -> list[tuple[str, bool, list[str]]]:
+    """Each top-level name, whether it is a path of its own, and the paths below it,
+    parents before children."""
+    names = set(paths)
+    below: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(names):
+        head, sep, _ = path.partition("/")
+        if sep:
+            below[head].append(path)
+        else:
+            below.setdefault(head, [])
+    return [(head, head in names, rest) for head, rest in sorted(below.items())]
+
+
 def verify(
     oracle: OracleLog, root: Path, *, last_mark: str | None, rules: PersistenceRules
 ) -> list[Finding]:
@@ -807,17 +836,41 @@ class _Checker:
         # In a long packed workload most names belong to sequences that
         # have not started or have been removed, so this is most of them.
         gone: set[str] = set()
-        for path in self.o._cached("sorted_paths", lambda: sorted(self.o.paths)):
-            if path.rpartition("/")[0] in gone:
-                gone.add(path)
+        # A top-level name that is not in the root directory and that names nothing at the
+        # window's end (so "absent" is among the states it may legally be in) is what
+        # check_path returns True for, found without an lstat or a promise lookup each:
+        # a long workload has thousands of such names, one per finished sequence.
+        top = self._root_names()
+        for name, is_path, below in self.o._cached("path_trees", lambda: _path_trees(self.o.paths)):
+            if not is_path:
+                pass  # only names below it were ever made: they are checked on their own
+            elif top is not None and name not in top:
+                bound = self.o.binding_at(name, self.end)
+                if bound is None or bound.inode is None:
+                    self._seen[name] = None
+                    self._missing.add(name)
+                    if self.prune:
+                        continue  # and nothing below it either
+            if is_path and self.check_path(name, identity) and self.prune:
                 continue
-            if self.check_path(path, identity) and self.prune:
-                gone.add(path)
+            for path in below:
+                if path.rpartition("/")[0] in gone:
+                    gone.add(path)
+                    continue
+                if self.check_path(path, identity) and self.prune:
+                    gone.add(path)
         self.check_identity(identity)
         if self.rules.metadata_atomic:
             self.check_link_counts()
         unique = {(f.kind, f.path, f.detail): f for f in self.findings}
         return sorted(unique.values(), key=lambda f: (f.path, f.kind, f.detail))
+
+    def _root_names(self) -> frozenset[str] | None:
+        """The names in the root directory (None if it cannot be listed: lstat decides)."""
+        try:
+            return frozenset(os.listdir(self._root_s))
+        except OSError:
+            return None
 
     def check_path(self, path: str, identity: dict[int, dict[tuple[int, int], str]]) -> bool:
         """Check one name; True if it is absent and nothing below it can matter.

@@ -17,21 +17,23 @@ own TOML file exists only on the host.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crashcases.check import CheckResult, Timeouts, check_state
+from crashcases.check import CheckResult, Timeouts, check_states
 from crashcases.operations import MKFS_MARK, ORDER_SUFFIX, Workload, execute
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
 from devicemapper.delay import delayed_path
-from devicemapper.logformat import LogReader
+from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.logwrites import LogWritesDevice, recording
 from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
@@ -207,8 +209,22 @@ class JournalDisks:
 
 
 @dataclass(frozen=True, slots=True)
+class LaneDisks:
+    """A second checking lane's own disks: the log replayed onto ``replay_dev`` and the
+    snapshot's COW disk. Each lane replays forward on its own disk and checks its share
+    of the states, so two states are checked at once, one per guest CPU."""
+
+    replay_dev: str
+    cow_dev: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class CheckRequest:
-    """Check ``states`` (in replay order) of the log on ``log_dev`` for ``target``."""
+    """Check ``states`` (in replay order) of the log on ``log_dev`` for ``target``; with
+    ``lanes``, on that many more disks at the same time."""
 
     target: Target
     log_dev: str
@@ -220,6 +236,7 @@ class CheckRequest:
     timeouts: Timeouts = field(default_factory=Timeouts)
     inject_hang: str | None = None  # fault injection: block at this state, as a stuck mount would
     journal: JournalDisks | None = None
+    lanes: tuple[LaneDisks, ...] = ()  # single-disk targets: more lanes checking at once
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "log_dev": self.log_dev,
@@ -227,7 +244,8 @@ class CheckRequest:
                 "oracle_path": self.oracle_path, "results_path": self.results_path,
                 "states": [s.to_dict() for s in self.states], "timeouts": asdict(self.timeouts),
                 "inject_hang": self.inject_hang,
-                "journal": self.journal.to_dict() if self.journal else None}
+                "journal": self.journal.to_dict() if self.journal else None,
+                "lanes": [lane.to_dict() for lane in self.lanes]}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckRequest:
@@ -235,7 +253,8 @@ class CheckRequest:
         return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    str(raw["cow_dev"]), str(raw["oracle_path"]), str(raw["results_path"]),
                    tuple(StateRecipe.from_dict(s) for s in raw["states"]),
-                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"), journal)
+                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"), journal,
+                   tuple(LaneDisks(**lane) for lane in raw.get("lanes", ())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +266,9 @@ class CheckSummary:
     replay_written_bytes: int
     replay_discarded_bytes: int
     entries_applied: int
+    #: States whose disks held the same bytes as the state checked before them: checked on
+    #: that state's mount, with its fsck (CheckResult.same_as).
+    shared: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,7 +276,17 @@ class CheckSummary:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckSummary:
         return cls(int(raw["checked"]), bool(raw["abandoned"]), int(raw["replay_written_bytes"]),
-                   int(raw["replay_discarded_bytes"]), int(raw["entries_applied"]))
+                   int(raw["replay_discarded_bytes"]), int(raw["entries_applied"]),
+                   int(raw.get("shared", 0)))
+
+
+def content_changes(entries: Sequence[LogEntry]) -> list[int]:
+    """``out[i]``: how many of the first ``i`` entries change the disk (writes, discards);
+    two prefixes hold the same bytes when their counts are equal."""
+    out = [0]
+    for entry in entries:
+        out.append(out[-1] + (entry.is_write or entry.is_discard))
+    return out
 
 
 class _Disk:
@@ -270,6 +302,13 @@ class _Disk:
         self.slot = stack.enter_context(SnapshotSlot(runner, replay_dev, cow_dev, name=name))
         self.index = list(self.reader)  # headers only: payloads stay on the log disk
         self.rewinds = 0
+        self.changes = content_changes(self.index)
+
+    def same_bytes(self, a: DiskRecipe, b: DiskRecipe) -> bool:
+        """Whether two recipes leave this disk holding the same bytes: the same extra
+        entries (torn alike) on bases with no write or discard between them."""
+        return (a.extra == b.extra and dict(a.torn) == dict(b.torn)
+                and self.changes[a.base + 1] == self.changes[b.base + 1])
 
     def move_to(self, base: int) -> None:
         if base < 0:
@@ -300,44 +339,115 @@ class _Disk:
             yield snap.path
 
 
+@dataclass(slots=True)
+class _Lane:
+    """A checking lane: its disks, its mountpoint, the runs of states it checks."""
+
+    data: _Disk
+    journal: _Disk | None
+    mountpoint: Path
+    runs: list[list[StateRecipe]] = field(default_factory=list)
+
+
 def check(req: CheckRequest) -> CheckSummary:
     runner = HostRunner()
     oracle = OracleLog.from_json(Path(req.oracle_path).read_text())
     rules = persistence_rules(req.target)
-    checked = 0
-    abandoned = False
+    tally = {"checked": 0, "shared": 0}
+    hung = threading.Event()
+    write_lock = threading.Lock()
     with contextlib.ExitStack() as stack, open(req.results_path, "a") as out:
         data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
         journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
                          req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
-        for state in req.states:
-            if state.key == req.inject_hang:
-                # Fault injection for testing the host's hang handling: block
-                # the way a mount stuck in the kernel would.
-                runner.run(["sleep", "86400"], timeout_s=90000)
-            with contextlib.ExitStack() as disks:
-                dev = disks.enter_context(data.state(DiskRecipe(state.base, state.extra, state.torn)))
-                journal_dev = (disks.enter_context(journal.state(state.journal))
-                               if journal is not None and state.journal is not None else None)
-                result = check_state(runner, req.target, dev, CHECK_MOUNTPOINT, oracle=oracle,
-                                     last_mark=state.last_mark, rules=rules, key=state.key,
-                                     timeouts=req.timeouts, journal_dev=journal_dev)
-            out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-            checked += 1
-            if result.outcome is Outcome.HANG:
-                # Something in the kernel is stuck; nothing more here is trustworthy.
-                abandoned = True
-                break
-        reps = [d.rep for d in (data, journal) if d is not None]
-        return CheckSummary(checked=checked, abandoned=abandoned,
+        runs = list(same_content_runs(req.states, data, journal, req.inject_hang))
+        lanes = [_Lane(data, journal, CHECK_MOUNTPOINT)]
+        for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
+            lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
+                                     f"pc-snap-{n}"), None, CHECK_MOUNTPOINT.with_name(f"check-{n}")))
+        # Dealt in turn, so the lanes stay near each other in the log and share the work
+        # evenly (later states have fuller filesystems, so slower checks).
+        for i, run in enumerate(runs):
+            lanes[i % len(lanes)].runs.append(run)
+
+        def check_lane(lane: _Lane) -> None:
+            for group in lane.runs:
+                if hung.is_set():
+                    return
+                first = group[0]
+                if first.key == req.inject_hang:
+                    # Fault injection for testing the host's hang handling: block
+                    # the way a mount stuck in the kernel would.
+                    runner.run(["sleep", "86400"], timeout_s=90000)
+                with contextlib.ExitStack() as disks:
+                    dev = disks.enter_context(
+                        lane.data.state(DiskRecipe(first.base, first.extra, first.torn)))
+                    journal_dev = (disks.enter_context(lane.journal.state(first.journal))
+                                   if lane.journal is not None and first.journal is not None
+                                   else None)
+                    results = check_states(runner, req.target, dev, lane.mountpoint,
+                                           oracle=oracle, states=[(s.key, s.last_mark) for s in group],
+                                           rules=rules, timeouts=req.timeouts,
+                                           journal_dev=journal_dev)
+                with write_lock:
+                    for result in results:
+                        out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
+                    out.flush()
+                    os.fsync(out.fileno())
+                    tally["checked"] += len(results)
+                    tally["shared"] += len(results) - 1
+                if results[0].outcome is Outcome.HANG:
+                    # Something in the kernel is stuck; nothing more here is trustworthy.
+                    hung.set()
+                    return
+
+        if len(lanes) == 1:
+            check_lane(lanes[0])
+        else:
+            with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
+                futures = [pool.submit(check_lane, lane) for lane in lanes]
+                try:
+                    for f in concurrent.futures.as_completed(futures):
+                        f.result()
+                except BaseException:
+                    hung.set()  # one lane failed: the others stop after their current state
+                    raise
+        reps = [d.rep for lane in lanes for d in (lane.data, lane.journal) if d is not None]
+        return CheckSummary(checked=tally["checked"], abandoned=hung.is_set(),
                             replay_written_bytes=sum(r.bytes_written for r in reps),
                             replay_discarded_bytes=sum(r.bytes_discarded for r in reps),
-                            entries_applied=sum(r.entries_applied for r in reps))
+                            entries_applied=sum(r.entries_applied for r in reps),
+                            shared=tally["shared"])
 
 
 CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckSummary, check)
+
+
+def same_content_runs(states: Sequence[StateRecipe], data: _Disk, journal: _Disk | None,
+                      inject_hang: str | None = None) -> Iterator[list[StateRecipe]]:
+    """``states`` in order, in runs of consecutive states whose disks hold the same bytes
+    (no write or discard between their bases on any disk, the same extra entries): a run
+    is mounted and fscked once (check_states). A fault-injection state stands alone."""
+    group: list[StateRecipe] = []
+    for state in states:
+        if group and state.key != inject_hang and _same_bytes(group[-1], state, data, journal):
+            group.append(state)
+            continue
+        if group:
+            yield group
+        group = [state]
+    if group:
+        yield group
+
+
+def _same_bytes(a: StateRecipe, b: StateRecipe, data: _Disk, journal: _Disk | None) -> bool:
+    if not data.same_bytes(DiskRecipe(a.base, a.extra, a.torn), DiskRecipe(b.base, b.extra, b.torn)):
+        return False
+    if a.journal is None or b.journal is None or journal is None:
+        return a.journal is None and b.journal is None
+    return journal.same_bytes(a.journal, b.journal)
+
+
 
 
 def parse_results(path: Path) -> list[CheckResult]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -155,13 +156,13 @@ def mount_timed(
     argv = mount_argv(target, dev, mountpoint, journal_dev=journal_dev,
                       extra_options=extra_options, readonly=readonly)
     if syscalls.runs_here(runner):
-        return _mount_here(target, adapter, argv)
+        return _mount_here(target, adapter, argv, journal_dev)
     before = _read_kernel_log(runner)
     result = runner.run(argv, timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
     after = _read_kernel_log(runner) if before is not None else None
     kernel: list[str] = []
     if before is not None and after is not None:
-        kernel = new_kernel_lines(before, after)
+        kernel = about_devices(new_kernel_lines(before, after), dev, journal_dev)
     replay = adapter.journal_replay_messages("\n".join(kernel))
     ok = result.status == 0
     log.info("mount %s (%s) on %s: %s in %.3f s%s", dev, target.name, mountpoint,
@@ -179,7 +180,25 @@ def mount_timed(
     )
 
 
-def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str]) -> MountResult:
+#: Block device names as the kernel prints them in its messages ("EXT4-fs (dm-3): ...").
+_KERNEL_DEVICE = re.compile(r"\b(?:dm-\d+|loop\d+|vd[a-z]+\d*|sd[a-z]+\d*|nvme\d+n\d+(?:p\d+)?)\b")
+
+
+def about_devices(lines: Sequence[str], *devices: str | None) -> list[str]:
+    """Kernel lines that name none of the block devices, or one of ``devices``: while
+    other mounts run at the same time (checking lanes), their lines are left out."""
+    ours = {os.path.basename(os.path.realpath(d)) for d in devices if d}
+    ours |= {os.path.basename(d) for d in devices if d}
+    kept = []
+    for line in lines:
+        named = set(_KERNEL_DEVICE.findall(line))
+        if not named or named & ours:
+            kept.append(line)
+    return kept
+
+
+def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str],
+                journal_dev: str | None = None) -> MountResult:
     """mount(2) in-process: what mount(8) would do, without its fork and exec."""
     dev, mountpoint = argv[-2], argv[-1]
     options = argv[argv.index("-o") + 1].split(",") if "-o" in argv else []
@@ -194,7 +213,7 @@ def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str]) -> 
     except OSError as exc:
         error = str(exc.strerror or exc)
     duration = clock.monotonic() - start
-    kernel = klog.read() if klog is not None else []
+    kernel = about_devices(klog.read(), dev, journal_dev) if klog is not None else []
     if klog is not None:
         klog.close()
     replay = adapter.journal_replay_messages("\n".join(kernel))

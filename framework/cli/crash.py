@@ -252,6 +252,10 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
     for why, n in result.unexplored.items():
         out.print(f"not explored: {n} states, {why} (see README: two disks)")
+    if result.shared():
+        out.print(f"{result.shared()} states held the same bytes as the state checked before "
+                  "them: each was checked against its own promises on that state's mount, and "
+                  "shares its mount, tree read and fsck (same_as in results.json)")
     out.print(f"results: {result.run_dir}/results.json  junit: {result.run_dir}/junit.xml  "
               f"db: {args.db} (run {result.run_id})")
     for s in failing[:10]:

@@ -110,6 +110,12 @@ class FilesystemAdapter(abc.ABC):
     #: Whether the kernel replays the journal at mount. JFS does not: it
     #: refuses a dirty rw mount and leaves log replay to jfs_fsck.
     mount_replays_journal: bool = True
+    #: Whether two copies of one filesystem (one UUID) may be mounted at the same time, each
+    #: as itself: crash checks then run two states at once. Only where the kernel keeps no
+    #: registry of mounted UUIDs; xfs refuses the second (xfs_uuid_mount(): "Filesystem
+    #: has duplicate UUID", Linux 6.1) and btrfs takes both devices for one
+    #: (device_list_add() keys devices by fsid and devid). Off unless an adapter says so.
+    concurrent_copies_mount: bool = False
     #: Kernel-log lines that say a journal (or log tree) was replayed.
     replay_patterns: tuple[re.Pattern[str], ...] = ()
     #: Which of CAPABILITIES the filesystem has (as Linux 6.1 implements it);

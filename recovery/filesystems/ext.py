@@ -116,6 +116,9 @@ class ExtAdapter(FilesystemAdapter):
         Tool("e2fsck", "e2fsprogs", ("-V",)),
     )
     supports_external_journal = True
+    # ext4_fill_super() (Linux 6.1) looks at no other mounted filesystem's UUID: copies of
+    # one filesystem mount side by side.
+    concurrent_copies_mount = True
     journal_optional = True
     journal_sizable = True  # mke2fs -J size=, or the journal device's size
     replay_patterns = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crashcases.cases import load_case
-from crashcases.check import CheckResult, Timeouts, check_state, outcome_of
+from crashcases.check import CheckResult, Timeouts, check_state, check_states, outcome_of
 from crashcases.operations import execute
 from crashcases.outcomes import Outcome, fails
 from framework.core.errors import CommandTimeout
@@ -173,3 +173,42 @@ def test_no_outcome_but_ok_is_left_without_an_explanation():
     for outcome in Outcome:
         r = CheckResult(key="k", outcome=outcome, mount_ok=True)
         assert bool(explain(r)) is (outcome is not Outcome.OK)
+
+
+def run_shared(tree, states, fake=None):
+    root, oracle = tree
+    fake = fake or FakeMachine(rundir=root.parent)
+    target = get_target("ext4/ordered")
+    return check_states(fake, target, "/dev/mapper/snap", root, oracle=oracle, states=states,
+                        rules=persistence_rules(target),
+                        timeouts=Timeouts(mount_s=5, fsck_s=5, umount_s=5)), fake
+
+
+def test_states_with_the_same_bytes_share_one_mount_and_fsck_but_not_their_promises(tree):
+    root, oracle = tree
+    (root / "h" / "data").unlink()
+    fake = FakeMachine(rundir=root.parent)
+    fake.on("e2fsck -f -n *", status=4, stdout="Inode 12 has bad blocks")
+    fake.on("e2fsck -f -y *", status=1, stdout="FILE SYSTEM WAS MODIFIED")
+    # Nothing promised yet, then everything: the same disk, two verdicts.
+    results, fake = run_shared(tree, [("3/prefix", None), ("5/prefix", oracle.marks[-1])], fake)
+    assert commands(fake) == ["mount", "umount", "e2fsck", "e2fsck"]
+    first, second = results
+    assert (first.key, first.same_as, second.key, second.same_as) == ("3/prefix", "", "5/prefix",
+                                                                        "3/prefix")
+    assert first.findings == [] and first.outcome is Outcome.RECOVERED
+    assert second.findings[0]["kind"] == "data-loss" and second.outcome is Outcome.DATA_LOSS
+    assert "data-loss: h/data" in second.explanation
+    for field in ("mount_ok", "mount_s", "fsck_check", "fsck_check_s", "fsck_repair",
+                  "fsck_repair_output"):
+        assert getattr(second, field) == getattr(first, field), field
+
+
+def test_after_a_hang_only_the_first_of_the_shared_states_has_a_result(tree):
+    def stuck(argv, _input):
+        raise CommandTimeout("command timed out after 5 s: mount /dev/mapper/snap")
+
+    fake = FakeMachine(rundir=tree[0].parent)
+    fake.on("mount *", respond=stuck)
+    results, _ = run_shared(tree, [("3/prefix", None), ("5/prefix", None)], fake)
+    assert [(r.key, r.outcome) for r in results] == [("3/prefix", Outcome.HANG)]

@@ -12,6 +12,7 @@ from crashcases.engine import (
     CrashEngine,
     CrashPlan,
     check_request,
+    checker_disks,
     disk_sizes,
     progress_watch,
     recheck,
@@ -19,7 +20,7 @@ from crashcases.engine import (
 )
 from crashcases.outcomes import Outcome
 from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
-from crashcases.tasks import CheckRequest, CheckSummary, RecordRequest, RecordResult
+from crashcases.tasks import CheckRequest, CheckSummary, LaneDisks, RecordRequest, RecordResult
 from framework.core import agent
 from framework.core.errors import ConfigError, ConsoleTimeout
 from framework.core.machine.fake import FakeMachine
@@ -176,6 +177,25 @@ def test_check_requests_carry_the_whole_target_and_each_states_recipe(tmp_path):
     assert request.target == user_target() and request.timeouts == timeouts_for(90)
     assert [(r.key, r.last_mark, r.base) for r in request.states] == [
         (s.key, s.point.last_mark, s.base) for s in todo]
+    # A single-disk target gets a second lane on the guest's own lane disks.
+    assert request.lanes == (LaneDisks(machine.disk("replay-2"), machine.disk("cow-2")),)
+
+
+def test_a_second_lane_only_for_several_states_of_a_single_disk_target(tmp_path):
+    machine = FakeMachine(rundir=tmp_path)
+    assert check_request(machine, get_target("ext4/ordered"), states(3), budget_s=60).lanes
+    assert not check_request(machine, get_target("ext4/ordered"), states(1), budget_s=60).lanes
+    assert not check_request(machine, get_target("ext4/logdev"), states(3), budget_s=60).lanes
+    # xfs refuses a second mount of one UUID, btrfs takes both copies for one device.
+    assert not check_request(machine, get_target("xfs"), states(3), budget_s=60).lanes
+    assert not check_request(machine, get_target("btrfs"), states(3), budget_s=60).lanes
+    assert check_request(machine, get_target("ext2"), states(3), budget_s=60).lanes
+    # The disks a checking guest gets: the lane's for one disk, the journal's for two.
+    logs = {"log": tmp_path / "log.img"}
+    logs["log"].write_bytes(b"")
+    sizes = disk_sizes(get_target("ext4/ordered"), None)
+    assert [d.name for d in checker_disks(sizes, logs)] == ["log", "replay", "cow", "replay-2",
+                                                            "cow-2"]
 
 
 def test_recheck_sends_the_same_request_as_a_run(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from recovery.filesystems import ADAPTERS, adapter_for, fstypes, kernel_modules,
 from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.fsck import run_fsck
 from recovery.mount import (
+    about_devices,
     missing_prerequisites,
     mkfs,
     mount_argv,
@@ -396,6 +397,25 @@ def test_mount_timed_reports_replay_from_new_kernel_lines(make_fake: Callable[..
         "XFS (vdb): Ending recovery (logdev: internal)",
     )
     assert len(result.kernel_messages) == 3
+
+
+def test_another_devices_kernel_lines_during_a_mount_are_not_its_own(
+        make_fake: Callable[..., FakeMachine]) -> None:
+    # Two checking lanes mount at the same time: each keeps its own device's lines.
+    fake = make_fake(strict=True)
+    new = ("[  9.100000] XFS (vdc): Starting recovery (logdev: internal)\n"
+           "[  9.200000] XFS (vdb): Starting recovery (logdev: internal)\n"
+           "[  9.300000] XFS (vdc): Ending recovery (logdev: internal)\n"
+           "[  9.400000] a line that names no device\n")
+    _kernel_log(fake, "", new)
+    fake.on("mount -t xfs /dev/vdb /mnt", status=0)
+    result = mount_timed(fake, get_target("xfs"), "/dev/vdb", "/mnt", timeout_s=30)
+    assert result.replay_messages == ("XFS (vdb): Starting recovery (logdev: internal)",)
+    assert result.kernel_messages == ("XFS (vdb): Starting recovery (logdev: internal)",
+                                      "a line that names no device")
+    # An external journal's device counts as the mount's own; dm-1 is not dm-12.
+    assert about_devices(["EXT4-fs (dm-12): x", "JBD2 on dm-1: y", "EXT4-fs (dm-3): z"],
+                         "/dev/dm-3", "/dev/dm-1") == ["JBD2 on dm-1: y", "EXT4-fs (dm-3): z"]
 
 
 def test_mount_timed_failure_is_a_result(make_fake: Callable[..., FakeMachine]) -> None:

@@ -445,9 +445,11 @@ def test_verify_reports_read_errors(
 def test_skipping_below_missing_directories_changes_no_finding(
     tmp_path_factory: pytest.TempPathFactory, seed: int, cut: int, damage: int
 ) -> None:
-    """The checker skips names below a directory that is missing and may be;
-    on damaged trees (whole directories and files removed at random, at any
-    mark) it must report exactly what the full check reports."""
+    """The checker skips names below a directory that is missing and may be,
+    and top-level names that the root directory does not list and that name
+    nothing at the window's end; on damaged trees (whole directories and
+    files removed at random, at any mark) it must report exactly what the
+    full check reports."""
     tmp = tmp_path_factory.mktemp("prune")
     seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(12, seed + i))) for i in range(4)]
     w = pack(seqs, name="p", seed=seed, retire_every=2)
@@ -705,3 +707,25 @@ def test_range_marks_survive_json(tmp_path: Path) -> None:
     again = OracleLog.from_json(oracle.to_json())
     assert again == oracle
     assert [(m.range_start, m.range_end) for m in again.mark_records] == [(5, 15), (0, 0)]
+
+
+def test_two_lanes_asking_for_one_index_build_it_once(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    oracle, _ = record(load_case("hand:write-fsync-rename", seed=0), tmp_path / "mnt")
+    built: list[int] = []
+
+    def slow() -> int:
+        built.append(1)
+        time.sleep(0.2)  # long enough for the other thread to ask meanwhile
+        return 42
+
+    got: list[int] = []
+    threads = [threading.Thread(target=lambda: got.append(oracle._cached("slow", slow)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [42, 42] and built == [1]

@@ -1,0 +1,94 @@
+"""Crash states with the same bytes are checked on one mount: which states count as the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from crashcases.tasks import DiskRecipe, StateRecipe, _Disk, content_changes, same_content_runs
+from devicemapper.logformat import LogReader, LogWriter
+
+
+def disk_of(tmp_path: Path, name: str, build: Callable[[LogWriter], None]) -> _Disk:
+    path = tmp_path / name
+    with LogWriter(path, sectorsize=512) as w:
+        build(w)
+    with LogReader(path) as reader:
+        entries = list(reader)
+    disk = object.__new__(_Disk)  # only the headers matter here, no guest devices
+    disk.index, disk.changes = entries, content_changes(entries)
+    return disk
+
+
+def data_log(w: LogWriter) -> None:
+    w.write(0, b"a" * 512)  # 0
+    w.mark("pc-0")          # 1
+    w.flush()               # 2
+    w.mark("pc-1")          # 3: nothing written since pc-0
+    w.write(8, b"b" * 512)  # 4
+    w.mark("pc-2")          # 5
+    w.discard(8, 1)         # 6
+    w.mark("pc-3")          # 7
+    w.mark("pc-4")          # 8
+
+
+def keys(runs: list[list[StateRecipe]]) -> list[list[str]]:
+    return [[s.key for s in run] for run in runs]
+
+
+def test_consecutive_prefixes_with_no_write_or_discard_between_them_form_one_run(tmp_path):
+    data = disk_of(tmp_path, "data.log", data_log)
+    states = [StateRecipe(f"{i}/prefix", f"pc-{n}", i) for n, i in enumerate((1, 3, 5, 7, 8))]
+    assert keys(list(same_content_runs(states, data, None))) == [
+        ["1/prefix", "3/prefix"], ["5/prefix"], ["7/prefix", "8/prefix"]]
+    # The content changes counted: a write, a discard; flushes and marks (the writer's
+    # closing mark among them) are not.
+    assert data.changes == [0, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3]
+
+
+def test_extra_entries_torn_writes_and_fault_injection_split_a_run(tmp_path):
+    data = disk_of(tmp_path, "data.log", data_log)
+    states = [StateRecipe("1/prefix", "pc-0", 1), StateRecipe("1/subset", "pc-0", 1, (4,)),
+              StateRecipe("3/subset", "pc-1", 3, (4,)),
+              StateRecipe("3/torn", "pc-1", 3, (4,), {4: (0, 1)}),
+              StateRecipe("7/prefix", "pc-3", 7), StateRecipe("8/prefix", "pc-4", 8)]
+    assert keys(list(same_content_runs(states, data, None, inject_hang="8/prefix"))) == [
+        ["1/prefix"], ["1/subset", "3/subset"], ["3/torn"], ["7/prefix"], ["8/prefix"]]
+
+
+def test_a_two_disk_state_is_the_same_only_if_both_disks_are(tmp_path):
+    data = disk_of(tmp_path, "data.log", data_log)
+
+    def journal_log(w: LogWriter) -> None:
+        w.mark("pc-0")          # 0
+        w.write(0, b"j" * 512)  # 1
+        w.mark("pc-1")          # 2
+
+    journal = disk_of(tmp_path, "journal.log", journal_log)
+    states = [StateRecipe("1/prefix", "pc-0", 1, journal=DiskRecipe(0)),
+              StateRecipe("3/prefix", "pc-1", 3, journal=DiskRecipe(2)),
+              StateRecipe("3/journal-lying", "pc-1", 3, journal=DiskRecipe(2)),
+              StateRecipe("3/alone", "pc-1", 3)]
+    assert keys(list(same_content_runs(states, data, journal))) == [
+        ["1/prefix"], ["3/prefix", "3/journal-lying"], ["3/alone"]]
+
+
+def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
+    from crashcases.check import CheckResult
+    from crashcases.engine import CrashPlan, CrashRunResult, save_results
+
+    result = CrashRunResult(tmp_path, CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename"),
+                            {"entries": 10}, [])
+    result.results = {"3/prefix": CheckResult("3/prefix"),
+                      "5/prefix": CheckResult("5/prefix", same_as="3/prefix"),
+                      "7/prefix": CheckResult("7/prefix", same_as="3/prefix"),
+                      "9/prefix": CheckResult("9/prefix")}
+    assert result.shared() == 2
+    saved: dict[str, dict] = {}
+
+    class Run:
+        def save_json(self, name: str, data: dict) -> None:
+            saved[name] = data
+
+    save_results(result, Run())  # type: ignore[arg-type]
+    assert saved["results.json"]["shared"] == 2
