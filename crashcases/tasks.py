@@ -269,6 +269,12 @@ class CheckSummary:
     #: States whose disks held the same bytes as the state checked before them: checked on
     #: that state's mount, with its fsck (CheckResult.same_as).
     shared: int = 0
+    #: Where the guest's time went: loading the oracle and indexing the logs' headers
+    #: (wall), and, summed over the lanes, building each state (replay, snapshot, extra
+    #: entries) and checking it (mount, oracle, tree read, fsck).
+    setup_s: float = 0.0
+    prepare_s: float = 0.0
+    check_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -277,7 +283,8 @@ class CheckSummary:
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckSummary:
         return cls(int(raw["checked"]), bool(raw["abandoned"]), int(raw["replay_written_bytes"]),
                    int(raw["replay_discarded_bytes"]), int(raw["entries_applied"]),
-                   int(raw.get("shared", 0)))
+                   int(raw.get("shared", 0)), float(raw.get("setup_s", 0.0)),
+                   float(raw.get("prepare_s", 0.0)), float(raw.get("check_s", 0.0)))
 
 
 def content_changes(entries: Sequence[LogEntry]) -> list[int]:
@@ -350,10 +357,11 @@ class _Lane:
 
 
 def check(req: CheckRequest) -> CheckSummary:
+    start = clock.monotonic()
     runner = HostRunner()
     oracle = OracleLog.from_json(Path(req.oracle_path).read_text())
     rules = persistence_rules(req.target)
-    tally = {"checked": 0, "shared": 0}
+    tally: dict[str, float] = {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0}
     hung = threading.Event()
     write_lock = threading.Lock()
     with contextlib.ExitStack() as stack, open(req.results_path, "a") as out:
@@ -369,6 +377,7 @@ def check(req: CheckRequest) -> CheckSummary:
         # evenly (later states have fuller filesystems, so slower checks).
         for i, run in enumerate(runs):
             lanes[i % len(lanes)].runs.append(run)
+        setup_s = clock.monotonic() - start
 
         def check_lane(lane: _Lane) -> None:
             for group in lane.runs:
@@ -380,16 +389,21 @@ def check(req: CheckRequest) -> CheckSummary:
                     # the way a mount stuck in the kernel would.
                     runner.run(["sleep", "86400"], timeout_s=90000)
                 with contextlib.ExitStack() as disks:
+                    t0 = clock.monotonic()
                     dev = disks.enter_context(
                         lane.data.state(DiskRecipe(first.base, first.extra, first.torn)))
                     journal_dev = (disks.enter_context(lane.journal.state(first.journal))
                                    if lane.journal is not None and first.journal is not None
                                    else None)
+                    t1 = clock.monotonic()
                     results = check_states(runner, req.target, dev, lane.mountpoint,
                                            oracle=oracle, states=[(s.key, s.last_mark) for s in group],
                                            rules=rules, timeouts=req.timeouts,
                                            journal_dev=journal_dev)
+                    t2 = clock.monotonic()
                 with write_lock:
+                    tally["prepare_s"] += t1 - t0
+                    tally["check_s"] += t2 - t1
                     for result in results:
                         out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
                     out.flush()
@@ -413,11 +427,12 @@ def check(req: CheckRequest) -> CheckSummary:
                     hung.set()  # one lane failed: the others stop after their current state
                     raise
         reps = [d.rep for lane in lanes for d in (lane.data, lane.journal) if d is not None]
-        return CheckSummary(checked=tally["checked"], abandoned=hung.is_set(),
+        return CheckSummary(checked=int(tally["checked"]), abandoned=hung.is_set(),
                             replay_written_bytes=sum(r.bytes_written for r in reps),
                             replay_discarded_bytes=sum(r.bytes_discarded for r in reps),
                             entries_applied=sum(r.entries_applied for r in reps),
-                            shared=tally["shared"])
+                            shared=int(tally["shared"]), setup_s=setup_s,
+                            prepare_s=tally["prepare_s"], check_s=tally["check_s"])
 
 
 CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckSummary, check)

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -184,11 +185,24 @@ def mount_timed(
 _KERNEL_DEVICE = re.compile(r"\b(?:dm-\d+|loop\d+|vd[a-z]+\d*|sd[a-z]+\d*|nvme\d+n\d+(?:p\d+)?)\b")
 
 
+def kernel_name(dev: str) -> str:
+    """The name the kernel gives block device ``dev`` in its messages ("dm-3" for
+    /dev/mapper/pc-snap, whether that is a symlink or a device node of its own)."""
+    try:
+        st = os.stat(dev)
+        if stat.S_ISBLK(st.st_mode):
+            sysfs = f"/sys/dev/block/{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+            if os.path.exists(sysfs):
+                return os.path.basename(os.path.realpath(sysfs))
+    except OSError:
+        pass
+    return os.path.basename(os.path.realpath(dev))
+
+
 def about_devices(lines: Sequence[str], *devices: str | None) -> list[str]:
     """Kernel lines that name none of the block devices, or one of ``devices``: while
     other mounts run at the same time (checking lanes), their lines are left out."""
-    ours = {os.path.basename(os.path.realpath(d)) for d in devices if d}
-    ours |= {os.path.basename(d) for d in devices if d}
+    ours = {kernel_name(d) for d in devices if d} | {os.path.basename(d) for d in devices if d}
     kept = []
     for line in lines:
         named = set(_KERNEL_DEVICE.findall(line))

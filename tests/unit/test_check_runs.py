@@ -92,3 +92,14 @@ def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
 
     save_results(result, Run())  # type: ignore[arg-type]
     assert saved["results.json"]["shared"] == 2
+
+
+def test_a_check_summary_carries_where_the_guests_time_went():
+    from crashcases.tasks import CheckSummary
+
+    summary = CheckSummary(12, False, 4096, 0, 40, shared=2, setup_s=1.5, prepare_s=2.0,
+                           check_s=7.25)
+    assert CheckSummary.from_dict(summary.to_dict()) == summary
+    # A summary without the timings (an older guest's) still reads, with zeros.
+    old = {k: v for k, v in summary.to_dict().items() if not k.endswith("_s")}
+    assert CheckSummary.from_dict(old).check_s == 0.0

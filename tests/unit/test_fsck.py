@@ -14,6 +14,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.fsck import run_fsck
 from recovery.mount import (
     about_devices,
+    kernel_name,
     missing_prerequisites,
     mkfs,
     mount_argv,
@@ -488,3 +489,21 @@ def test_a_run_records_the_versions_of_its_filesystem_tools() -> None:
     versions = tool_versions(["ext4", "ext2"])
     assert set(versions) >= {"mke2fs", "e2fsck"}
     assert all(any(ch.isdigit() for ch in v) for v in versions.values()), versions
+
+
+def test_a_device_node_of_another_name_is_known_by_its_kernel_name(tmp_path: Path) -> None:
+    # dm devices made in-process are nodes under /dev/mapper, not symlinks to /dev/dm-N:
+    # their kernel lines say dm-N, which the node's own name does not.
+    import os
+
+    blocks = sorted(Path("/sys/dev/block").glob("*:*")) if Path("/sys/dev/block").is_dir() else []
+    if not blocks or os.geteuid() != 0:
+        pytest.skip("needs root and a block device in /sys/dev/block")
+    major, minor = (int(x) for x in blocks[0].name.split(":"))
+    node = tmp_path / "pc-flakey"
+    os.mknod(node, 0o600 | 0o060000, os.makedev(major, minor))
+    name = blocks[0].resolve().name
+    assert kernel_name(os.fspath(node)) == name
+    assert about_devices([f"EXT4-fs ({name}): recovery complete", "EXT4-fs (dm-99): x"],
+                         os.fspath(node)) == [f"EXT4-fs ({name}): recovery complete"]
+    assert kernel_name("/no/such/vdb") == "vdb"
