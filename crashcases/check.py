@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -268,10 +268,7 @@ def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Pa
         return [result]
     out = [result]
     for other, seconds in zip(others, other_s, strict=True):
-        findings = other.findings
-        shared = CheckResult.from_dict({**result.to_dict(), "key": other.key,
-                                        "same_as": result.key})
-        shared.findings = findings
+        shared = replace(result, key=other.key, same_as=result.key, findings=other.findings)
         shared.outcome = outcome_of(shared)
         if unusable:
             shared.outcome = worst(shared.outcome, Outcome.CORRUPT)

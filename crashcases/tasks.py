@@ -301,15 +301,18 @@ class _Disk:
     throwaway snapshots of that disk, one per state."""
 
     def __init__(self, stack: contextlib.ExitStack, runner: HostRunner, log_dev: str,
-                 replay_dev: str, cow_dev: str, name: str) -> None:
+                 replay_dev: str, cow_dev: str, name: str, *, like: _Disk | None = None) -> None:
+        """``like``: a disk replaying the same log, whose header index this one shares."""
         self.log_dev, self.replay_dev = log_dev, replay_dev
         self.rep = Replayer(log_dev, replay_dev)
         stack.callback(lambda: self.rep.close())
         self.reader = stack.enter_context(LogReader(log_dev))
         self.slot = stack.enter_context(SnapshotSlot(runner, replay_dev, cow_dev, name=name))
-        self.index = list(self.reader)  # headers only: payloads stay on the log disk
+        # Headers only: payloads stay on the log disk. A second lane reuses the first's.
+        self.index: list[LogEntry] = like.index if like is not None else list(self.reader)
+        self.changes: list[int] = (like.changes if like is not None
+                                   else content_changes(self.index))
         self.rewinds = 0
-        self.changes = content_changes(self.index)
 
     def same_bytes(self, a: DiskRecipe, b: DiskRecipe) -> bool:
         """Whether two recipes leave this disk holding the same bytes: the same extra
@@ -372,7 +375,7 @@ def check(req: CheckRequest) -> CheckSummary:
         lanes = [_Lane(data, journal, CHECK_MOUNTPOINT)]
         for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
             lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
-                                     f"pc-snap-{n}"), None, CHECK_MOUNTPOINT.with_name(f"check-{n}")))
+                                     f"pc-snap-{n}", like=data), None, CHECK_MOUNTPOINT.with_name(f"check-{n}")))
         # Dealt in turn, so the lanes stay near each other in the log and share the work
         # evenly (later states have fuller filesystems, so slower checks).
         for i, run in enumerate(runs):
