@@ -160,6 +160,8 @@ def explain(result: CheckResult) -> str:
         return ""
     if out is Outcome.HANG:
         return "; ".join(result.notes) or "a step outlived its deadline"
+    if out is Outcome.ERROR:
+        return "harness error: " + ("; ".join(result.notes) or "the check could not finish")
     parts: list[str] = []
     if result.findings:
         first = result.findings[0]

@@ -108,6 +108,9 @@ class CrashPlan:
     jobs: int = 1
     check_timeout_s: float = 600.0
     inject_hang: str | None = None
+    #: Fault injection: comma-separated "#N" (or a key), each with an optional "@SECONDS":
+    #: another process holds the N-th state's device open for that long, or for good.
+    inject_busy: str | None = None
     max_images: int = 5
     data_mib: int | None = None
     max_sequences: int | None = None
@@ -137,6 +140,8 @@ class CrashRunResult:
     states: list[CrashState]
     results: dict[str, CheckResult] = field(default_factory=dict)
     replacements: int = 0
+    #: Harness errors met (state key, why): each state was checked again on a fresh guest.
+    harness_errors: list[tuple[str, str]] = field(default_factory=list)
     wall_s: float = 0.0
     run_id: int | None = None
     #: The known-behaviour verdicts of this run's states (None: no list was given).
@@ -236,6 +241,10 @@ class CrashEngine:
         self._stop = threading.Event()  # set on Ctrl-C: workers end, nothing counts as a hang
         self._live: set[Machine] = set()
         self.inject_key: str | None = None
+        self.inject_busy_key: str | None = None
+        #: Harness errors met so far (the state and why), in order; a state that meets one
+        #: is checked again on a fresh guest, and recorded as an error only the second time.
+        self.harness_errors: list[tuple[str, str]] = []
         self.results: dict[str, CheckResult] = {}
         self.replacements = 0
 
@@ -373,13 +382,16 @@ class CrashEngine:
                 done_before = len(parse_results(results_path))
                 hung = self._check_chunk(machine, chunk, results_path)
                 got = parse_results(results_path)[done_before:]
+                finished = set()
                 for r in got:
+                    if r.outcome is Outcome.ERROR and self._first_error(r):
+                        continue  # checked again on the fresh guest
                     self._store(r, total)
-                finished = {r.key for r in got}
+                    finished.add(r.key)
                 if self._stop.is_set():
                     break  # interrupted: the guest was killed on purpose, not hung
                 # Lanes write results as they finish: a hang need not be the last line.
-                if hung or any(r.outcome is Outcome.HANG for r in got):
+                if hung or any(r.outcome in (Outcome.HANG, Outcome.ERROR) for r in got):
                     if hung:
                         pending = [s for s in chunk if s.key not in finished]
                         if pending:
@@ -392,7 +404,9 @@ class CrashEngine:
                         self._live.discard(machine)
                         self.replacements += 1
                     machine = None
-                    log.warning("replaced the guest after a hang (%s)", shard)
+                    log.warning("replaced guest %d after a %s", shard + 1,
+                                "harness error" if any(r.outcome is Outcome.ERROR for r in got)
+                                else "hang")
                 todo = [s for s in todo if s.key not in finished]
         finally:
             if machine is not None:
@@ -400,11 +414,25 @@ class CrashEngine:
                 with self._lock:
                     self._live.discard(machine)
 
+    def _first_error(self, result: CheckResult) -> bool:
+        """Note a harness error; whether it is the state's first (then it is checked again)."""
+        with self._lock:
+            first = all(key != result.key for key, _ in self.harness_errors)
+            self.harness_errors.append((result.key, result.explanation))
+            # An injected fault is injected once: the fresh guest checks the state as it is.
+            if self.inject_busy_key:
+                self.inject_busy_key = ",".join(
+                    item for item in self.inject_busy_key.split(",")
+                    if item.partition("@")[0] != result.key) or None
+        log.warning("state %s%s: %s", result.key,
+                    ", checking it again on a fresh guest" if first else "", result.explanation)
+        return first
+
     def _check_chunk(self, machine: Machine, chunk: list[CrashState], results_path: Path) -> str:
         """Check a chunk; return '' or why the guest had to be abandoned."""
         budget = self.plan.check_timeout_s
         request = check_request(machine, self.target, chunk, budget_s=budget,
-                                inject_hang=self.inject_key)
+                                inject_hang=self.inject_key, inject_busy=self.inject_busy_key)
         try:
             agent.perform(machine, CRASH_CHECK, request, timeout_s=budget * len(chunk) + 120,
                           watch=progress_watch(results_path, budget))
@@ -425,11 +453,12 @@ class CrashEngine:
         """Check ``states`` (of ``total`` in the run: a resumed run has some already)."""
         total = len(states) if total is None else total
         # Fault injection (tests of the hang handling): "#N" is the N-th state.
-        inject = self.plan.inject_hang
-        if inject and inject.startswith("#") and inject[1:].isdigit() and 0 < int(inject[1:]) <= len(states):
-            self.inject_key = states[int(inject[1:]) - 1].key
-        else:
-            self.inject_key = inject
+        self.inject_key = injected_key(self.plan.inject_hang, states)
+        self.inject_busy_key = ",".join(
+            f"{injected_key(key, states)}{at}{seconds}"
+            for key, at, seconds in (item.partition("@")
+                                     for item in (self.plan.inject_busy or "").split(",") if item)
+        ) or None
         jobs = max(1, min(self.plan.jobs, len(states) or 1))
         # Contiguous shards: each machine's replay still moves forward only.
         size = -(-len(states) // jobs) if states else 0
@@ -528,8 +557,16 @@ def guest_files(machine: Machine, oracle: Path) -> Path:
     return machine.rundir / GUEST_RESULTS
 
 
+def injected_key(inject: str | None, states: Sequence[CrashState]) -> str | None:
+    """The state a fault-injection option names: "#N" is the N-th state, else a key."""
+    if inject and inject.startswith("#") and inject[1:].isdigit() and 0 < int(inject[1:]) <= len(states):
+        return states[int(inject[1:]) - 1].key
+    return inject
+
+
 def check_request(machine: Machine, target: Target, states: Sequence[CrashState], *,
-                  budget_s: float, inject_hang: str | None = None) -> CheckRequest:
+                  budget_s: float, inject_hang: str | None = None,
+                  inject_busy: str | None = None) -> CheckRequest:
     """The crash-check request for ``states`` on ``machine``: its log, replay and cow disks, the
     files guest_files() puts in its run directory, and step deadlines from the per-state
     ``budget_s``. Crash runs, recheck and bench/crash.py all ask through here."""
@@ -546,7 +583,7 @@ def check_request(machine: Machine, target: Target, states: Sequence[CrashState]
         cow_dev=machine.disk("cow"), oracle_path=os.fspath(machine.rundir / GUEST_ORACLE),
         results_path=os.fspath(machine.rundir / GUEST_RESULTS),
         states=tuple(StateRecipe.of(s) for s in states), timeouts=timeouts_for(budget_s),
-        inject_hang=inject_hang, journal=journal, lanes=lanes)
+        inject_hang=inject_hang, inject_busy=inject_busy, journal=journal, lanes=lanes)
 
 
 def image_name(key: str, disk: str = "") -> str:
@@ -691,6 +728,7 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
                 if r is not None:
                     result.known.judge(s.key, r.outcome, r, s.variant.kind.value)
         result.replacements = engine.replacements
+        result.harness_errors = list(engine.harness_errors)
         result.wall_s = clock.monotonic() - start
         save_results(result, run)
     for path, kind in engine.keep_artifacts(result, entries):
@@ -705,6 +743,7 @@ def save_results(result: CrashRunResult, run: Run) -> None:
     data = {
         "plan": asdict(result.plan), "record": result.record, "wall_s": result.wall_s,
         "replacements": result.replacements, "counts": result.counts(),
+        "harness_errors": [{"state": key, "error": why} for key, why in result.harness_errors],
         "unexplored": result.unexplored, "shared": result.shared(),
         "known": known.report() if known is not None else None,
         "states": [

@@ -3,7 +3,10 @@
 ok = mounted, kept every promise, fsck clean; recovered = kept every
 promise but fsck had to repair; data-loss = broke a durability promise;
 corrupt = fsck could not repair it, or reading failed; unmountable = the
-kernel refused it; hang = mount, umount or fsck outlived its deadline.
+kernel refused it; hang = mount, umount or fsck outlived its deadline;
+error = the harness could not finish the check (a device or mount stayed
+busy): not a verdict on the filesystem, and the state is checked again on
+a fresh guest before it is recorded so.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ class Outcome(StrEnum):
     CORRUPT = "corrupt"
     UNMOUNTABLE = "unmountable"
     HANG = "hang"
+    ERROR = "error"
 
 
 # Worst first: a state gets the worst outcome any of its steps shows.
-SEVERITY = (Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUPT,
+SEVERITY = (Outcome.ERROR, Outcome.HANG, Outcome.UNMOUNTABLE, Outcome.DATA_LOSS, Outcome.CORRUPT,
             Outcome.RECOVERED, Outcome.OK)
 
 #: Outcomes that fail any target.

@@ -22,13 +22,15 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crashcases.check import CheckResult, Timeouts, check_states
+from crashcases.check import CheckResult, Timeouts, check_states, explain
 from crashcases.operations import MKFS_MARK, ORDER_SUFFIX, Workload, execute
 from crashcases.oracle import OracleLog
 from crashcases.outcomes import Outcome
@@ -39,6 +41,7 @@ from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
 from framework.core import agent, clock
 from framework.core.command import HostRunner
+from framework.core.errors import DeviceBusy
 from recovery.filesystems import persistence_rules
 from recovery.mount import mkfs, mounted
 from recovery.targets import Target
@@ -235,6 +238,10 @@ class CheckRequest:
     states: tuple[StateRecipe, ...]
     timeouts: Timeouts = field(default_factory=Timeouts)
     inject_hang: str | None = None  # fault injection: block at this state, as a stuck mount would
+    #: Fault injection, comma-separated KEY or KEY@SECONDS: another process holds the
+    #: state's device open for SECONDS (a holder that lets go: the lane waits it out) or
+    #: for good (the device stays busy: a harness error).
+    inject_busy: str | None = None
     journal: JournalDisks | None = None
     lanes: tuple[LaneDisks, ...] = ()  # single-disk targets: more lanes checking at once
 
@@ -243,7 +250,7 @@ class CheckRequest:
                 "replay_dev": self.replay_dev, "cow_dev": self.cow_dev,
                 "oracle_path": self.oracle_path, "results_path": self.results_path,
                 "states": [s.to_dict() for s in self.states], "timeouts": asdict(self.timeouts),
-                "inject_hang": self.inject_hang,
+                "inject_hang": self.inject_hang, "inject_busy": self.inject_busy,
                 "journal": self.journal.to_dict() if self.journal else None,
                 "lanes": [lane.to_dict() for lane in self.lanes]}
 
@@ -253,7 +260,8 @@ class CheckRequest:
         return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    str(raw["cow_dev"]), str(raw["oracle_path"]), str(raw["results_path"]),
                    tuple(StateRecipe.from_dict(s) for s in raw["states"]),
-                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"), journal,
+                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"),
+                   raw.get("inject_busy"), journal,
                    tuple(LaneDisks(**lane) for lane in raw.get("lanes", ())))
 
 
@@ -367,11 +375,13 @@ def check(req: CheckRequest) -> CheckSummary:
     tally: dict[str, float] = {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0}
     hung = threading.Event()
     write_lock = threading.Lock()
+    busy = busy_faults(req.inject_busy)
     with contextlib.ExitStack() as stack, open(req.results_path, "a") as out:
         data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
         journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
                          req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
-        runs = list(same_content_runs(req.states, data, journal, req.inject_hang))
+        runs = list(same_content_runs(req.states, data, journal,
+                                      {req.inject_hang or "", *busy} - {""}))
         lanes = [_Lane(data, journal, CHECK_MOUNTPOINT)]
         for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
             lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
@@ -391,19 +401,38 @@ def check(req: CheckRequest) -> CheckSummary:
                     # Fault injection for testing the host's hang handling: block
                     # the way a mount stuck in the kernel would.
                     runner.run(["sleep", "86400"], timeout_s=90000)
-                with contextlib.ExitStack() as disks:
-                    t0 = clock.monotonic()
-                    dev = disks.enter_context(
-                        lane.data.state(DiskRecipe(first.base, first.extra, first.torn)))
-                    journal_dev = (disks.enter_context(lane.journal.state(first.journal))
-                                   if lane.journal is not None and first.journal is not None
-                                   else None)
-                    t1 = clock.monotonic()
-                    results = check_states(runner, req.target, dev, lane.mountpoint,
-                                           oracle=oracle, states=[(s.key, s.last_mark) for s in group],
-                                           rules=rules, timeouts=req.timeouts,
-                                           journal_dev=journal_dev)
-                    t2 = clock.monotonic()
+                try:
+                    # Faults outlive the disks: an injected holder is there when the lane
+                    # lets go of the device.
+                    with contextlib.ExitStack() as faults, contextlib.ExitStack() as disks:
+                        t0 = clock.monotonic()
+                        dev = disks.enter_context(
+                            lane.data.state(DiskRecipe(first.base, first.extra, first.torn)))
+                        if first.key in busy:
+                            faults.enter_context(_held_open(dev, busy[first.key]))
+                        journal_dev = (disks.enter_context(lane.journal.state(first.journal))
+                                       if lane.journal is not None and first.journal is not None
+                                       else None)
+                        t1 = clock.monotonic()
+                        results = check_states(runner, req.target, dev, lane.mountpoint,
+                                               oracle=oracle,
+                                               states=[(s.key, s.last_mark) for s in group],
+                                               rules=rules, timeouts=req.timeouts,
+                                               journal_dev=journal_dev)
+                        t2 = clock.monotonic()
+                except DeviceBusy as exc:
+                    # A mount or device that stays busy is the harness's problem, not the
+                    # filesystem's: say so for this state and give up this guest, whose lane
+                    # cannot go on; the host checks the state again on a fresh one.
+                    error = CheckResult(key=first.key, outcome=Outcome.ERROR,
+                                        notes=[str(exc)])
+                    error.explanation = explain(error)
+                    with write_lock:
+                        out.write(json.dumps(error.to_dict(), sort_keys=True) + "\n")
+                        out.flush()
+                        os.fsync(out.fileno())
+                    hung.set()
+                    return
                 with write_lock:
                     tally["prepare_s"] += t1 - t0
                     tally["check_s"] += t2 - t1
@@ -441,14 +470,42 @@ def check(req: CheckRequest) -> CheckSummary:
 CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckSummary, check)
 
 
+def busy_faults(spec: str | None) -> dict[str, float | None]:
+    """``inject_busy``'s faults: state key -> seconds the holder keeps the mount (None: for
+    good)."""
+    out: dict[str, float | None] = {}
+    for item in (spec or "").split(","):
+        if item:
+            key, _, seconds = item.partition("@")
+            out[key] = float(seconds) if seconds else None
+    return out
+
+
+@contextlib.contextmanager
+def _held_open(dev: str, seconds: float | None) -> Iterator[None]:
+    """Fault injection: another process holds ``dev`` open for ``seconds`` from now (None:
+    until the block ends), as a process that forked while a lane had it open would."""
+    script = (f"import os, time\nfd = os.open({dev!r}, os.O_RDONLY)\nprint('held', flush=True)\n"
+              f"time.sleep({seconds or 86400.0!r})\n")
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            proc.stdout.readline()  # open before the check starts
+            yield
+        finally:
+            proc.kill()
+
+
 def same_content_runs(states: Sequence[StateRecipe], data: _Disk, journal: _Disk | None,
-                      inject_hang: str | None = None) -> Iterator[list[StateRecipe]]:
+                      alone: Collection[str] = ()) -> Iterator[list[StateRecipe]]:
     """``states`` in order, in runs of consecutive states whose disks hold the same bytes
     (no write or discard between their bases on any disk, the same extra entries): a run
-    is mounted and fscked once (check_states). A fault-injection state stands alone."""
+    is mounted and fscked once (check_states). A fault-injection state (``alone``) stands
+    alone."""
     group: list[StateRecipe] = []
     for state in states:
-        if group and state.key != inject_hang and _same_bytes(group[-1], state, data, journal):
+        if group and state.key not in alone and group[0].key not in alone \
+                and _same_bytes(group[-1], state, data, journal):
             group.append(state)
             continue
         if group:

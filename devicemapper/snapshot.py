@@ -13,7 +13,8 @@ from devicemapper import table
 from devicemapper.dmsetup import DmDevice, DmSetup, device_sectors
 from devicemapper.ioctl import Control
 from framework.core.command import CommandRunner
-from framework.core.errors import DeviceMapperError
+from framework.core.errors import DeviceBusy
+from framework.core.holders import device_holders
 from framework.core.syscalls import runs_here
 
 log = logging.getLogger(__name__)
@@ -96,15 +97,18 @@ class SnapshotSlot:
         self._snapshot_live = True
         try:
             yield DmDevice(self.name, self._path)
-        finally:
+        except BaseException:
             try:
                 self._park()
             except Exception as exc:  # never hide the original exception; fresh() retries
                 log.warning("could not park dm device %s: %s", self.name, exc)
+            raise
+        # A device still open now (DeviceBusy) must not pass for a finished state.
+        self._park()
 
     def _park(self) -> None:
         assert self._control is not None and self._line is not None
-        _wait_unused(self._control, self.name)
+        _wait_unused(self._control, self.name, self._path or '')
         self._control.load(self.name, 0, self._line.length, "error", "")
         self._control.resume(self.name)
         self._snapshot_live = False
@@ -114,7 +118,7 @@ class SnapshotSlot:
             return
         try:
             if self._path is not None:
-                _wait_unused(self._control, self.name)
+                _wait_unused(self._control, self.name, self._path or '')
                 self._control.remove(self.name)
         finally:
             self._path = None
@@ -129,14 +133,18 @@ class SnapshotSlot:
         self.close()
 
 
-def _wait_unused(control: Control, name: str, attempts: int = 20) -> None:
+def _wait_unused(control: Control, name: str, path: str, attempts: int = 20) -> None:
     # The last close of a just-unmounted device can lag the umount a moment;
     # a table swapped under an opener would show it another state.
     for attempt in range(attempts):
-        if control.open_count(name) == 0:
+        count = control.open_count(name)
+        if count == 0:
             return
         time.sleep(0.02 * (attempt + 1))
-    raise DeviceMapperError(f"dm device {name} is still open after {attempts} tries")
+    held = device_holders(path)
+    raise DeviceBusy(f"dm device {name} is still open after {attempts} tries "
+                            f"({count} opener{'s' if count != 1 else ''}: "
+                            f"{'; '.join(held) or 'none visible in /proc'})")
 
 
 def _drop_page_cache(path: str) -> None:

@@ -10,6 +10,7 @@ the mount.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -18,8 +19,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from framework.core import clock, syscalls
-from framework.core.command import CommandResult, CommandRunner
-from framework.core.errors import CommandError
+from framework.core.command import CommandResult, CommandRunner, check_status
+from framework.core.errors import CommandError, DeviceBusy
+from framework.core.holders import mount_holders
 from recovery.filesystems import adapter_for
 from recovery.filesystems.base import FilesystemAdapter
 from recovery.fsck import C_LOCALE, output_tail
@@ -238,16 +240,47 @@ def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str],
                        kernel_log_read=klog is not None, argv=tuple(argv))
 
 
+#: How long an unmount waits out EBUSY. A process that forked while another checking lane
+#: had a file open under the mountpoint holds that descriptor until it execs; under
+#: emulation that lasts long enough for the unmount right after to see EBUSY.
+BUSY_WAIT_S = 10.0
+
+
 def umount(runner: CommandRunner, mountpoint: str, *, timeout_s: float = UMOUNT_TIMEOUT_S) -> CommandResult:
-    """Unmount ``mountpoint``; raises CommandError if it stays mounted."""
+    """Unmount ``mountpoint``, waiting out a holder that lets go within BUSY_WAIT_S; raises
+    DeviceBusy naming the holders if it stays busy, CommandError if it fails otherwise."""
+    start = clock.monotonic()
+    pause = 0.05
+    while True:
+        busy = _umount_once(runner, mountpoint, timeout_s=timeout_s)
+        if busy is None:
+            return CommandResult(("umount", mountpoint), 0, "", "", clock.monotonic() - start)
+        if clock.monotonic() - start >= BUSY_WAIT_S:
+            held = mount_holders(mountpoint) if syscalls.runs_here(runner) else []
+            raise DeviceBusy(f"umount {mountpoint}: still busy after {BUSY_WAIT_S:g} s ({busy}); "
+                             f"held by: {'; '.join(held) or 'nothing visible in /proc'}")
+        clock.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def _umount_once(runner: CommandRunner, mountpoint: str, *, timeout_s: float) -> str | None:
+    """One unmount: None when done, the error text when the mount is busy."""
     if syscalls.runs_here(runner):
-        start = clock.monotonic()
         try:
             syscalls.umount(mountpoint)
         except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                return str(exc.strerror)
             raise CommandError(f"umount {mountpoint} failed: {exc.strerror}") from exc
-        return CommandResult(("umount", mountpoint), 0, "", "", clock.monotonic() - start)
-    return runner.run(["umount", mountpoint], timeout_s=timeout_s, env=C_LOCALE)
+        return None
+    result = runner.run(["umount", mountpoint], timeout_s=timeout_s, ok_status=None, env=C_LOCALE)
+    said = output_tail(result.stdout, result.stderr, 2)
+    if result.status == 0:
+        return None
+    if "busy" in said:  # util-linux: "target is busy"
+        return said
+    check_status(result, (0,))
+    return None
 
 
 @contextlib.contextmanager

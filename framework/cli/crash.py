@@ -147,8 +147,10 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
         r = result.results.get(s.key)
         if r is None:
             continue
-        failure = skipped = None
-        if result.known is not None and result.known.is_known(s.key):
+        failure = skipped = error = None
+        if r.outcome is Outcome.ERROR:
+            error = f"harness error: {r.explanation or explain(r)}"[:500]
+        elif result.known is not None and result.known.is_known(s.key):
             # Expunged, as kdevops and xfstests report it: known behaviour, with its reason.
             skipped = f"{result.known.message(s.key)[:450]} [raw outcome: {r.outcome.value}]"
         elif fails(r.outcome, target):
@@ -158,7 +160,7 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
                              *(o for o in (r.fsck_check_output, r.fsck_repair_output) if o)])
         cases.append(junit.Case(f"{s.key} (last mark {s.point.last_mark})",
                                 f"powercut.crash.{result.plan.target}.{result.plan.case}",
-                                r.duration_s, failure, details, skipped=skipped))
+                                r.duration_s, failure, details, skipped=skipped, error=error))
     if result.known is not None:
         cases += known_cases([result.known], f"powercut.crash.{result.plan.target}.{result.plan.case}")
     return cases
@@ -170,7 +172,8 @@ def plan_from_args(args: argparse.Namespace, target: str,
     return CrashPlan(target=target, user_targets=user_targets, case=args.case, seed=args.seed,
                      points=args.points, variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
-                     inject_hang=args.inject_hang, max_sequences=args.max_sequences,
+                     inject_hang=args.inject_hang, inject_busy=args.inject_busy,
+                     max_sequences=args.max_sequences,
                      data_mib=args.data_mib, ops=ops_from_args(args))
 
 
@@ -249,7 +252,12 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
                if s.key in result.results and fails(result.results[s.key].outcome, target)
                and not (result.known is not None and result.known.is_known(s.key))]
     out.print(f"log: {result.record['entries']} entries, {len(result.states)} states checked in "
-              f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
+              f"{result.wall_s:.1f} s; guests replaced after hangs or harness errors: "
+              f"{result.replacements}")
+    for key, why in result.harness_errors:
+        again = result.results.get(key)
+        out.print(f"{key}: {why[:300]} (checked again on a fresh guest: "
+                  f"{again.outcome.value if again is not None else 'not yet'})")
     for why, n in result.unexplored.items():
         out.print(f"not explored: {n} states, {why} (see README: two disks)")
     if result.shared():
@@ -359,6 +367,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "read from RUN_DIR/plan.json, a whole recording is reused, and states "
                         "already checked are not checked again")
     p.add_argument("--inject-hang", metavar="STATE", help=argparse.SUPPRESS)
+    p.add_argument("--inject-busy", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)
     p.set_defaults(func=cmd_crash)

@@ -35,3 +35,7 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return monotonic() >= self._end
+
+
+def sleep(seconds: float) -> None:
+    _time.sleep(seconds)

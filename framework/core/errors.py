@@ -71,6 +71,13 @@ class DeviceMapperError(PowercutError):
     """A dmsetup verb failed or a target is not available."""
 
 
+class DeviceBusy(PowercutError):
+    """A device or mount stayed in use after every wait; the message names the holders.
+
+    A harness problem, never a verdict on the filesystem: the state being checked is
+    recorded as a harness error and checked again on a fresh guest."""
+
+
 class LogFormatError(PowercutError):
     """A dm-log-writes log is malformed (names the entry index and byte offset)."""
 

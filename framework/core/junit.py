@@ -1,6 +1,7 @@
 """JUnit XML for CI systems: crash states, power-cut trials and benchmark comparisons as test cases.
 
-A case fails (``failure``), is skipped (``skipped``: what xfstests and
+A case fails (``failure``), could not run (``error``: a harness error,
+never a verdict on the filesystem), is skipped (``skipped``: what xfstests and
 kdevops users see for expunged tests; powercut uses it for known
 behaviour) or passes; ``output`` goes to ``<system-out>``.
 """
@@ -22,6 +23,7 @@ class Case:
     details: str = ""
     skipped: str | None = None  # one-line message: reported, neither passed nor failed
     output: str = ""  # <system-out>
+    error: str | None = None  # one-line message: the harness could not run the case
 
 
 def write(path: Path, suite: str, cases: Iterable[Case]) -> None:
@@ -34,7 +36,8 @@ def write_suites(path: Path, suites: Iterable[tuple[str, Iterable[Case]]]) -> No
     for suite, cases in suites:
         items = list(cases)
         ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(items)),
-                           failures=str(sum(1 for c in items if c.failure)), errors="0",
+                           failures=str(sum(1 for c in items if c.failure)),
+                           errors=str(sum(1 for c in items if c.error and not c.failure)),
                            skipped=str(sum(1 for c in items if c.skipped and not c.failure)),
                            time=f"{sum(c.time_s for c in items):.3f}")
         for c in items:
@@ -42,6 +45,9 @@ def write_suites(path: Path, suites: Iterable[tuple[str, Iterable[Case]]]) -> No
                                time=f"{c.time_s:.3f}")
             if c.failure:
                 f = ET.SubElement(tc, "failure", message=c.failure)
+                f.text = c.details
+            elif c.error:
+                f = ET.SubElement(tc, "error", message=c.error)
                 f.text = c.details
             elif c.skipped:
                 f = ET.SubElement(tc, "skipped", message=c.skipped)

@@ -55,13 +55,24 @@ def test_nobarrier_loses_fsynced_data_and_reproducers_agree(tmp_path):
     assert list(result.run_dir.glob("state-*.img.gz")), "no crash image kept for a failing state"
 
 
-def test_lying_disk_variant_fires_on_a_correct_filesystem(tmp_path):
-    result = crash(tmp_path, target="ext4/ordered", variants=("prefix", "lying"), per_point=3)
+def test_lying_disk_variant_fires_on_a_correct_filesystem_and_busy_mounts_never_end_the_run(tmp_path):
+    """The lying disk fires on both lanes while two states' devices are held open by
+    another process: state 2's for a second (as by a child that forked while a lane had it
+    open: the lane waits it out), state 5's for good (a harness error that names the
+    holder; the guest is replaced and the state checked again)."""
+    result = crash(tmp_path, target="ext4/ordered", variants=("prefix", "lying"), per_point=3,
+                   inject_busy="#2@1,#5")
     by_variant: dict[str, set[Outcome]] = {}
     for key, o in outcomes(result).items():
         by_variant.setdefault(key.split("/")[1].split(":")[0], set()).add(o)
     assert by_variant["prefix"] == {Outcome.OK}
     assert by_variant["lying"] & (LOSS | {Outcome.UNMOUNTABLE, Outcome.CORRUPT})
+    assert Outcome.ERROR not in set(outcomes(result).values())
+    fifth = result.states[4].key
+    assert [key for key, _ in result.harness_errors] == [fifth]
+    why = result.harness_errors[0][1]
+    assert "still open" in why and "(python" in why, why
+    assert result.replacements == 1
 
 
 def test_two_disks_a_lying_journal_disk_fires_and_prefix_states_keep_every_promise(tmp_path):

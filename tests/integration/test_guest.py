@@ -167,3 +167,39 @@ def test_vm_shell_is_interactive():
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+
+
+BUSY_UMOUNT = """
+import os, subprocess, sys
+import recovery.mount as m
+from framework.core.command import HostRunner
+from framework.core.errors import DeviceBusy
+m.BUSY_WAIT_S = 4.0
+os.makedirs("/tmp/busy", exist_ok=True)
+hold = "import os, sys, time; d = os.open('/tmp/busy', os.O_RDONLY); print(1, flush=True); time.sleep(float(sys.argv[1]))"
+for seconds in ("1", "600"):
+    subprocess.run(["mount", "-t", "tmpfs", "none", "/tmp/busy"], check=True)
+    holder = subprocess.Popen([sys.executable, "-c", hold, seconds], stdout=subprocess.PIPE)
+    holder.stdout.readline()
+    try:
+        print("unmounted after", m.umount(HostRunner(), "/tmp/busy").duration_s, flush=True)
+    except DeviceBusy as exc:
+        print("busy:", exc, "holder", holder.pid, flush=True)
+        holder.kill()
+        holder.wait()
+        m.umount(HostRunner(), "/tmp/busy")
+"""
+
+
+def test_an_unmount_waits_out_a_holder_and_names_one_that_stays(guest):
+    """A checking lane forks (fsck, mkfs) while the other lane has files open under its
+    mount; the child holds them until it execs, and the unmount right after saw EBUSY
+    (issue: "pc-snap-2 is still open"). A holder that lets go within the wait is waited
+    out; one that stays is named."""
+    out = guest.run([*guest.python_argv(), "-c", BUSY_UMOUNT], timeout_s=120).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("unmounted after"), out
+    assert 0.5 < float(lines[0].split()[-1]) < 4.0, out
+    assert lines[1].startswith("busy: umount /tmp/busy: still busy after 4 s"), out
+    holder = lines[1].split()[-1]
+    assert f"held by: pid {holder} (python" in lines[1] and "-> /tmp/busy" in lines[1], out

@@ -52,8 +52,13 @@ def test_extra_entries_torn_writes_and_fault_injection_split_a_run(tmp_path):
               StateRecipe("3/subset", "pc-1", 3, (4,)),
               StateRecipe("3/torn", "pc-1", 3, (4,), {4: (0, 1)}),
               StateRecipe("7/prefix", "pc-3", 7), StateRecipe("8/prefix", "pc-4", 8)]
-    assert keys(list(same_content_runs(states, data, None, inject_hang="8/prefix"))) == [
+    assert keys(list(same_content_runs(states, data, None, alone={"8/prefix"}))) == [
         ["1/prefix"], ["1/subset", "3/subset"], ["3/torn"], ["7/prefix"], ["8/prefix"]]
+    # A fault-injection state neither joins a run nor starts one others join.
+    assert keys(list(same_content_runs(states, data, None, alone={"7/prefix"}))) == [
+        ["1/prefix"], ["1/subset", "3/subset"], ["3/torn"], ["7/prefix"], ["8/prefix"]]
+    assert keys(list(same_content_runs(states, data, None))) == [
+        ["1/prefix"], ["1/subset", "3/subset"], ["3/torn"], ["7/prefix", "8/prefix"]]
 
 
 def test_a_two_disk_state_is_the_same_only_if_both_disks_are(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from crashcases import cut
-from crashcases.check import CheckResult
+from crashcases.check import CheckResult, explain
 from crashcases.cutsummary import TrialResult, summarize
 from crashcases.cuttrial import CutPoint, DriveResult
 from crashcases.engine import CrashEngine, CrashPlan, CrashRunResult, StoreSink, run_crash
@@ -26,7 +26,7 @@ from crashcases.known import (
     release_key,
 )
 from crashcases.operations import Op, OpKind, Workload, execute
-from crashcases.outcomes import Outcome
+from crashcases.outcomes import Outcome, fails
 from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
 from framework.cli import crash as crash_cli
 from framework.cli import cut as cut_cli
@@ -442,6 +442,24 @@ def test_crash_summary_junit_and_exit_status_count_only_unknown_failures(tmp_pat
     assert skipped is not None and "no-flush" in skipped.get("message", "")
     out = suite.find("testcase[@name='known:gone']/system-out")
     assert out is not None and out.text is not None and "fixed?" in out.text
+
+
+def test_a_harness_error_is_a_junit_error_never_a_failure(tmp_path: Path) -> None:
+    result = crash_result(tmp_path, KnownList())
+    busy = CheckResult(key="2/prefix", outcome=Outcome.ERROR,
+                       notes=["dm device pc-snap is still open after 20 tries (1 opener: pid 9 (sh) fd 3)"])
+    busy.explanation = explain(busy)
+    result.results["2/prefix"] = busy
+    assert not fails(Outcome.ERROR, get_target("ext4/ordered"))
+    cases = crash_cli.junit_cases(result, get_target("jfs"))
+    path = tmp_path / "junit.xml"
+    junit.write(path, "crash", cases)
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("failures"), suite.get("errors")) == ("1", "1")
+    error = suite.find("testcase[@name='2/prefix (last mark pc-2)']/error")
+    assert error is not None and "harness error: dm device pc-snap is still open" in error.get("message", "")
+    assert "pid 9 (sh)" in error.get("message", "")
 
 
 def test_cmd_crash_exits_0_when_every_failure_is_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
