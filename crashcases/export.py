@@ -634,7 +634,9 @@ def script_text(state: ExportState, checks: Sequence[Check], *, image: str, imag
         "[ -S /run/udev/control ] || export DM_DISABLE_UDEV=1",
         "",
         'work=$(mktemp -d "${TMPDIR:-/tmp}/powercut-repro.XXXXXX") || die "mktemp failed"',
-        f"dm_name=powercut-repro-$$-{uuid.uuid4().hex[:6]}",
+        # The shell's pid keeps two runs apart; the rest names the state, so that the
+        # same state always exports the same script.
+        f"dm_name=powercut-repro-$$-{hashlib.sha256(state.key.encode()).hexdigest()[:6]}",
         "dev=/dev/mapper/$dm_name",
         'mnt="$work/mnt"',
         f"{ROOT_VAR}=$mnt",

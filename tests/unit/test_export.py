@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -590,3 +591,44 @@ def test_help_teaches_both_forms_with_examples(capsys):
                    "powercut export results/crash-.../ 41/prefix --script repro.sh",
                    "./check generic/999"):
         assert needed in text, needed
+
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "export"
+
+
+@pytest.fixture
+def short_tmp():
+    """A directory whose path always has the same length: the fstests test wraps a comment
+    that names the run directory."""
+    path = Path(tempfile.mkdtemp(prefix="pcx", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_script_and_fstests_test_of_the_fixture_state_are_as_recorded(short_tmp):
+    """Every finding kind the oracle makes on the planted tree, exported: the script, the
+    fstests test and its golden output stay byte for byte what they were (fixtures in
+    tests/fixtures/export, with the run directory written as RUN)."""
+    tmp_path = short_tmp
+    workload = planted_workload()
+    oracle = run_ops(workload, tmp_path / "o")
+    promised = tmp_path / "promised"
+    run_ops(workload, promised, MARK_OP)
+    findings: list[dict] = []
+    for name in sorted(DOCTORINGS):
+        broken = tmp_path / f"broken-{name}"
+        copy_tree(promised, broken)
+        DOCTORINGS[name][0](broken)
+        findings += [f for f in findings_of(broken, workload, oracle) if f not in findings]
+    run = make_run(tmp_path, workload, findings)
+    with open(run / image_name("40/prefix"), "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(b"\1" * B)
+    (tmp_path / "out").mkdir()
+    script, _ = write_script(load_export_state(run, "40/prefix"), tmp_path / "out" / "repro.sh")
+    fst = tmp_path / "fstests"
+    (fst / "tests/generic").mkdir(parents=True)
+    (fst / "tests/generic/group.list").write_text("998 auto\n")
+    test, golden = write_fstests(load_export_state(run, "40/prefix"), fst, "generic/998")
+    for made, name in ((script, "repro.sh"), (test, "998"), (golden, "998.out")):
+        assert made.read_text().replace(str(run), "RUN") == (FIXTURE / name).read_text(), name
