@@ -41,22 +41,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from crashcases.check import Timeouts
-from crashcases.engine import (
-    CHECK_DISKS,
-    GUEST_RESULTS,
-    LANE_DISKS,
-    CrashEngine,
-    CrashPlan,
-    check_request,
-    guest_files,
-)
-from crashcases.tasks import CRASH_CHECK, parse_results
-from framework.core import agent, clock
+from crashcases.crash.engine import CrashEngine, check_request, guest_files
+from crashcases.crash.guest import CRASH_CHECK, parse_results
+from crashcases.crash.plan import CHECK_DISKS, LANE_DISKS, CrashPlan
+from framework.core import agent, clock, rundir
 from framework.core.command import HostRunner
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
 from recovery.filesystems import kernel_modules
+from recovery.mount import Timeouts
 from recovery.targets import Target
 
 MiB = 1 << 20
@@ -193,7 +186,7 @@ def main() -> int:
     # fsck (and the checker's own log replay where the kernel has none), as powercut's
     # own checks timed them in this run. A state with the same bytes as the one before
     # it needs no mount or fsck of its own: it adds nothing to the floor.
-    checked = parse_results(machine.rundir / GUEST_RESULTS)
+    checked = parse_results(machine.rundir / rundir.GUEST_RESULTS)
     shared = [r for r in checked if r.same_as]
     floor_s = sum((r.mount_s or 0.0) + (r.umount_s or 0.0) + (r.fsck_check_s or 0.0)
                   + (r.fsck_repair_s or 0.0) + (r.log_replay_s or 0.0)

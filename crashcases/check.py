@@ -23,14 +23,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from crashcases.oracle import Finding, FindingKind, OracleLog, verify, walk_tree
-from crashcases.outcomes import Outcome, worst
+from crashcases.oracle.finding import Finding, FindingKind
+from crashcases.oracle.log import OracleLog
+from crashcases.oracle.verify import verify, walk_tree
+from crashcases.vocabulary import Outcome, worst
 from framework.core import clock
 from framework.core.command import CommandRunner
 from framework.core.errors import CommandError, CommandTimeout
 from recovery.filesystems import FsckVerdict, adapter_for
 from recovery.fsck import FsckResult, run_fsck, run_log_replay
-from recovery.mount import mount_timed, umount
+from recovery.mount import Timeouts, mount_timed, umount
 from recovery.persistence import PersistenceRules
 from recovery.targets import JournalPlacement, Target
 
@@ -40,13 +42,6 @@ log = logging.getLogger(__name__)
 LOSS_KINDS = {FindingKind.DATA_LOSS, FindingKind.WRONG_CONTENT, FindingKind.UNEXPECTED_ENTRY,
               FindingKind.WRONG_TYPE, FindingKind.WRONG_TARGET, FindingKind.WRONG_XATTR,
               FindingKind.LINK_COUNT, FindingKind.IDENTITY}
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    mount_s: float = 120.0
-    fsck_s: float = 300.0
-    umount_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -113,7 +108,7 @@ def outcome_of(result: CheckResult) -> Outcome:
 
 
 def _findings(items: list[Finding]) -> list[dict[str, Any]]:
-    return [{"kind": f.kind.value, "path": f.path, "detail": f.detail, "mark": f.mark} for f in items]
+    return [f.to_dict() for f in items]
 
 
 #: Lines of a checker's output kept in a result (the end, where verdicts are).

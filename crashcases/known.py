@@ -55,10 +55,11 @@ from pathlib import Path
 from typing import Any
 
 from crashcases.check import LOSS_KINDS, CheckResult, outcome_of
-from crashcases.operations import DURABILITY_OPS, Workload, mark_name
-from crashcases.oracle import FindingKind, OracleLog
-from crashcases.outcomes import Outcome, fails
-from crashcases.points import VariantKind
+from crashcases.execute import mark_name
+from crashcases.oracle.finding import FindingKind
+from crashcases.oracle.log import OracleLog
+from crashcases.vocabulary import Outcome, VariantKind, fails
+from crashcases.workload.ops import DURABILITY_OPS, Workload
 from framework.core.errors import ConfigError
 from recovery.targets import JournalPlacement, Target
 

@@ -39,6 +39,23 @@ _STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
 
 
 @dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Deadlines of a check's steps (mount, fsck, unmount): a step that outlives its own
+    is a hang."""
+
+    mount_s: float = 120.0
+    fsck_s: float = 300.0
+    umount_s: float = 60.0
+
+    @classmethod
+    def within(cls, budget_s: float, *, shares: int) -> Timeouts:
+        """Deadlines that fit a budget: mount and fsck a ``shares``-th of it each, the
+        unmount a tenth (at least 10 s)."""
+        return cls(mount_s=budget_s / shares, fsck_s=budget_s / shares,
+                   umount_s=max(budget_s / 10, 10))
+
+
+@dataclass(frozen=True, slots=True)
 class MountResult:
     ok: bool
     duration_s: float

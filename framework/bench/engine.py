@@ -42,7 +42,7 @@ from framework.bench.task import (
     RepetitionResult,
 )
 from framework.bench.workloads import Metric, Scale, get_workload
-from framework.core import agent, clock
+from framework.core import agent, clock, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import read_plan
 from framework.core.machine.base import DiskSpec, Machine
@@ -375,13 +375,12 @@ def _load_average() -> float | None:
 
 
 #: In a bench run directory: one line per finished trial (what --resume takes over).
-SAMPLES_FILE = "samples.jsonl"
 
 
 def earlier_samples(run_dir: Path) -> dict[int, Sample]:
-    """The samples an interrupted bench run wrote to its SAMPLES_FILE, by run-order position."""
+    """The samples an interrupted bench run wrote to its rundir.SAMPLES, by run-order position."""
     out: dict[int, Sample] = {}
-    path = run_dir / SAMPLES_FILE
+    path = run_dir / rundir.SAMPLES
     if not path.exists():
         return out
     for line in path.read_text().splitlines():
@@ -398,7 +397,7 @@ def earlier_samples(run_dir: Path) -> dict[int, Sample]:
 
 class StoreRecorder:
     """Writes each sample to the results store, one transaction per sample, and to the
-    run directory's SAMPLES_FILE (whole results, for --resume) when given one."""
+    run directory's rundir.SAMPLES (whole results, for --resume) when given one."""
 
     def __init__(self, store: Store, run_id: int, config: BenchConfig,
                  run_dir: Path | None = None) -> None:
@@ -430,7 +429,7 @@ class StoreRecorder:
                                "rep": sample.trial.rep, "warmup": sample.trial.warmup,
                                "wall_s": sample.wall_s, "result": sample.result.to_dict()},
                               sort_keys=True)
-            with open(self.run_dir / SAMPLES_FILE, "a", encoding="utf-8") as f:
+            with open(self.run_dir / rundir.SAMPLES, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
                 f.flush()
                 os.fsync(f.fileno())
@@ -438,7 +437,7 @@ class StoreRecorder:
 
 def config_from_plan(run_dir: Path) -> BenchConfig:
     """The config of an earlier bench run, from the plan.json plan_document() wrote."""
-    path = run_dir / "plan.json"
+    path = run_dir / rundir.PLAN
     doc = read_plan(run_dir, "bench")
     try:
         config = BenchConfig(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from framework import __version__
+from framework.core import rundir
 from framework.core.errors import MissingPrerequisite, PowercutError
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     its database beside them, in the --results directory."""
     args = parser.parse_args(argv)
     if getattr(args, "db", "") is None and getattr(args, "results", None):
-        args.db = os.path.join(args.results, getattr(args, "db_name", "powercut.sqlite"))
+        args.db = os.path.join(args.results, getattr(args, "db_name", rundir.DB))
     return args
 
 

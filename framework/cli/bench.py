@@ -18,7 +18,7 @@ from framework.cli import (
     named_user_targets,
     print_json,
 )
-from framework.core import command, junit
+from framework.core import command, junit, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import RunSpec, resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.store import Store
@@ -173,8 +173,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                earlier=earlier)
         analysis = bench.analyse(done)
         report = bench.report_json(done, analysis)
-        run.save_json("results.json", report)
-        junit_path = Path(args.junit) if args.junit else run.run_dir / "junit.xml"
+        run.save_json(rundir.RESULTS, report)
+        junit_path = Path(args.junit) if args.junit else run.run_dir / rundir.JUNIT
         cases = junit_cases(analysis, args.max_overhead)
         junit.write(junit_path, f"powercut bench {config.workload}", cases)
     if args.json:

@@ -15,12 +15,12 @@ from rich.console import Console
 from framework.cli import add_machine_options
 from framework.cli.compare import add_rule_options, render, rule_of
 from framework.cli.run import kernel_argv
-from framework.cli.study import load_study
-from framework.core import junit
+from framework.core import junit, rundir
 from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.store import Store
 from framework.report.compare import Comparison, StateChange, Verdict, compare_results
 from framework.report.results import Results, load
+from framework.study.engine import load_study
 
 DESCRIPTION = """\
 Run a study (default: ci, about 10 to 15 minutes under TCG) on a candidate
@@ -110,7 +110,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
             raise ConfigError(f"{label}: the study could not run (exit {status}); see above")
         with Store(db) as store:
             top = store.resolve("latest")
-            steps = json.loads((Path(top.environment["run_dir"]) / "steps.json").read_text())
+            steps = json.loads((Path(top.environment["run_dir"]) / rundir.STEPS).read_text())
         broken = [s for s in steps if s["status"] >= 2]
         if broken:
             raise ConfigError(f"{label}: step {broken[0]['step']} could not run (exit "
@@ -133,7 +133,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
         comparison = compare_results(load(store_a, base_ref), load(store_b, str(candidate)),
                                      rule)
         top = store_b.run(candidate)
-    steps = json.loads((Path(top.environment["run_dir"]) / "steps.json").read_text())
+    steps = json.loads((Path(top.environment["run_dir"]) / rundir.STEPS).read_text())
     expect = {i: s.expect for i, s in enumerate(study.steps, 1)}
     quiet = [s for s in steps if expect.get(s["step"]) == "fail" and s["status"] != 1]
     reruns = [rerun(s, args.reruns, kernel_argv(args.kernel, args.modules, args.kernel_release), powercut)
@@ -147,9 +147,9 @@ def judge_kernel(args: argparse.Namespace) -> int:
     for r in reruns:
         out.print(f"  {r.state.target} {r.state.case} {r.state.last_mark} {r.state.variant}: "
                   f"{r.label}", markup=False)
-    summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / "ci.md"
+    summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / rundir.CI_SUMMARY
     summary.write_text(markdown(comparison, reruns, quiet, regressed))
-    junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / "ci.xml"
+    junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / rundir.CI_JUNIT
     junit.write(junit_path, f"powercut ci {args.study}", junit_cases(comparison, reruns, quiet))
     print(f"verdict: {'REGRESSION' if regressed else 'no regression'}; summary: {summary}; "
           f"junit: {junit_path}")
@@ -280,4 +280,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "candidate's study run directory)")
     p.add_argument("--summary", metavar="PATH", help="markdown summary (default: ci.md there)")
     add_machine_options(p)
-    p.set_defaults(func=cmd_ci, db_name="ci.sqlite")
+    p.set_defaults(func=cmd_ci, db_name=rundir.CI_DB)

@@ -11,24 +11,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from crashcases.cases import list_cases, parse_ops
 from crashcases.check import CheckResult, explain
-from crashcases.engine import (
+from crashcases.crash.engine import recheck, run_crash, run_spec
+from crashcases.crash.plan import (
     CrashPlan,
     CrashRunResult,
     MachineFactory,
     load_plan,
-    recheck,
     reproducer_command,
-    run_crash,
-    run_spec,
     validate_plan,
 )
+from crashcases.crash.points import Variant
 from crashcases.known import KnownList, KnownMatcher, load_known, recorded_marks
-from crashcases.operations import Workload
-from crashcases.oracle import OracleLog
-from crashcases.outcomes import KNOWN, Outcome, fails
-from crashcases.points import Variant
+from crashcases.oracle.log import OracleLog
+from crashcases.vocabulary import KNOWN, Outcome, fails
+from crashcases.workload.cases import list_cases
+from crashcases.workload.generate import parse_ops
+from crashcases.workload.ops import Workload
 from framework.cli import (
     add_machine_options,
     add_profile_option,
@@ -36,7 +35,7 @@ from framework.cli import (
     named_user_targets,
 )
 from framework.cli.vm import machine_from_args, resolve_kernel
-from framework.core import junit
+from framework.core import junit, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
@@ -213,7 +212,7 @@ def cmd_crash(args: argparse.Namespace) -> int:
             result = crash_one(args, store, plan, plan_checked, known, resume_dir)
             cases = junit_cases(result, plan.spec)
             suites.append((f"powercut crash {plan.target} {plan.case}", cases))
-            junit.write(result.run_dir / "junit.xml", *suites[-1])
+            junit.write(result.run_dir / rundir.JUNIT, *suites[-1])
             failed |= any(c.failure for c in cases)
     if args.junit:
         junit.write_suites(Path(args.junit), suites)
@@ -291,7 +290,7 @@ def cmd_recheck(args: argparse.Namespace) -> int:
 
     target, result = recheck(Path(args.run_dir), args.state, factory)
     plan = load_plan(Path(args.run_dir))
-    oracle = OracleLog.from_json((Path(args.run_dir) / "oracle.json").read_text())
+    oracle = OracleLog.from_json((Path(args.run_dir) / rundir.ORACLE).read_text())
     matcher = known.matcher(run="crash", target=target, case=plan.case,
                             kernel=guest.get("kernel"), marks=recorded_marks(oracle),
                             variants=[variant])

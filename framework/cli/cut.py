@@ -11,21 +11,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from crashcases.cases import list_cases
 from crashcases.check import explain
-from crashcases.cut import (
+from crashcases.cut.engine import (
     CutPlan,
     CutRunResult,
-    TargetSummary,
-    TrialResult,
     load_cut_plan,
     run_cut,
     run_spec,
-    summarize,
     trial_key,
     validate_cut_plan,
 )
-from crashcases.outcomes import KNOWN, Outcome, fails
+from crashcases.cut.summary import TargetSummary, TrialResult, summarize
+from crashcases.vocabulary import KNOWN, Outcome, fails
+from crashcases.workload.cases import list_cases
 from devicemapper.flakey import FlakeyMode
 from framework.cli import (
     add_machine_options,
@@ -34,7 +32,7 @@ from framework.cli import (
     named_user_targets,
 )
 from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
-from framework.core import junit
+from framework.core import junit, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.store import Store
@@ -196,7 +194,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
             result = run_cut(plan, run, factory, progress=step, checked=checked, known=known,
                              resume=resume_dir is not None)
     failing = failing_trials(result)
-    junit_path = Path(args.junit) if args.junit else result.run_dir / "junit.xml"
+    junit_path = Path(args.junit) if args.junit else result.run_dir / rundir.JUNIT
     junit.write(junit_path, f"powercut cut {result.plan.case}", junit_cases(result))
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, sort_keys=True))

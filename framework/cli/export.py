@@ -6,12 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from crashcases.export import (
-    DEFAULT_TEST_NAME,
-    load_export_state,
-    write_fstests,
-    write_script,
-)
+from crashcases.findings.export import DEFAULT_TEST_NAME, load_export_state
+from crashcases.findings.fstests import write_fstests
+from crashcases.findings.script import write_script
 
 DESCRIPTION = """\
 Turn failing state STATE of the crash run RUN_DIR into a reproducer that

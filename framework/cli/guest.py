@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crashcases.cuttrial import CUT_ORACLE, CUT_TRIAL
-from crashcases.sweeppoint import SWEEP_POINT
-from crashcases.tasks import CRASH_CHECK, CRASH_RECORD
+from crashcases.crash.guest import CRASH_CHECK, CRASH_RECORD
+from crashcases.cut.guest import CUT_ORACLE, CUT_TRIAL
+from crashcases.sweep.guest import SWEEP_POINT
 from devicemapper.features import loaded_targets
 from framework.bench.task import BENCH_REPETITION
 from framework.core import agent

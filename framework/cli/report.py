@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from framework.cli import print_json
-from framework.core.lifecycle import write_json_atomic
+from framework.core import rundir
+from framework.core.rundir import write_json_atomic
 from framework.core.store import Store, StoreError
 
 DESCRIPTION = """\
@@ -67,7 +68,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def default_path(environment: dict[str, object], db: Path, run_id: int) -> Path:
     run_dir = environment.get("run_dir")
     if isinstance(run_dir, str) and Path(run_dir).is_dir():
-        return Path(run_dir) / "report.html"
+        return Path(run_dir) / rundir.REPORT
     return db.parent / f"report-{run_id}.html"
 
 

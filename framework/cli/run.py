@@ -9,17 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
-from framework.cli.claims import NOT_COMPARABLE, Verdict, format_table, judge, verdicts_json
-from framework.cli.study import (
-    Step,
-    StepResult,
-    Study,
-    builtin_studies,
-    load_study,
-    parse_shard,
-    run_study,
-    shard,
-)
+from framework.core import rundir
 from framework.core.errors import BootError, ConfigError, MissingPrerequisite, PowercutError
 from framework.core.lifecycle import (
     RunSpec,
@@ -32,6 +22,17 @@ from framework.core.lifecycle import (
 )
 from framework.core.machine.kernel import kernel_spec
 from framework.core.store import RunStatus, Store
+from framework.study.claims import NOT_COMPARABLE, Verdict, format_table, judge, verdicts_json
+from framework.study.engine import (
+    Step,
+    StepResult,
+    Study,
+    builtin_studies,
+    load_study,
+    parse_shard,
+    run_study,
+    shard,
+)
 
 
 def kernel_argv(kernel: str | None, modules: str | None, release: str | None) -> list[str]:
@@ -139,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return int(exc.code or 2)
 
         def progress(results: list[StepResult]) -> None:
-            run.save_json("steps.json", [
+            run.save_json(rundir.STEPS, [
                 {"step": r.step.number or i, "argv": list(r.step.argv), "status": r.status,
                  "as_expected": r.as_expected} for i, r in enumerate(results, 1)])
 
@@ -157,10 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if study.claims:
         verdicts = judge_claims(store_path=Path(args.db), study_id=run.run_id, study=study)
         print(format_table(verdicts))
-        run.save_json("claims.json", verdicts_json(verdicts))
+        run.save_json(rundir.CLAIMS, verdicts_json(verdicts))
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
     if not args.no_report:
-        write_report(Path(args.db), run.run_id, run.run_dir / "report.html")
+        write_report(Path(args.db), run.run_id, run.run_dir / rundir.REPORT)
     return 0 if ok else 1
 
 
@@ -171,7 +172,7 @@ def judge_claims(*, store_path: Path, study_id: int | None, study: Study) -> lis
     with Store(store_path) as store:
         for child in store.children(study_id) if study_id is not None else []:
             step, run_dir = child.environment.get("study_step"), child.environment.get("run_dir")
-            path = Path(run_dir) / "results.json" if run_dir else None
+            path = Path(run_dir) / rundir.RESULTS if run_dir else None
             if isinstance(step, int) and path is not None and path.is_file():
                 results[step] = json.loads(path.read_text())
     out = []
@@ -212,7 +213,7 @@ def study_of_run(run_dir: Path) -> Study:
 
 def finished_steps(run_dir: Path) -> dict[int, int]:
     """Step number -> exit status, for the steps an earlier study run saved as done."""
-    path = run_dir / "steps.json"
+    path = run_dir / rundir.STEPS
     if not path.exists():
         return {}
     try:

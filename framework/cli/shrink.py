@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from crashcases.shrink import WORKLOAD_FILE, Shrinker, ShrinkResult, load_failure
+from crashcases.findings.shrink import Shrinker, ShrinkResult, load_failure
 from framework.cli import add_machine_options, print_json
 from framework.cli.crash import machine_factory
+from framework.core import rundir
 from framework.core.errors import PowercutError
 
 DESCRIPTION = """\
@@ -70,7 +71,7 @@ def report(result: ShrinkResult) -> None:
           f"{result.unresolved} unresolved without one); wall time {result.wall_s:.1f} s")
     print(f"reproduce: {result.reproducer()}")
     if result.reproducer_dir is not None:
-        print(f"workload:  {result.reproducer_dir / WORKLOAD_FILE}")
+        print(f"workload:  {result.reproducer_dir / rundir.WORKLOAD}")
 
 
 def cmd_shrink(args: argparse.Namespace) -> int:

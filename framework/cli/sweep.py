@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from crashcases.sweep import (
+from crashcases.sweep.engine import (
     DESIGNS,
     PREDICTOR_UNITS,
     PREDICTORS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from crashcases.sweeppoint import SWEEP_POINT
+from crashcases.sweep.guest import SWEEP_POINT
 from framework.core import agent
 
 TASKS = agent.table(agent.ECHO, SWEEP_POINT)

@@ -7,7 +7,7 @@ ci) runs inside ``run_lifecycle()``::
                        results_dir, store) as run:
         machine = run.started(factory(...))    # records kernel, accel, qemu
         ...
-        run.save_json("results.json", data)     # atomic, also after Ctrl-C
+        run.save_json(rundir.RESULTS, data)     # atomic, also after Ctrl-C
 
 The run is marked ``finished`` when the block ends normally, ``interrupted``
 on Ctrl-C or SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt) and
@@ -22,20 +22,35 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-import json
 import os
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from framework import __version__
-from framework.core import clock
+from framework.core import clock, rundir
 from framework.core.environment import command_line, git_revision, host_facts
 from framework.core.errors import ConfigError
+from framework.core.rundir import write_json_atomic
 from framework.core.store import Run as StoredRun
 from framework.core.store import RunStatus, Store
+
+P = TypeVar("P")
+
+
+@dataclass
+class EngineRun(Generic[P]):
+    """What every engine's run keeps besides its own results: where it ran, what it was
+    asked, how many guests it gave up (after a hang or a harness error), how long it took
+    and its row in the store."""
+
+    run_dir: Path
+    plan: P
+    replacements: int = field(default=0, kw_only=True)
+    wall_s: float = field(default=0.0, kw_only=True)
+    run_id: int | None = field(default=None, kw_only=True)
 
 
 class Describable(Protocol):
@@ -68,26 +83,12 @@ def new_run_dir(results_dir: Path, kind: str) -> Path:
     return path
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader (or a kill mid-write) sees the old file or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
-
-
 def read_plan(run_dir: Path, kind: str) -> dict[str, Any]:
     """The plan.json a ``kind`` run (crash, cut, bench, study) wrote in ``run_dir``; a
-    one-line ConfigError when there is none or it is not JSON."""
-    path = run_dir / "plan.json"
-    try:
-        plan = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir}: not a powercut {kind} run directory (no plan.json)") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(plan, dict):
-        raise ConfigError(f"{path}: not a {kind} plan (a JSON object is expected)")
-    return plan
+    one-line ConfigError when there is none or it is not a JSON object."""
+    if not (run_dir / rundir.PLAN).exists() and run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: not a powercut {kind} run directory (no {rundir.PLAN})")
+    return rundir.read_json_object(run_dir / rundir.PLAN, f"{kind} plan")
 
 
 def sha256_file(path: Path) -> str:
@@ -113,7 +114,7 @@ class Run:
         self._guest_seen = False
 
     def open(self) -> None:
-        write_json_atomic(self.run_dir / "plan.json", dict(self.spec.plan))
+        write_json_atomic(self.run_dir / rundir.PLAN, dict(self.spec.plan))
         if self.store is None:
             return
         parent = _STUDY.get()

@@ -220,11 +220,11 @@ class CheckRow:
     case_spec: str
     seed: int
     entry_index: int
-    kind: str  # crashcases.points.CrashPointKind
+    kind: str  # crashcases.vocabulary.CrashPointKind
     last_mark: str | None
-    variant: str  # crashcases.points.VariantKind
+    variant: str  # crashcases.vocabulary.VariantKind
     variant_seed: int
-    outcome: str  # crashcases.outcomes.Outcome
+    outcome: str  # crashcases.vocabulary.Outcome
     mount_s: float | None
     fsck_s: float | None
     fsck_verdicts: dict[str, Any]
@@ -261,7 +261,7 @@ class Recovery:
     target: str
     trial: int
     seed: int | None
-    outcome: str  # crashcases.outcomes.Outcome
+    outcome: str  # crashcases.vocabulary.Outcome
     in_flight_bytes: int | None
     in_flight_ops: int | None
     mount_s: float | None
@@ -281,7 +281,7 @@ class SweepPointRow:
     files: int
     dirty_mib: int
     journal_mib: int | None
-    outcome: str  # crashcases.outcomes.Outcome, or "error" when the point could not run
+    outcome: str  # crashcases.vocabulary.Outcome, or "error" when the point could not run
     mount_s: float | None
     fsck_s: float | None
     journal_only_s: float | None

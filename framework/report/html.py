@@ -18,7 +18,7 @@ from typing import Any
 
 import jinja2
 
-from crashcases.cutsummary import percentile
+from crashcases.cut.summary import percentile
 from framework.bench.engine import one_factor_design
 from framework.core.stats import StatsError, overhead, summarize
 from framework.report import figures

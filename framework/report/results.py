@@ -14,13 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from crashcases.outcomes import fails
+from crashcases.vocabulary import fails
+from framework.core import rundir
 from framework.core.errors import ConfigError
 from framework.core.store import Run, Store
 from recovery.targets import Target
 
 #: Outcomes that never fail a target (a "recovered" state fails a journalled one only:
-#: crashcases.outcomes.fails).
+#: crashcases.vocabulary.fails).
 PASSING = ("ok", "recovered")
 
 CHECK_COLUMNS = ["run_id", "target", "case", "seed", "entry", "point_kind", "last_mark",
@@ -159,7 +160,7 @@ def _primary_of(run: Run) -> str | None:
     if not isinstance(run_dir, str):
         return None
     try:
-        primary = json.loads((Path(run_dir) / "results.json").read_text()).get("primary")
+        primary = json.loads((Path(run_dir) / rundir.RESULTS).read_text()).get("primary")
     except (OSError, ValueError, AttributeError):
         return None
     return primary if isinstance(primary, str) else None

@@ -57,7 +57,7 @@ def classify_fsck8_status(status: int, *, repair: bool) -> FsckVerdict:
 
 
 #: What some filesystems can do and others cannot, in the words crash
-#: workloads use (crashcases.operations.required_capability):
+#: workloads use (crashcases.workload.ops.required_capability):
 #: - direct-io: open(2) with O_DIRECT (the address space has ->direct_IO;
 #:   do_dentry_open() in fs/open.c refuses it with EINVAL otherwise);
 #: - reflink: the FICLONE and FICLONERANGE ioctls (->remap_file_range);

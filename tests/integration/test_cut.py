@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crashcases.cases import load_case
-from crashcases.cut import CutEngine, CutPlan
-from crashcases.outcomes import Outcome
+from crashcases.cut.engine import CutEngine, CutPlan
+from crashcases.vocabulary import Outcome
+from crashcases.workload.cases import load_case
 from framework.core.machine.qemu import QemuMachine
 from recovery.filesystems import kernel_modules
 from recovery.targets import Target

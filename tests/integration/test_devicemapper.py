@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.cases import load_case
-from crashcases.operations import DURABILITY_OPS, Workload, execute, mark_name
-from crashcases.oracle import OracleLog, verify
-from crashcases.tasks import CRASH_RECORD, RecordRequest
+from crashcases.crash.guest import CRASH_RECORD, RecordRequest
+from crashcases.execute import execute, mark_name
+from crashcases.oracle.log import OracleLog
+from crashcases.oracle.verify import verify
+from crashcases.workload.cases import load_case
+from crashcases.workload.ops import DURABILITY_OPS, Workload
 from devicemapper.flakey import flakey_device
 from devicemapper.logformat import END_MARK, LogFlag, LogReader, LogWriter, summarize
 from devicemapper.replay import Replayer

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.engine import CrashPlan, run_crash, run_spec
-from crashcases.export import load_export_state, write_fstests
-from crashcases.outcomes import Outcome
+from crashcases.crash.engine import run_crash, run_spec
+from crashcases.crash.plan import CrashPlan
+from crashcases.findings.export import load_export_state
+from crashcases.findings.fstests import write_fstests
+from crashcases.vocabulary import Outcome
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.qemu import QemuMachine

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from crashcases.oracle import OracleError
-from crashcases.tasks import CRASH_CHECK, CheckRequest
+from crashcases.crash.guest import CRASH_CHECK, CheckRequest
+from crashcases.oracle.log import OracleError
 from framework.cli.guest import ENV, EnvRequest
 from framework.core import agent
 from framework.core.errors import ConsoleTimeout

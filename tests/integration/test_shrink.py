@@ -8,8 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from crashcases.engine import CrashPlan, recheck, run_crash, run_spec
-from crashcases.outcomes import Outcome
+from crashcases.crash.engine import recheck, run_crash, run_spec
+from crashcases.crash.plan import CrashPlan
+from crashcases.vocabulary import Outcome
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.qemu import QemuMachine

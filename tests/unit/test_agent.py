@@ -148,7 +148,7 @@ def test_every_error_class_in_the_project_is_found_by_its_name() -> None:
     # Positive controls: the walk found errors of every layer, and the two
     # Errors of the same short name in two modules would stay apart too.
     names = {errors.kind_name(c) for c in kinds}
-    assert {"devicemapper.logwrites.LogFullError", "crashcases.operations.WorkloadError",
+    assert {"devicemapper.logwrites.LogFullError", "crashcases.workload.ops.WorkloadError",
             "framework.bench.workloads.base.BenchmarkError", "framework.core.agent.AgentError",
             "framework.core.store.StoreError"} <= names
     for cls in kinds | {PowercutError}:

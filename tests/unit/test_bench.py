@@ -17,7 +17,7 @@ from framework.bench.engine import BenchConfig, Sample, Scheduler, Trial
 from framework.bench.task import RepetitionRequest, RepetitionResult
 from framework.bench.workloads import Metric, Scale
 from framework.cli import build_parser
-from framework.core import agent
+from framework.core import agent, rundir
 from framework.core.errors import CommandError, ConfigError
 from framework.core.machine import FakeMachine
 from framework.core.stats import full_factorial, overhead
@@ -532,9 +532,9 @@ def test_a_resumed_bench_takes_the_finished_trials_and_runs_the_rest_in_the_same
     assert [s.trial for s in resumed.samples] == [s.trial for s in whole.samples]
     assert [s.result for s in resumed.samples] == [s.result for s in whole.samples]
     assert len(stored) == len(whole.samples)  # each repetition once
-    lines = (run_dir / bench.SAMPLES_FILE).read_text().splitlines()
+    lines = (run_dir / rundir.SAMPLES).read_text().splitlines()
     assert [json.loads(x)["seq"] for x in lines] == list(range(len(whole.samples)))
-    (run_dir / bench.SAMPLES_FILE).write_text("\n".join(lines[:3]) + "\n{\"seq\": 3, \"tar")
+    (run_dir / rundir.SAMPLES).write_text("\n".join(lines[:3]) + "\n{\"seq\": 3, \"tar")
     assert sorted(bench.earlier_samples(run_dir)) == [0, 1, 2]  # a torn last line is dropped
 
 

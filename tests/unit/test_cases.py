@@ -7,19 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from crashcases import cases
-from crashcases.cases import OpSelection, durables, list_cases, load_case, pack, random_ops
-from crashcases.operations import (
+from crashcases.oracle.verify import verify
+from crashcases.workload import generate as cases
+from crashcases.workload.cases import list_cases, load_case
+from crashcases.workload.generate import OpSelection, durables, pack, random_ops
+from crashcases.workload.model import FsModel
+from crashcases.workload.ops import (
     CAPABILITIES,
     DURABILITY_OPS,
     FallocMode,
-    FsModel,
     Op,
     OpKind,
     Workload,
     WorkloadError,
 )
-from crashcases.oracle import verify
 from framework.core.errors import ConfigError
 from recovery.filesystems import persistence_rules
 from recovery.persistence import posix_strict
@@ -319,7 +320,7 @@ def test_crash_plans_generate_for_the_target_and_keep_ops(tmp_path: Path) -> Non
     import json
     from dataclasses import asdict
 
-    from crashcases.engine import CrashPlan, load_plan, validate_plan
+    from crashcases.crash.plan import CrashPlan, load_plan, validate_plan
 
     _, xfs = validate_plan(CrashPlan(target="xfs", case="gen:seq1", ops=("clone", "fsync")))
     assert kinds_in(xfs) - {K.MKDIR, K.CREAT, K.WRITE, K.SETXATTR, K.SYNC, K.RMDIR, K.UNLINK} == {

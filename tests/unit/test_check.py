@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from crashcases.cases import load_case
-from crashcases.check import CheckResult, Timeouts, check_state, check_states, outcome_of
-from crashcases.operations import execute
-from crashcases.outcomes import Outcome, fails
+from crashcases.check import CheckResult, check_state, check_states, outcome_of
+from crashcases.execute import execute
+from crashcases.vocabulary import Outcome, fails
+from crashcases.workload.cases import load_case
 from framework.core.errors import CommandTimeout
 from framework.core.machine.fake import FakeMachine
 from recovery.filesystems import persistence_rules
+from recovery.mount import Timeouts
 from recovery.targets import get_target
 
 

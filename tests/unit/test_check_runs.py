@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from crashcases.tasks import DiskRecipe, StateRecipe, _Disk, content_changes, same_content_runs
+from crashcases.crash.guest import (
+    DiskRecipe,
+    StateRecipe,
+    _Disk,
+    content_changes,
+    same_content_runs,
+)
 from devicemapper.logformat import LogReader, LogWriter
 
 
@@ -80,7 +86,8 @@ def test_a_two_disk_state_is_the_same_only_if_both_disks_are(tmp_path):
 
 def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
     from crashcases.check import CheckResult
-    from crashcases.engine import CrashPlan, CrashRunResult, save_results
+    from crashcases.crash.engine import save_results
+    from crashcases.crash.plan import CrashPlan, CrashRunResult
 
     result = CrashRunResult(tmp_path, CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename"),
                             {"entries": 10}, [])
@@ -100,7 +107,7 @@ def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
 
 
 def test_a_check_summary_carries_where_the_guests_time_went():
-    from crashcases.tasks import CheckSummary
+    from crashcases.crash.guest import CheckSummary
 
     summary = CheckSummary(12, False, 4096, 0, 40, shared=2, setup_s=1.5, prepare_s=2.0,
                            check_s=7.25)

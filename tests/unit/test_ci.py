@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.points import CrashPointKind
+from crashcases.vocabulary import CrashPointKind
 from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.store import Store
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from framework.cli.claims import AGREE, DISAGREE, NOT_COMPARABLE, judge, parse_claims
-from framework.cli.study import load_study
 from framework.core.errors import ConfigError
+from framework.study.claims import AGREE, DISAGREE, NOT_COMPARABLE, judge, parse_claims
+from framework.study.engine import load_study
 
 ORDER = """
 [[claim]]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crashcases.points import CrashPointKind
+from crashcases.vocabulary import CrashPointKind
 from framework.bench.workloads import Metric
 from framework.cli import main
 from framework.core.store import Store
@@ -160,7 +160,7 @@ def test_crash_states_new_gone_known_by_mark_not_by_entry(tmp_path: Path) -> Non
                           (47, "pc-3", "recovered", None)])
     c = compared(db, a, b)
     by_mark = {s.last_mark: s.status for s in c.states}
-    # pc-3: fsck repaired a journalled ext4: a failure (crashcases.outcomes.fails).
+    # pc-3: fsck repaired a journalled ext4: a failure (crashcases.vocabulary.fails).
     assert by_mark == {"pc-0": StateStatus.NEW, "pc-1": StateStatus.GONE,
                        "pc-2": StateStatus.KNOWN, "pc-3": StateStatus.NEW}
     new = {s.last_mark: s for s in c.new_states}

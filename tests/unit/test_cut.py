@@ -14,12 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from crashcases import cut, cuttrial
-from crashcases.cases import load_case
-from crashcases.check import CheckResult, Outcome, Timeouts
-from crashcases.cut import plan_cut
-from crashcases.cutsummary import TrialResult, percentile, summarize
-from crashcases.cuttrial import (
+from crashcases.check import CheckResult
+from crashcases.cut import engine as cut
+from crashcases.cut import guest as cuttrial
+from crashcases.cut.engine import plan_cut
+from crashcases.cut.guest import (
     CutPoint,
     DriveResult,
     OracleRequest,
@@ -28,7 +27,11 @@ from crashcases.cuttrial import (
     TrialRequest,
     drive,
 )
-from crashcases.operations import Op, OpKind, Workload, execute, perform
+from crashcases.cut.summary import TrialResult, percentile, summarize
+from crashcases.execute import execute, perform
+from crashcases.vocabulary import Outcome
+from crashcases.workload.cases import load_case
+from crashcases.workload.ops import Op, OpKind, Workload
 from devicemapper.table import FlakeyMode
 from framework.cli import build_parser
 from framework.cli.cut import summary_table, trial_table
@@ -36,6 +39,7 @@ from framework.core import agent
 from framework.core.errors import ConfigError
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import Store
+from recovery.mount import Timeouts
 from recovery.targets import Target, get_target
 
 K = OpKind

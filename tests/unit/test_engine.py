@@ -7,20 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.cases import load_case
-from crashcases.engine import (
+from crashcases.crash.engine import (
     CrashEngine,
-    CrashPlan,
     check_request,
     checker_disks,
-    disk_sizes,
     progress_watch,
     recheck,
-    timeouts_for,
 )
-from crashcases.outcomes import Outcome
-from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
-from crashcases.tasks import CheckRequest, CheckSummary, LaneDisks, RecordRequest, RecordResult
+from crashcases.crash.guest import (
+    CheckRequest,
+    CheckSummary,
+    LaneDisks,
+    RecordRequest,
+    RecordResult,
+)
+from crashcases.crash.plan import CrashPlan, disk_sizes, timeouts_for
+from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.vocabulary import CrashPointKind, Outcome, VariantKind
+from crashcases.workload.cases import load_case
 from framework.core import agent
 from framework.core.errors import ConfigError, ConsoleTimeout
 from framework.core.machine.fake import FakeMachine
@@ -201,7 +205,7 @@ def test_a_second_lane_only_for_several_states_of_a_single_disk_target(tmp_path)
 def test_recheck_sends_the_same_request_as_a_run(tmp_path, monkeypatch):
     plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
     state = states(5)[4]
-    monkeypatch.setattr("crashcases.engine.load_state", lambda run_dir, key: (plan, state))
+    monkeypatch.setattr("crashcases.crash.engine.load_state", lambda run_dir, key: (plan, state))
     (tmp_path / "log.img").write_bytes(b"\0" * 4096)
     (tmp_path / "oracle.json").write_text("{}")
     guests = Guests(tmp_path)
@@ -245,7 +249,8 @@ def test_the_recording_request_carries_the_whole_target(tmp_path):
 
 def test_a_plan_with_a_user_target_survives_plan_json(tmp_path):
     """recheck rebuilds the plan from plan.json (written from asdict) without the targets file."""
-    from crashcases.engine import CrashPlan, load_plan, run_spec
+    from crashcases.crash.engine import run_spec
+    from crashcases.crash.plan import CrashPlan, load_plan
     from framework.core.lifecycle import run_lifecycle
     from recovery.targets import Target
 
@@ -260,8 +265,8 @@ def test_a_plan_with_a_user_target_survives_plan_json(tmp_path):
 def test_a_plan_from_before_generator_2_regenerates_its_classic_workload(tmp_path):
     import json
 
-    from crashcases.cases import load_case
-    from crashcases.engine import CrashPlan, load_plan, validate_plan
+    from crashcases.crash.plan import CrashPlan, load_plan, validate_plan
+    from crashcases.workload.cases import load_case
 
     new = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq1", max_sequences=5))[1]
     raw = {"target": "ext4/ordered", "case": "gen:seq1", "seed": 0, "points": "marks",
@@ -282,8 +287,8 @@ def test_generator_2_plans_keep_assuming_fallocate_everywhere() -> None:
     zero-range left the msync after it out of range, and the recording failed)."""
     import dataclasses
 
-    from crashcases.engine import CrashPlan, validate_plan
-    from crashcases.operations import OpKind
+    from crashcases.crash.plan import CrashPlan, validate_plan
+    from crashcases.workload.ops import OpKind
 
     g3 = CrashPlan(target="ext2", case="gen:seq1")
     g2 = dataclasses.replace(g3, generator=2)
@@ -298,8 +303,8 @@ def test_generator_2_plans_keep_assuming_fallocate_everywhere() -> None:
 @pytest.mark.parametrize("name", ["ext2", "ext3", "ext4/ordered", "ext4/nojournal", "xfs",
                                   "btrfs", "f2fs", "jfs", "reiserfs"])
 def test_generated_workloads_use_only_what_the_target_has(name: str) -> None:
-    from crashcases.engine import CrashPlan, validate_plan
-    from crashcases.operations import required_capability
+    from crashcases.crash.plan import CrashPlan, validate_plan
+    from crashcases.workload.ops import required_capability
     from recovery.filesystems import adapter_for
 
     for case in ("gen:seq1", "gen:seq2", "random:400"):
@@ -310,8 +315,8 @@ def test_generated_workloads_use_only_what_the_target_has(name: str) -> None:
 
 
 def test_a_two_disk_run_records_and_checks_both_disks_with_each_states_journal_recipe(tmp_path):
-    from crashcases.points import DiskState
-    from crashcases.tasks import DiskRecipe, JournalDisks
+    from crashcases.crash.guest import DiskRecipe, JournalDisks
+    from crashcases.crash.points import DiskState
     seen: list[tuple[list[str], dict]] = []  # type: ignore[type-arg]
 
     def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]

@@ -18,23 +18,19 @@ from pathlib import Path
 import pytest
 
 from crashcases.check import CheckResult
-from crashcases.engine import CrashPlan, image_name
-from crashcases.export import (
-    FSTESTS_OPS,
-    Check,
-    ExportError,
-    build_checks,
-    check_functions,
-    load_export_state,
-    pattern_data,
-    recorded_data,
-    translate_ops,
-    write_fstests,
-    write_script,
-)
-from crashcases.operations import FallocMode, FsModel, Op, OpKind, Workload, execute, needs_data
-from crashcases.oracle import FindingKind, NodeKind, OracleLog, verify
-from crashcases.outcomes import Outcome
+from crashcases.crash.engine import image_name
+from crashcases.crash.plan import CrashPlan
+from crashcases.execute import execute
+from crashcases.findings.checks import Check, check_functions
+from crashcases.findings.export import ExportError, load_export_state, pattern_data, recorded_data
+from crashcases.findings.fstests import FSTESTS_OPS, translate_ops, write_fstests
+from crashcases.findings.script import build_checks, write_script
+from crashcases.oracle.finding import Broken, Finding, FindingKind
+from crashcases.oracle.log import NodeKind, OracleLog
+from crashcases.oracle.verify import verify
+from crashcases.vocabulary import Outcome
+from crashcases.workload.model import FsModel
+from crashcases.workload.ops import FallocMode, Op, OpKind, Workload, needs_data
 from devicemapper.logformat import LogFlag, LogWriter
 from framework.cli import main
 from recovery.filesystems import persistence_rules
@@ -106,8 +102,7 @@ def copy_tree(src: Path, dst: Path) -> None:
 
 def findings_of(tree: Path, workload: Workload, oracle: OracleLog) -> list[dict]:
     found = verify(oracle, tree, last_mark=MARK, rules=persistence_rules(resolve(TARGET)))
-    return [{"kind": f.kind.value, "path": f.path, "detail": f.detail, "mark": f.mark}
-            for f in found]
+    return [f.to_dict() for f in found]
 
 
 def run_checks(checks: list[Check], root: Path, tmp_path: Path) -> tuple[int, list[str]]:
@@ -198,9 +193,11 @@ def test_each_check_fires_on_the_broken_tree_and_passes_on_the_promised_one(tmp_
 
 def test_a_block_check_names_the_promise_and_the_allowed_versions(tmp_path):
     workload = planted_workload()
-    finding = {"kind": "data-loss", "path": "d/f", "mark": "pc-0",
-               "detail": "block 1 (bytes 4096-8191) holds zeros; promised at pc-0 as of op 9 "
-                         "(fsync d/f)"}
+    finding = Finding.make(FindingKind.DATA_LOSS, "d/f", Broken.BLOCK, block=1, block_bytes=B,
+                           size=3 * B + 100, found="zeros", mark="pc-0", op=9,
+                           promise="promised at pc-0 as of op 9 (fsync d/f)").to_dict()
+    assert finding["detail"] == ("block 1 (bytes 4096-8191) holds zeros; promised at pc-0 as of "
+                                 "op 9 (fsync d/f)")
     state = load_export_state(make_run(tmp_path, workload, [finding]), "40/prefix")
     (check,) = build_checks(state, recorded_data(workload.seed), verify=True)
     # Versions of d/f from the promise (op 9) to the window's end (op 14): op 2's, op 12's.
@@ -209,11 +206,12 @@ def test_a_block_check_names_the_promise_and_the_allowed_versions(tmp_path):
     assert check.test.startswith('pc_one_of "$(pc_block "$pc_root"/d/f 1)" ')
 
 
-def test_an_io_error_becomes_a_read_and_an_unknown_detail_an_error(tmp_path):
-    io = {"kind": "io-error", "path": "d/f", "detail": "reading: [Errno 5] Input/output error"}
+def test_an_io_error_becomes_a_read_and_a_finding_without_fields_an_error(tmp_path):
+    io = Finding.make(FindingKind.IO_ERROR, "d/f", Broken.IO,
+                      found="reading: [Errno 5] Input/output error").to_dict()
     odd = {"kind": "data-loss", "path": "d/f", "detail": "something the oracle never says"}
     state = load_export_state(make_run(tmp_path, planted_workload(), [io, odd]), "40/prefix")
-    with pytest.raises(ExportError, match=r"finding data-loss at d/f .*no shell check for it"):
+    with pytest.raises(ExportError, match=r"finding data-loss at d/f has no fields .*recheck"):
         build_checks(state, recorded_data(5), verify=True)
     (check,) = build_checks(replace(state, result={**state.result, "findings": [io]}),
                             recorded_data(5), verify=True)
@@ -222,8 +220,9 @@ def test_an_io_error_becomes_a_read_and_an_unknown_detail_an_error(tmp_path):
 
 def test_a_changed_case_is_caught_against_the_oracle(tmp_path):
     workload = planted_workload()
-    finding = {"kind": "data-loss", "path": "d/f", "mark": "pc-0",
-               "detail": "size 0 B; promised at pc-0 as of op 9 (fsync d/f): at least 12388 B"}
+    finding = Finding.make(FindingKind.DATA_LOSS, "d/f", Broken.SIZE_BELOW, size=0, bound=12388,
+                           mark="pc-0", op=9,
+                           promise="promised at pc-0 as of op 9 (fsync d/f)").to_dict()
     state = load_export_state(make_run(tmp_path, workload, [finding]), "40/prefix")
     build_checks(state, recorded_data(workload.seed), verify=True)
     with pytest.raises(ExportError, match="does not match oracle.json"):  # other bytes
@@ -352,8 +351,8 @@ def test_every_kind_in_the_table_translates_and_a_missing_one_is_named(tmp_path)
 
 def test_ops_the_recording_skipped_are_skipped_in_the_test(tmp_path):
     workload = Workload("w", 1, (Op(K.CREAT, "f"), Op(K.CLONE, "f", dst="f"), Op(K.SYNC)))
-    oracle = OracleLog("w", 1, 3, ("creat f", "clone f -> f [skipped: unsupported]", "sync"),
-                       (), {}, {})
+    oracle = OracleLog("w", 1, 3, ("creat f", "clone f -> f", "sync"), (), {}, {},
+                       skipped={1: "unsupported"})
     lines, requires = translate_ops(workload, oracle, 2)
     assert "# op 1 (clone f -> f): skipped, as in the recording (unsupported)" in lines
     assert not any("reflink" in r for r in requires)
@@ -392,8 +391,9 @@ def test_the_pattern_checks_pass_on_the_translated_workload_and_fail_on_a_broken
 
 
 def one_finding() -> list[dict]:
-    return [{"kind": "data-loss", "path": "d/g", "mark": "pc-1",
-             "detail": "missing; promised at pc-1 as of op 10 (fsync_dir d): file #3"}]
+    return [Finding.make(FindingKind.DATA_LOSS, "d/g", Broken.MISSING, expected=("file #3",),
+                         mark="pc-1", op=10,
+                         promise="promised at pc-1 as of op 10 (fsync_dir d)").to_dict()]
 
 
 def test_the_fstests_test_replays_to_the_mark_and_its_golden_output_is_the_ok_lines(tmp_path):

@@ -42,7 +42,7 @@ def _top_level_imports(module: str) -> set[str]:
     return set(out.stdout.split())
 
 
-@pytest.mark.parametrize("module", ["framework.cli.guest", "crashcases.cuttrial",
+@pytest.mark.parametrize("module", ["framework.cli.guest", "crashcases.cut.guest",
                                     "framework.cli.sweepguest"])
 def test_the_guest_imports_no_heavy_library(module: str) -> None:
     # Every guest start reads its imports over 9p, often under an emulated CPU.

@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from crashcases import cut
 from crashcases.check import CheckResult, explain
-from crashcases.cutsummary import TrialResult, summarize
-from crashcases.cuttrial import CutPoint, DriveResult
-from crashcases.engine import CrashEngine, CrashPlan, CrashRunResult, StoreSink, run_crash
+from crashcases.crash.engine import CrashEngine, StoreSink, run_crash
+from crashcases.crash.plan import CrashPlan, CrashRunResult
+from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.cut import engine as cut
+from crashcases.cut.guest import CutPoint, DriveResult
+from crashcases.cut.summary import TrialResult, summarize
+from crashcases.execute import execute
 from crashcases.known import (
     KnownList,
     KnownMatcher,
@@ -25,18 +28,17 @@ from crashcases.known import (
     parse_known,
     release_key,
 )
-from crashcases.operations import Op, OpKind, Workload, execute
-from crashcases.outcomes import Outcome, fails
-from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
+from crashcases.vocabulary import CrashPointKind, Outcome, VariantKind, fails
+from crashcases.workload.ops import Op, OpKind, Workload
 from framework.cli import crash as crash_cli
 from framework.cli import cut as cut_cli
 from framework.cli import main
-from framework.cli.study import parse_study
 from framework.core import junit
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import MIGRATIONS, SCHEMA_VERSION, Store
+from framework.study.engine import parse_study
 from recovery.targets import Target, get_target
 
 DEBIAN_6_1 = "6.1.0-28-amd64"

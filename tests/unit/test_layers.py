@@ -17,7 +17,11 @@ reason beside it, and a test fails once the code it excuses is gone.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +56,7 @@ HELP_NAMES = re.compile(r"^[A-Z_]*(DESCRIPTION|EPILOG|USAGE|HELP|EXAMPLES?)$")
 FS_NAME_ALLOWED: set[tuple[str, str]] = set()
 DMSETUP_ALLOWED: set[str] = set()
 # FICLONE/FICLONERANGE on regular files: workload operations, not device ioctls.
-IOCTL_ALLOWED: set[str] = {"crashcases/operations.py"}
+IOCTL_ALLOWED: set[str] = {"crashcases/execute.py"}
 
 
 def _modules(*packages: str) -> Iterator[Path]:
@@ -247,3 +251,35 @@ def test_doctor_names_a_missing_device_mapper_module_and_its_config(tmp_path: Pa
     delay = checks["CONFIG_DM_DELAY"]
     assert not delay.ok and delay.required
     assert delay.fix == "rebuild the kernel with CONFIG_DM_DELAY=m (or =y)"
+
+
+# (a file to plant a line in, the import planted, the contract it must break)
+PLANTED = [
+    ("crashcases/cut/engine.py", "import crashcases.sweep.engine",
+     "Rooms of crashcases"),  # sibling engines: '|'
+    ("crashcases/oracle/log.py", "import crashcases.workload.ops", "Rooms of crashcases"),
+    ("framework/report/html.py", "import framework.study.engine", "Layers: application"),
+    ("crashcases/sweep/guest.py", "import numpy", "Guest programs load no numerics"),
+    ("crashcases/crash/guest.py", "import crashcases.findings.checks", "Rooms of crashcases"),
+]
+
+
+@pytest.mark.parametrize("where,line,contract", PLANTED, ids=[p[1] for p in PLANTED])
+def test_each_import_contract_reports_a_planted_violation(tmp_path: Path, where: str, line: str,
+                                                          contract: str) -> None:
+    """Positive control of the import-linter contracts in pyproject.toml: a copy of the
+    packages with one forbidden import added is reported broken, by name."""
+    for name in ("framework", "crashcases", "recovery", "devicemapper"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / where
+    text = target.read_text()
+    head, sep, rest = text.partition("\nfrom __future__ import annotations\n")
+    target.write_text(head + sep + f"{line}  # planted\n" + rest)
+    lint = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path), "COLUMNS": "400"},
+                         timeout=300)
+    assert out.returncode != 0, out.stdout
+    broken = [ln for ln in out.stdout.splitlines() if ln.endswith(" BROKEN")]
+    assert len(broken) == 1 and broken[0].startswith(contract), out.stdout[-2000:]

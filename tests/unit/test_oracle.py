@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -14,27 +15,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crashcases import oracle as oracle_mod
-from crashcases.cases import load_case, pack, random_ops
-from crashcases.operations import (
+from crashcases.execute import execute, mark_name, perform
+from crashcases.oracle import verify as oracle_mod
+from crashcases.oracle.finding import Finding, FindingKind
+from crashcases.oracle.log import OracleError, OracleLog, Recorder
+from crashcases.oracle.verify import verify, walk_tree
+from crashcases.workload.cases import load_case
+from crashcases.workload.generate import pack, random_ops
+from crashcases.workload.ops import (
     DURABILITY_OPS,
     FallocMode,
     Op,
     OpKind,
     Workload,
-    execute,
-    mark_name,
     needs_data,
     op_data,
-    perform,
-)
-from crashcases.oracle import (
-    Finding,
-    FindingKind,
-    OracleError,
-    OracleLog,
-    verify,
-    walk_tree,
 )
 from recovery.filesystems import persistence_rules
 from recovery.persistence import PersistenceRules, posix_strict
@@ -729,3 +724,21 @@ def test_two_lanes_asking_for_one_index_build_it_once(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert got == [42, 42] and built == [1]
+
+
+def test_skipped_ops_are_a_flag_and_an_old_log_reads_the_same() -> None:
+    rec = Recorder("w", 1)
+    rec.op(0, "creat f")
+    rec.op(1, "clone f -> g", skipped="unsupported")
+    rec.finish(2)
+    log = rec.log
+    assert log.ops == ("creat f", "clone f -> g") and log.skipped == {1: "unsupported"}
+    assert log.describe_op(1) == "op 1 (clone f -> g [skipped: unsupported])"
+    again = OracleLog.from_json(log.to_json())
+    assert again.skipped == {1: "unsupported"} and again.ops == log.ops
+    # Format 1 kept the reason in the op's words: read into the same flag.
+    doc = json.loads(log.to_json())
+    doc["format"], doc["ops"] = 1, ["creat f", "clone f -> g [skipped: unsupported]"]
+    del doc["skipped"]
+    old = OracleLog.from_json(json.dumps(doc))
+    assert old.ops == log.ops and old.skipped == log.skipped

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.operations import FallocMode, Op, OpKind, op_data
-from crashcases.oracle import FindingKind, OracleLog, verify
+from crashcases.oracle.finding import FindingKind
+from crashcases.oracle.log import OracleLog
+from crashcases.oracle.verify import verify
+from crashcases.workload.ops import FallocMode, Op, OpKind, op_data
 from framework.core.errors import ConfigError
 from recovery.filesystems import persistence_rules
 from recovery.persistence import RULE_SENTENCES, PersistenceRules, posix_strict

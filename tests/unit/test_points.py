@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from crashcases.points import (
-    CrashPointKind,
+from crashcases.crash.points import (
     Variant,
-    VariantKind,
     build_state,
     enumerate_points,
     parse_strategy,
     plan_states,
 )
+from crashcases.vocabulary import CrashPointKind, VariantKind
 from devicemapper.logformat import LogEntry, LogFlag
 from framework.core.errors import ConfigError
 
@@ -115,14 +114,14 @@ MARKS3 = ["pc-0", "pc-1", "pc-2"]
 
 
 def two_disk(points: str, variants: list[str]):
-    from crashcases.points import plan_two_disk_states
+    from crashcases.crash.points import plan_two_disk_states
     pts = enumerate_points(DATA, points, workload_marks=MARKS3)
     return plan_two_disk_states(DATA, JOURNAL, pts, variants, workload_marks=MARKS3, seed=5,
                                 per_point=1)
 
 
 def test_two_disk_marks_pair_both_logs_at_the_same_mark_unless_the_data_disk_moved():
-    from crashcases.points import Unexplored
+    from crashcases.crash.points import Unexplored
     states, skipped = two_disk("marks", ["prefix"])
     assert {s.key: (s.base, s.journal.base) for s in states} == {"6/prefix": (6, 5),
                                                                 "16/prefix": (16, 9)}
@@ -131,7 +130,7 @@ def test_two_disk_marks_pair_both_logs_at_the_same_mark_unless_the_data_disk_mov
 
 
 def test_two_disk_points_inside_a_window_need_a_journal_that_stood_still():
-    from crashcases.points import Unexplored
+    from crashcases.crash.points import Unexplored
     states, skipped = two_disk("flush", ["prefix"])
     # Only the flush after pc-0 (entry 9): the journal logged nothing until pc-1.
     assert [(s.key, s.journal.base) for s in states] == [("9/prefix", 5)]
@@ -139,7 +138,7 @@ def test_two_disk_points_inside_a_window_need_a_journal_that_stood_still():
 
 
 def test_journal_variants_move_only_the_journal_disk_and_rebuild_from_their_key():
-    from crashcases.points import TwoLogs, annotate
+    from crashcases.crash.points import TwoLogs, annotate
     states, _ = two_disk("marks", ["prefix", "journal-lying"])
     lying = [s for s in states if s.variant.on_journal]
     assert lying and all(s.key.split("/")[1].startswith("journal-lying:") for s in lying)
@@ -157,7 +156,7 @@ def test_journal_variants_move_only_the_journal_disk_and_rebuild_from_their_key(
 
 
 def test_journal_variant_names_parse_and_need_a_kind():
-    from crashcases.points import parse_variants
+    from crashcases.crash.points import parse_variants
     assert Variant.parse("journal-lying:4") == Variant(VariantKind.LYING, 4, on_journal=True)
     assert Variant.parse("journal-lying:4").spec == "journal-lying:4"
     assert parse_variants(["prefix", "journal-lying"]) == [VariantKind.PREFIX]

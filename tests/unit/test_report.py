@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.points import CrashPointKind
+from crashcases.vocabulary import CrashPointKind
 from framework.bench.workloads import Metric
 from framework.cli import main
 from framework.core.store import Store

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.cases import load_case
 from crashcases.check import CheckResult
-from crashcases.engine import CrashPlan, CrashRunResult, load_plan
-from crashcases.operations import Op, OpKind, Workload
-from crashcases.outcomes import Outcome
-from crashcases.points import CrashPoint, CrashPointKind, CrashState, Variant, VariantKind
-from crashcases.shrink import (
-    SUMMARY_FILE,
-    WORKLOAD_FILE,
+from crashcases.crash.plan import CrashPlan, CrashRunResult, load_plan
+from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.findings.shrink import (
     Shrinker,
     Signature,
     Verdict,
@@ -27,7 +22,11 @@ from crashcases.shrink import (
     load_failure,
     unresolved_reason,
 )
+from crashcases.vocabulary import CrashPointKind, Outcome, VariantKind
+from crashcases.workload.cases import load_case
+from crashcases.workload.ops import Op, OpKind, Workload
 from framework.cli import main
+from framework.core import rundir
 from framework.core.errors import ConfigError
 
 K = OpKind
@@ -226,9 +225,9 @@ def test_the_planted_failure_shrinks_to_three_ops_and_only_the_smallest_run_is_k
     assert got.reproducer_key == "9/prefix"
     kept = sorted(run_dir.glob("shrink-*"))
     assert kept == [got.reproducer_dir]
-    assert Workload.from_json((kept[0] / WORKLOAD_FILE).read_text()).ops == got.ops
-    assert load_plan(kept[0]).case == f"file:{kept[0] / WORKLOAD_FILE}"
-    summary = json.loads((kept[0] / SUMMARY_FILE).read_text())
+    assert Workload.from_json((kept[0] / rundir.WORKLOAD).read_text()).ops == got.ops
+    assert load_plan(kept[0]).case == f"file:{kept[0] / rundir.WORKLOAD}"
+    summary = json.loads((kept[0] / rundir.SHRINK).read_text())
     assert summary["ops"] == MINIMAL and summary["minimal"] and summary["original_ops"] == 20
     assert summary["reproducer"] == f"powercut recheck {kept[0]} 9/prefix"
     assert progress[1].startswith("cheap cut: 6 ops under c")
@@ -245,7 +244,7 @@ def test_ctrl_c_keeps_the_best_so_far_on_disk(tmp_path):
     assert best.interrupted and not best.minimal and len(best.ops) == 5
     assert sorted(run_dir.glob("shrink-*")) == [best.reproducer_dir]  # the interrupted one is gone
     assert best.reproducer_dir is not None
-    summary = json.loads((best.reproducer_dir / SUMMARY_FILE).read_text())
+    summary = json.loads((best.reproducer_dir / rundir.SHRINK).read_text())
     assert summary["interrupted"] and len(summary["ops"]) == 5
 
 
@@ -291,7 +290,7 @@ def test_the_cli_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, caps
 
 
 def test_the_cli_prints_the_minimal_ops_and_the_same_as_json(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("crashcases.shrink.Shrinker.record_and_check", FakeShrinker.record_and_check)
+    monkeypatch.setattr("crashcases.findings.shrink.Shrinker.record_and_check", FakeShrinker.record_and_check)
     monkeypatch.setattr("framework.cli.shrink.machine_factory", lambda args: no_guest)
     run_dir = fake_run(tmp_path)
     assert main(["shrink", str(run_dir), "110/prefix", "-q"]) == 0

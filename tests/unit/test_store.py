@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.outcomes import Outcome
-from crashcases.points import CrashPointKind
-from crashcases.points import VariantKind as Variant
+from crashcases.vocabulary import CrashPointKind, Outcome
+from crashcases.vocabulary import VariantKind as Variant
 from framework.bench.workloads import Metric
 from framework.core.store import (
     MIGRATIONS,

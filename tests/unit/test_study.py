@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from framework.cli import build_parser
-from framework.cli.study import StepResult, builtin_studies, load_study, parse_study, run_study
 from framework.core.errors import ConfigError
+from framework.study.engine import StepResult, builtin_studies, load_study, parse_study, run_study
 
 STUDY = """
 [study]
@@ -109,8 +109,8 @@ def test_run_study_passes_each_command_line():
 
 def test_every_builtin_study_step_is_valid_for_its_command():
     """Each step passes the checks its command makes before a guest boots."""
-    from crashcases.cut import validate_cut_plan
-    from crashcases.engine import validate_plan
+    from crashcases.crash.plan import validate_plan
+    from crashcases.cut.engine import validate_cut_plan
     from framework.bench import engine as bench
     from framework.cli import bench as cli_bench
     from framework.cli import crash as cli_crash
@@ -136,7 +136,7 @@ def test_every_builtin_study_step_is_valid_for_its_command():
 def test_claims_and_targets_files_beside_the_studies_are_not_studies():
     from importlib import resources
 
-    names = {e.name for e in resources.files("framework.cli.studies").iterdir()}
+    names = {e.name for e in resources.files("framework.study.studies").iterdir()}
     assert "seed000-bonnie.claims.toml" in names
     listed = builtin_studies()
     assert "seed000-bonnie" in listed
@@ -192,7 +192,7 @@ def fake_powercut(argv: list[str]) -> int:
     import hashlib
     from pathlib import Path
 
-    from crashcases.points import CrashPointKind
+    from crashcases.vocabulary import CrashPointKind
     from framework.bench.workloads import Metric
     from framework.core.lifecycle import RunSpec, run_lifecycle
     from framework.core.store import Store
@@ -345,7 +345,7 @@ def test_bad_shards_are_one_line_errors(argv, message, capsys):
 def test_a_finished_steps_status_comes_from_its_results_judged_by_target(tmp_path):
     """When a study was killed after a step finished but before saving its status, resume
     takes it from the stored results: a state fsck repaired fails a journalled target."""
-    from crashcases.points import CrashPointKind
+    from crashcases.vocabulary import CrashPointKind
     from framework.cli.run import status_from_store
     from framework.core.store import Store
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crashcases.outcomes import Outcome
-from crashcases.sweep import (
+from crashcases.sweep.engine import (
     DIRTY_MIB,
     ERROR,
     FILES_K,
@@ -24,7 +23,7 @@ from crashcases.sweep import (
     rows_csv,
     validate_sweep_plan,
 )
-from crashcases.sweeppoint import (
+from crashcases.sweep.guest import (
     PointRequest,
     PointResult,
     dirty_file_count,
@@ -34,6 +33,7 @@ from crashcases.sweeppoint import (
     verify,
     write_in_flight,
 )
+from crashcases.vocabulary import Outcome
 from framework.cli import main
 from framework.core.errors import ConfigError
 from framework.core.stats import linear_fit
@@ -273,7 +273,7 @@ def test_the_sweeps_guest_program_answers_and_skips_the_crash_checker() -> None:
     assert out.returncode == 0, out.stderr
     assert list(agent.parse_frames(out.stdout)) == [{"result": {"payload": 5}}]
     probe = ("import sys, framework.cli.sweepguest as g; "
-             "print(sorted(g.TASKS), 'crashcases.oracle' in sys.modules)")
+             "print(sorted(g.TASKS), 'crashcases.oracle.verify' in sys.modules)")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=60, check=True).stdout.split("]")
     assert "'sweep-point'" in loaded[0] and loaded[1].strip() == "False"
@@ -287,7 +287,7 @@ def test_a_sweep_stores_each_point_replaces_a_hung_guest_and_resumes(tmp_path: P
     import json
     from typing import Any
 
-    from crashcases.sweep import load_sweep_plan, run_spec, run_sweep
+    from crashcases.sweep.engine import load_sweep_plan, run_spec, run_sweep
     from framework.core import agent
     from framework.core.errors import CommandTimeout
     from framework.core.lifecycle import resumed_lifecycle, run_lifecycle

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pexpect
 
-from framework.core import clock, command
+from framework.core import clock, command, rundir
 from framework.core.command import Argv, CommandResult
 from framework.core.errors import (
     BootError,
@@ -196,7 +196,7 @@ class QemuMachine(Machine):
         argv = self.qemu_argv(initrd, accel)
         log.debug("+ %s", shlex.join(argv))
         self.accel = accel
-        transcript = open(self.rundir / "console.log", "ab")  # noqa: SIM115 - closed in close()
+        transcript = open(self.rundir / rundir.CONSOLE, "ab")  # noqa: SIM115 - closed in close()
         self._transcript = transcript
         start = clock.monotonic()
         self.child = pexpect.spawn(argv[0], argv[1:], timeout=timeout_s, maxread=65536,
@@ -223,7 +223,7 @@ class QemuMachine(Machine):
         log.debug("guest ready in %.2f s (accel %s)", self.boot_s, accel)
 
     def console_tail(self, lines: int = 6) -> str:
-        path = self.rundir / "console.log"
+        path = self.rundir / rundir.CONSOLE
         try:
             text = path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:

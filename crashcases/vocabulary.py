@@ -1,12 +1,15 @@
-"""What a checked crash state or power-cut trial came to, and which outcomes fail a target.
+"""powercut's words for what a check found: outcomes, crash-point kinds, variant kinds.
 
-ok = mounted, kept every promise, fsck clean; recovered = kept every
-promise but fsck had to repair; data-loss = broke a durability promise;
-corrupt = fsck could not repair it, or reading failed; unmountable = the
-kernel refused it; hang = mount, umount or fsck outlived its deadline;
-error = the harness could not finish the check (a device or mount stayed
-busy): not a verdict on the filesystem, and the state is checked again on
-a fresh guest before it is recorded so.
+An outcome is what one crash state or power-cut trial came to: ok = mounted,
+kept every promise, fsck clean; recovered = kept every promise but fsck had
+to repair; data-loss = broke a durability promise; corrupt = fsck could not
+repair it, or reading failed; unmountable = the kernel refused it; hang =
+mount, umount or fsck outlived its deadline; error = the harness could not
+finish the check (a device or mount stayed busy): not a verdict on the
+filesystem, and the state is checked again on a fresh guest before it is
+recorded so. A crash point is where in the recorded log a crash is placed;
+a variant is how the writes not yet flushed there are treated. ``fails`` is
+the one definition of a failing outcome.
 """
 
 from __future__ import annotations
@@ -52,3 +55,25 @@ def fails(outcome: Outcome | str, target: Target) -> bool:
     outcome = Outcome(outcome)
     return outcome in ALWAYS_FAILING or (
         outcome is Outcome.RECOVERED and target.journalled)
+
+
+class CrashPointKind(StrEnum):
+    """How a crash point was chosen."""
+
+    MARK = "mark"
+    FUA = "fua"
+    FLUSH = "flush"
+    EVERY = "every"
+    SAMPLE = "sample"
+
+
+class VariantKind(StrEnum):
+    """Which state is built at a crash point (see the module docstring)."""
+
+    PREFIX = "prefix"
+    SUBSET = "subset"
+    TORN = "torn"
+    LYING = "lying"
+
+
+PointKind = CrashPointKind

@@ -38,9 +38,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from framework.cli.claims import Claim, load_claims
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import study_step
+from framework.study.claims import Claim, load_claims
 
 COMMANDS = ("crash", "cut", "bench")
 STEP_KEYS = {"command", "targets", "options", "expect", "title", "scales"}
@@ -66,7 +66,7 @@ class Study:
     source: str = ""
     targets_file: str | None = None  # absolute, passed to every step as --targets-file
     known_files: tuple[str, ...] = ()  # absolute, passed to crash and cut steps as --known
-    #: The paper's claims the study judges (framework.cli.claims), from [study] claims.
+    #: The paper's claims the study judges (framework.study.claims), from [study] claims.
     claims: tuple[Claim, ...] = ()
     #: The scales the study names ([study] scales, the first the default) and the one chosen.
     scales: tuple[str, ...] = ()
@@ -80,7 +80,7 @@ _NOT_STUDIES = (".claims.toml", "-targets.toml")
 def builtin_studies() -> dict[str, str]:
     """Built-in study names and their file contents."""
     out = {}
-    for entry in resources.files("framework.cli.studies").iterdir():
+    for entry in resources.files("framework.study.studies").iterdir():
         if entry.name.endswith(".toml") and not entry.name.endswith(_NOT_STUDIES):
             out[entry.name.removesuffix(".toml")] = entry.read_text()
     return out
@@ -90,7 +90,7 @@ def load_study(name_or_path: str, *, scale: str | None = None) -> Study:
     builtins = builtin_studies()
     if name_or_path in builtins:
         # A built-in study's files (claims) are next to it in the package.
-        here = Path(str(resources.files("framework.cli.studies")))
+        here = Path(str(resources.files("framework.study.studies")))
         return parse_study(builtins[name_or_path], source=f"built-in study {name_or_path!r}",
                            base=here, scale=scale)
     path = Path(name_or_path)

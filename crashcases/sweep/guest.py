@@ -28,13 +28,12 @@ The guest runs it as its own small program (``framework.cli.sweepguest``):
 importing the whole guest program (every task, the crash checker and its
 oracle) costs seconds per point over 9p under an emulated CPU, more than
 most points' recovery. So this module keeps to what a point needs (no
-crash checker, no numpy). The host side is ``crashcases.sweep``.
+crash checker, no numpy). The host side is ``crashcases.sweep.engine``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import random
 from collections.abc import Callable, Mapping
@@ -42,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crashcases.outcomes import Outcome, worst
+from crashcases.vocabulary import Outcome, worst
 from devicemapper.flakey import FlakeyMode, cut_together, flakey_device, restore_together
 from devicemapper.snapshot import throwaway_snapshot
 from framework.core import agent, clock
@@ -51,10 +50,8 @@ from framework.core.errors import CommandError
 from framework.core.syscalls import drop_caches
 from recovery.filesystems import FsckVerdict, adapter_for
 from recovery.fsck import FsckResult, run_fsck, run_journal_only
-from recovery.mount import mkfs, mount_timed, umount
+from recovery.mount import Timeouts, mkfs, mount_timed, umount
 from recovery.targets import Target
-
-log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 # The guest covers /mnt with a tmpfs of its own (framework.core.machine.initramfs).
@@ -64,15 +61,6 @@ FILES_PER_DIR = 100
 DIRTY_FILE_BYTES = 256 * 1024  # the work in flight comes in files of this size, each fsynced
 POPULATED = "populated"
 IN_FLIGHT = "in-flight"
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """Deadlines of one point's steps (a step that outlives its own is a hang)."""
-
-    mount_s: float = 120.0
-    fsck_s: float = 300.0
-    umount_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

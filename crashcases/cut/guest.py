@@ -26,7 +26,7 @@ on EIO.
 
 This module is imported by the guest program: it keeps to what a trial
 needs (no numpy, no case generator), since every import is read over 9p
-under an emulated CPU. The host side is ``crashcases.cut``.
+under an emulated CPU. The host side is ``crashcases.cut.engine``.
 """
 
 from __future__ import annotations
@@ -42,19 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crashcases.check import CheckResult, Timeouts, check_state
-from crashcases.operations import (
-    DURABILITY_OPS,
-    Op,
-    Workload,
-    WorkloadError,
-    execute,
-    mark_name,
-    needs_data,
-    op_data,
-    perform,
-)
-from crashcases.oracle import OracleLog
+from crashcases.check import CheckResult, check_state
+from crashcases.execute import execute, mark_name, perform
+from crashcases.oracle.log import OracleLog
+from crashcases.workload.ops import DURABILITY_OPS, Op, Workload, WorkloadError, needs_data, op_data
 from devicemapper.delay import delayed_path
 from devicemapper.flakey import FlakeyMode, cut_together, flakey_device, restore_together
 from framework.core import agent, clock
@@ -63,10 +54,11 @@ from framework.core.errors import CommandError, ConfigError
 from framework.core.syscalls import drop_caches
 from recovery.filesystems import adapter_for, persistence_rules
 from recovery.fsck import C_LOCALE
-from recovery.mount import mkfs, mount_timed, mounted
+from recovery.mount import Timeouts, mkfs, mount_timed, mounted
 from recovery.targets import Target
 
 log = logging.getLogger(__name__)
+
 
 LIVE_MOUNTPOINT = Path("/tmp/powercut/cut-live")
 CHECK_MOUNTPOINT = Path("/tmp/powercut/cut-check")

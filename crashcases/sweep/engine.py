@@ -3,7 +3,7 @@
 A sweep asks how recovery time grows with four factors: the filesystem's
 size, the number of files in it, the data in flight at the power cut and
 the journal's size. Each point is one ``sweep-point`` task in the guest
-(``crashcases.sweeppoint``): mkfs at that size, populate, write and fsync
+(``crashcases.sweep.guest``): mkfs at that size, populate, write and fsync
 the data in flight, cut, then time the kernel's journal replay at mount,
 the checker's journal-only replay where it has one, and a forced full
 fsck, each on its own.
@@ -37,26 +37,24 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crashcases.outcomes import Outcome
-from crashcases.sweeppoint import (
-    FILE_BYTES,
-    SWEEP_POINT,
-    PointRequest,
-    PointResult,
-    Timeouts,
-)
-from framework.core import agent, clock
-from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
-from framework.core.lifecycle import Run, RunSpec, read_plan
+from crashcases.sweep.guest import FILE_BYTES, SWEEP_POINT, PointRequest, PointResult
+from crashcases.vocabulary import Outcome
+from framework.core import agent, clock, rundir
+from framework.core.errors import ConfigError, PowercutError
+from framework.core.lifecycle import EngineRun, Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
+from framework.core.machine.slot import GuestLost, GuestSlot
 from recovery.disks import DEFAULT_JOURNAL_BYTES, MARGIN_BYTES, MiB
 from recovery.filesystems import adapter_for, tool_versions
+from recovery.mount import Timeouts
 from recovery.targets import Target, resolve
+
+log = logging.getLogger(__name__)
+
 
 if TYPE_CHECKING:
     from framework.core import stats
 
-log = logging.getLogger(__name__)
 
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
 
@@ -285,13 +283,8 @@ class TargetFit:
 
 
 @dataclass
-class SweepResult:
-    run_dir: Path
-    plan: SweepPlan
+class SweepResult(EngineRun[SweepPlan]):
     rows: list[SweepRow] = field(default_factory=list)
-    replacements: int = 0
-    wall_s: float = 0.0
-    run_id: int | None = None
 
     def for_target(self, target: str) -> list[SweepRow]:
         return sorted((r for r in self.rows if r.point.target == target),
@@ -370,25 +363,15 @@ class SweepEngine:
         self.disk_names = {d.name for d in self.disks}
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in targets))
         self.vm_dir = run_dir / "vm"
-        self.machine: Machine | None = None
-        self.replacements = 0
+        self.slot = GuestSlot(lambda: self.factory(self.disks, self.vm_dir, self.fstypes),
+                              name="sweep guest")
 
-    def _machine(self) -> Machine:
-        if self.machine is None:
-            self.machine = self.factory(self.disks, self.vm_dir, self.fstypes)
-        return self.machine
-
-    def _replace(self) -> None:
-        if self.machine is not None:
-            with contextlib.suppress(Exception):
-                self.machine.close()
-        self.machine = None
-        self.replacements += 1
+    @property
+    def replacements(self) -> int:
+        return self.slot.replacements
 
     def close(self) -> None:
-        if self.machine is not None:
-            self.machine.close()
-            self.machine = None
+        self.slot.close()
 
     def request(self, machine: Machine, point: SweepPoint) -> PointRequest:
         base = self.by_name[point.target]
@@ -402,20 +385,19 @@ class SweepEngine:
             cow_dev=machine.disk("cow") if "cow" in self.disk_names else None,
             cow_journal_dev=(machine.disk("cow-journal")
                              if external and "cow-journal" in self.disk_names else None),
-            timeouts=Timeouts(mount_s=budget / 4, fsck_s=budget / 4,
-                              umount_s=max(budget / 10, 10)))
+            timeouts=Timeouts.within(budget, shares=4))
 
     def run_point(self, point: SweepPoint) -> SweepRow:
-        machine = self._machine()
         try:
-            result = agent.perform(machine, SWEEP_POINT, self.request(machine, point),
-                                   module=self.guest_module, timeout_s=self.plan.point_timeout_s)
-        except (CommandTimeout, MachineError) as exc:
+            result = self.slot.perform(SWEEP_POINT, lambda machine: self.request(machine, point),
+                                       module=self.guest_module,
+                                       timeout_s=self.plan.point_timeout_s)
+        except GuestLost as exc:
             # Stuck in the kernel, or a guest that stopped answering: a finding for this
-            # point; nothing in that guest is trusted after it.
-            log.warning("sweep point %s hung: %s", point.key, exc)
-            self._replace()
-            return SweepRow(point, Outcome.HANG.value, None, (str(exc),))
+            # point; a device that stayed busy: the point could not be measured. Either
+            # way nothing in that guest is trusted after it; the next point gets a new one.
+            log.warning("sweep point %s: %s", point.key, exc)
+            return SweepRow(point, Outcome.HANG.value if exc.hung else ERROR, None, (str(exc),))
         except PowercutError as exc:
             # The point could not be made (mkfs refused it, a tool failed): reported, not
             # timed; the guest cleaned up after itself and goes on with the next point.
@@ -461,7 +443,7 @@ def load_sweep_plan(run_dir: Path) -> SweepPlan:
 
 def earlier_rows(run_dir: Path) -> dict[str, SweepRow]:
     """The points an interrupted sweep saved in its results.json, by key."""
-    path = run_dir / "results.json"
+    path = run_dir / rundir.RESULTS
     if not path.exists():
         return {}
     try:
@@ -495,7 +477,7 @@ def run_sweep(plan: SweepPlan, run: Run, factory: MachineFactory, *,
                 row = engine.run_point(point)
                 store_row(run, row)
             result.rows.append(row)
-            run.save_json("results.json", result.to_dict())
+            run.save_json(rundir.RESULTS, result.to_dict())
             if progress is not None:
                 progress(row)
         return result
@@ -504,5 +486,5 @@ def run_sweep(plan: SweepPlan, run: Run, factory: MachineFactory, *,
         engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            run.save_json("results.json", result.to_dict())
-            (run.run_dir / "results.csv").write_text(rows_csv(result.rows))
+            run.save_json(rundir.RESULTS, result.to_dict())
+            (run.run_dir / rundir.RESULTS_CSV).write_text(rows_csv(result.rows))

@@ -26,31 +26,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from crashcases.operations import MKFS_MARK, ORDER_SUFFIX
+from crashcases.execute import MKFS_MARK, ORDER_SUFFIX
+from crashcases.vocabulary import PointKind, VariantKind
 from devicemapper.logformat import LogEntry
 from framework.core.errors import ConfigError
-
-
-class CrashPointKind(StrEnum):
-    """How a crash point was chosen."""
-
-    MARK = "mark"
-    FUA = "fua"
-    FLUSH = "flush"
-    EVERY = "every"
-    SAMPLE = "sample"
-
-
-class VariantKind(StrEnum):
-    """Which state is built at a crash point (see the module docstring)."""
-
-    PREFIX = "prefix"
-    SUBSET = "subset"
-    TORN = "torn"
-    LYING = "lying"
-
-
-PointKind = CrashPointKind
 
 END_MARK = "dm-log-writes-end"
 

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crashcases.check import CheckResult
-from crashcases.cuttrial import CutPoint, DriveResult
-from crashcases.outcomes import Outcome, fails
+from crashcases.cut.guest import CutPoint, DriveResult
+from crashcases.vocabulary import Outcome, fails
 from recovery.targets import Target
 
 

@@ -23,30 +23,12 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from crashcases.cases import load_case
-from crashcases.check import CheckResult, Timeouts
-from crashcases.known import KnownList, KnownMatcher, guest_kernel, recorded_marks
-from crashcases.operations import ASSUMED_CAPABILITIES, Workload
-from crashcases.oracle import OracleLog
-from crashcases.outcomes import Outcome
-from crashcases.points import (
-    CrashPoint,
-    CrashState,
-    DiskState,
-    Variant,
-    build_state,
-    enumerate_points,
-    journal_variants,
-    parse_strategy,
-    parse_variants,
-    plan_states,
-    plan_two_disk_states,
-)
-from crashcases.tasks import (
+from crashcases.check import CheckResult
+from crashcases.crash.guest import (
     CRASH_CHECK,
     CRASH_RECORD,
     CheckRequest,
@@ -56,168 +38,53 @@ from crashcases.tasks import (
     StateRecipe,
     parse_results,
 )
+from crashcases.crash.plan import (
+    CHECK_DISKS,
+    CHUNK,
+    JOURNAL_CHECK_DISKS,
+    JOURNAL_RECORD_DISKS,
+    LANE_DISKS,
+    RECORD_DISKS,
+    CrashPlan,
+    CrashRunResult,
+    MachineFactory,
+    disk_sizes,
+    load_state,
+    reproducer_command,
+    timeouts_for,
+    validate_plan,
+    write_json_lines,
+)
+from crashcases.crash.points import (
+    CrashState,
+    DiskState,
+    enumerate_points,
+    parse_variants,
+    plan_states,
+    plan_two_disk_states,
+)
+from crashcases.known import KnownList, KnownMatcher, guest_kernel, recorded_marks
+from crashcases.oracle.log import OracleLog
+from crashcases.vocabulary import Outcome
+from crashcases.workload.ops import Workload
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
-from framework.core import agent, clock
+from framework.core import agent, clock, rundir
 from framework.core.errors import (
-    CommandTimeout,
-    ConfigError,
     MachineError,
     PowercutError,
     ScratchDeviceError,
 )
-from framework.core.lifecycle import Run, RunSpec, read_plan, write_json_atomic
+from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
+from framework.core.machine.slot import GuestLost, GuestSlot
+from framework.core.rundir import write_json_atomic
 from framework.core.store import Store
-from recovery.disks import disk_bytes, throttle
+from recovery.disks import throttle
 from recovery.filesystems import adapter_for, tool_versions
-from recovery.targets import Target, resolve
+from recovery.targets import Target
 
 log = logging.getLogger(__name__)
-
-MiB = 1 << 20
-#: In a guest's run directory: the oracle it checks against, the results it appends to.
-GUEST_ORACLE = "oracle.json"
-GUEST_RESULTS = "results.jsonl"
-#: In the run directory: what the recording reported (written once it is whole) and the
-#: results a resumed run found from before.
-RECORD_FILE = "record.json"
-#: A two-disk run's journal log, beside log.img once the run is over.
-JOURNAL_LOG = "journal-log.img"
-HARVEST_FILE = "resumed-results.jsonl"
-
-
-def write_json_lines(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """One JSON object per line, replacing ``path`` atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    os.replace(tmp, path)
-CHUNK = 100  # states per agent call: each call starts python and loads the oracle and log index;
-# a hang costs nothing extra, since the watchdog spots it per state and results are per state
-MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
-
-
-@dataclass(frozen=True, slots=True)
-class CrashPlan:
-    target: str
-    case: str
-    seed: int = 0
-    points: str = "marks"
-    variants: tuple[str, ...] = ("prefix",)
-    per_point: int = 2
-    jobs: int = 1
-    check_timeout_s: float = 600.0
-    inject_hang: str | None = None
-    #: Fault injection: comma-separated "#N" (or a key), each with an optional "@SECONDS":
-    #: another process holds the N-th state's device open for that long, or for good.
-    inject_busy: str | None = None
-    max_images: int = 5
-    data_mib: int | None = None
-    max_sequences: int | None = None
-    #: Definitions of user targets (from --targets-file) the plan may name; kept in
-    #: plan.json so a reproducer rebuilds the state with the same configuration.
-    user_targets: tuple[Target, ...] = ()
-    #: Op kinds the generated workload is restricted to (--ops); empty: all the target has.
-    ops: tuple[str, ...] = ()
-    #: Which generator made the workload: 1 = the classic operations only (plans
-    #: written before the capability-driven operations), 2 = every operation the
-    #: target's filesystem supports but fallocate, punch hole and zero range taken
-    #: as everywhere, 3 = those too only where the filesystem has them. Kept so
-    #: that an old run's plan regenerates its own workload (shrink, export) byte
-    #: for byte.
-    generator: int = 3
-
-    @property
-    def spec(self) -> Target:
-        return resolve(self.target, self.user_targets)
-
-
-@dataclass
-class CrashRunResult:
-    run_dir: Path
-    plan: CrashPlan
-    record: dict[str, Any]
-    states: list[CrashState]
-    results: dict[str, CheckResult] = field(default_factory=dict)
-    replacements: int = 0
-    #: Harness errors met (state key, why): each state was checked again on a fresh guest.
-    harness_errors: list[tuple[str, str]] = field(default_factory=list)
-    wall_s: float = 0.0
-    run_id: int | None = None
-    #: The known-behaviour verdicts of this run's states (None: no list was given).
-    known: KnownMatcher | None = None
-    #: Two-disk runs: states not explored, by reason (their halves may never have coexisted).
-    unexplored: dict[str, int] = field(default_factory=dict)
-
-    def shared(self) -> int:
-        """States checked on the mount and fsck of the state before them (the same bytes)."""
-        return sum(1 for r in self.results.values() if r.same_as)
-
-    def counts(self) -> dict[str, int]:
-        out = {o.value: 0 for o in Outcome}
-        for r in self.results.values():
-            out[r.outcome.value] += 1
-        return out
-
-
-GENERATORS = (1, 2, 3)
-
-
-def disk_sizes(target: Target, data_mib: int | None) -> dict[str, int]:
-    sizes = disk_bytes([target], data_bytes=data_mib * MiB if data_mib else None)
-    data = sizes["data"]
-    # The log holds mkfs (full metadata init) plus every workload write, overwrites
-    # included: all of gen:seq2 on ext4 (17,130 operations) outgrew 320 MiB. Log disks
-    # are sparse files, so only what is logged takes space.
-    out = {"data": data, "log": 8 * data + 64 * MiB, "replay": data, "cow": 96 * MiB,
-           "replay-2": data, "cow-2": 96 * MiB}
-    if "journal" in sizes:  # a journal disk of its own: recorded on a second log
-        journal = sizes["journal"]
-        out |= {"journal": journal, "journal-log": 8 * journal + 64 * MiB,
-                "journal-replay": journal, "journal-cow": 64 * MiB}
-    return out
-
-
-#: Disks of the recording guest and of a checking guest; a two-disk run adds the journal's.
-RECORD_DISKS = ("data", "log")
-CHECK_DISKS = ("replay", "cow")
-#: A second checking lane's disks (single-disk targets): two states are checked at once.
-LANE_DISKS = ("replay-2", "cow-2")
-JOURNAL_RECORD_DISKS = ("journal", "journal-log")
-JOURNAL_CHECK_DISKS = ("journal-replay", "journal-cow")
-
-
-def check_target(target: Target, variants: Sequence[str] = ()) -> None:
-    named = journal_variants(variants)
-    if named and not target.needs_journal_disk:
-        raise ConfigError(f"--variants {named[0]}: target {target.name} has no journal disk "
-                          "(journal-* variants are for targets with journal = \"external\")")
-
-
-def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
-    """Fail on bad options before anything is created or a guest boots."""
-    target = plan.spec
-    parse_strategy(plan.points)
-    parse_variants(plan.variants)
-    check_target(target, plan.variants)
-    if plan.generator not in GENERATORS:
-        raise ConfigError(f"plan: generator {plan.generator} is not one this powercut knows "
-                          f"({', '.join(map(str, GENERATORS))}); upgrade powercut")
-    capabilities = (adapter_for(target.fstype).target_capabilities(target)
-                    if plan.generator >= 2 else None)
-    if capabilities is not None and plan.generator == 2:
-        # Generator 2 took every filesystem to have these and let the guest skip them.
-        capabilities |= ASSUMED_CAPABILITIES
-    return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences,
-                             capabilities=capabilities, ops=plan.ops or None)
-
-
-def reproducer_command(run_dir: Path, key: str) -> str:
-    return f"powercut recheck {os.fspath(run_dir)} {key}"
-
-
-def timeouts_for(budget_s: float) -> Timeouts:
-    return Timeouts(mount_s=budget_s / 3, fsck_s=budget_s / 3, umount_s=max(budget_s / 10, 10))
 
 
 class CrashEngine:
@@ -239,7 +106,7 @@ class CrashEngine:
         self.unexplored: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()  # set on Ctrl-C: workers end, nothing counts as a hang
-        self._live: set[Machine] = set()
+        self._slots: set[GuestSlot] = set()
         self.inject_key: str | None = None
         self.inject_busy_key: str | None = None
         #: Harness errors met so far (the state and why), in order; a state that meets one
@@ -266,15 +133,15 @@ class CrashEngine:
         # is read-only or hidden there).
         request = RecordRequest(self.target, workload, data_dev=machine.disk("data"),
                                 log_dev=machine.disk("log"),
-                                oracle_path=os.fspath(machine.rundir / GUEST_ORACLE),
+                                oracle_path=os.fspath(machine.rundir / rundir.ORACLE),
                                 journal_dev=machine.disk("journal") if self.two_disks else None,
                                 journal_log_dev=machine.disk("journal-log") if self.two_disks else None)
         try:
             recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600)
-            shutil.copyfile(machine.rundir / GUEST_ORACLE, self.oracle_path)
+            shutil.copyfile(machine.rundir / rundir.ORACLE, self.oracle_path)
             info = {**recorded.to_dict(), "workload": workload.name, "ops": len(workload.ops)}
             # Written last: its presence says the recording is whole (what --resume reuses).
-            write_json_atomic(self.run_dir / RECORD_FILE, info)
+            write_json_atomic(self.run_dir / rundir.RECORD, info)
         except BaseException:
             machine.close()
             raise
@@ -284,19 +151,19 @@ class CrashEngine:
 
     def saved_record(self) -> dict[str, Any] | None:
         """The whole recording an interrupted run left (its info), or None: record again."""
-        kept = self.run_dir / "log.img"
+        kept = self.run_dir / rundir.LOG
         if kept.exists() and not self.log_path.exists():  # killed while keeping artifacts
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(kept, self.log_path)
         if self.two_disks:
-            kept_journal = self.run_dir / JOURNAL_LOG
+            kept_journal = self.run_dir / rundir.JOURNAL_LOG
             if kept_journal.exists() and not self.journal_log_path.exists():
                 os.replace(kept_journal, self.journal_log_path)
         if not (self.log_path.exists() and self.oracle_path.exists()
-                and (self.run_dir / RECORD_FILE).exists()
+                and (self.run_dir / rundir.RECORD).exists()
                 and (not self.two_disks or self.journal_log_path.exists())):
             return None
-        info: dict[str, Any] = json.loads((self.run_dir / RECORD_FILE).read_text())
+        info: dict[str, Any] = json.loads((self.run_dir / rundir.RECORD).read_text())
         return info
 
     def harvest(self) -> dict[str, CheckResult]:
@@ -306,7 +173,7 @@ class CrashEngine:
         SIGKILL still has everything its guests finished; results.json holds what an
         interrupted run saved. Guest directories are cleared for the guests to come."""
         found: dict[str, CheckResult] = {}
-        saved = self.run_dir / "results.json"
+        saved = self.run_dir / rundir.RESULTS
         if saved.exists():
             try:
                 for s in json.loads(saved.read_text()).get("states", []):
@@ -314,13 +181,13 @@ class CrashEngine:
                         found[s["key"]] = CheckResult.from_dict(s["result"])
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("%s: unreadable, its results are checked again", saved)
-        for path in (self.run_dir / HARVEST_FILE, *sorted(self.run_dir.glob(f"vm-*/{GUEST_RESULTS}"))):
+        for path in (self.run_dir / rundir.HARVEST, *sorted(self.run_dir.glob(f"vm-*/{rundir.GUEST_RESULTS}"))):
             for r in parse_results(path):
                 found[r.key] = r
-        write_json_lines(self.run_dir / HARVEST_FILE, [r.to_dict() for r in found.values()])
+        write_json_lines(self.run_dir / rundir.HARVEST, [r.to_dict() for r in found.values()])
         for vm in self.run_dir.glob("vm-*"):
             if vm.name == "vm-0":  # the recording's disks, the log among them
-                for name in (GUEST_RESULTS, GUEST_ORACLE):
+                for name in (rundir.GUEST_RESULTS, rundir.ORACLE):
                     (vm / name).unlink(missing_ok=True)
             else:
                 shutil.rmtree(vm, ignore_errors=True)
@@ -328,15 +195,15 @@ class CrashEngine:
 
     @property
     def log_path(self) -> Path:
-        return self.run_dir / "vm-0" / "disks" / "log.img"
+        return self.run_dir / "vm-0" / "disks" / rundir.LOG
 
     @property
     def journal_log_path(self) -> Path:
-        return self.run_dir / "vm-0" / "disks" / "journal-log.img"
+        return self.run_dir / "vm-0" / "disks" / rundir.JOURNAL_LOG
 
     @property
     def oracle_path(self) -> Path:
-        return self.run_dir / "oracle.json"
+        return self.run_dir / rundir.ORACLE
 
     # -- planning -----------------------------------------------------------
 
@@ -370,17 +237,17 @@ class CrashEngine:
 
     def check_shard(self, shard: int, states: list[CrashState], machine: Machine | None,
                     total: int) -> None:
+        slot = GuestSlot(lambda: self._checker(shard), name=f"checking guest {shard + 1}")
+        slot.adopt(machine)
+        with self._lock:
+            self._slots.add(slot)
         todo = list(states)
         try:
             while todo and not self._stop.is_set():
-                if machine is None:
-                    machine = self._checker(shard)
-                with self._lock:
-                    self._live.add(machine)
-                results_path = guest_files(machine, self.oracle_path)
+                results_path = guest_files(slot.machine(), self.oracle_path)
                 chunk = todo[:CHUNK]
                 done_before = len(parse_results(results_path))
-                hung = self._check_chunk(machine, chunk, results_path)
+                lost = self._check_chunk(slot, chunk, results_path)
                 got = parse_results(results_path)[done_before:]
                 finished = set()
                 for r in got:
@@ -390,29 +257,26 @@ class CrashEngine:
                     finished.add(r.key)
                 if self._stop.is_set():
                     break  # interrupted: the guest was killed on purpose, not hung
-                # Lanes write results as they finish: a hang need not be the last line.
-                if hung or any(r.outcome in (Outcome.HANG, Outcome.ERROR) for r in got):
-                    if hung:
-                        pending = [s for s in chunk if s.key not in finished]
-                        if pending:
-                            r = CheckResult(key=pending[0].key, outcome=Outcome.HANG,
-                                            notes=[f"guest stopped answering: {hung}"])
-                            self._store(r, total)
-                            finished.add(r.key)
-                    machine.close()
-                    with self._lock:
-                        self._live.discard(machine)
-                        self.replacements += 1
-                    machine = None
-                    log.warning("replaced guest %d after a %s", shard + 1,
-                                "harness error" if any(r.outcome is Outcome.ERROR for r in got)
-                                else "hang")
+                if lost is not None and lost.hung:
+                    # Lanes write results as they finish: the state in flight is the first
+                    # of the chunk without one.
+                    pending = [s for s in chunk if s.key not in finished]
+                    if pending:
+                        r = CheckResult(key=pending[0].key, outcome=Outcome.HANG,
+                                        notes=[f"guest stopped answering: {lost}"])
+                        self._store(r, total)
+                        finished.add(r.key)
+                elif lost is None and any(r.outcome in (Outcome.HANG, Outcome.ERROR) for r in got):
+                    # A step hung (the guest gave up and said so) or a device stayed busy:
+                    # nothing more in that guest is trusted.
+                    slot.replace(next(r.explanation for r in got
+                                      if r.outcome in (Outcome.HANG, Outcome.ERROR)))
                 todo = [s for s in todo if s.key not in finished]
         finally:
-            if machine is not None:
-                machine.close()
-                with self._lock:
-                    self._live.discard(machine)
+            slot.close()
+            with self._lock:
+                self._slots.discard(slot)
+                self.replacements += slot.replacements
 
     def _first_error(self, result: CheckResult) -> bool:
         """Note a harness error; whether it is the state's first (then it is checked again)."""
@@ -428,17 +292,18 @@ class CrashEngine:
                     ", checking it again on a fresh guest" if first else "", result.explanation)
         return first
 
-    def _check_chunk(self, machine: Machine, chunk: list[CrashState], results_path: Path) -> str:
-        """Check a chunk; return '' or why the guest had to be abandoned."""
+    def _check_chunk(self, slot: GuestSlot, chunk: list[CrashState],
+                     results_path: Path) -> GuestLost | None:
+        """Check a chunk; None, or why the guest had to be given up."""
         budget = self.plan.check_timeout_s
-        request = check_request(machine, self.target, chunk, budget_s=budget,
-                                inject_hang=self.inject_key, inject_busy=self.inject_busy_key)
         try:
-            agent.perform(machine, CRASH_CHECK, request, timeout_s=budget * len(chunk) + 120,
-                          watch=progress_watch(results_path, budget))
-        except (MachineError, CommandTimeout) as exc:  # stuck (watchdog, deadline) or died
-            return str(exc)
-        return ""
+            slot.perform(CRASH_CHECK, lambda machine: check_request(
+                machine, self.target, chunk, budget_s=budget, inject_hang=self.inject_key,
+                inject_busy=self.inject_busy_key),
+                timeout_s=budget * len(chunk) + 120, watch=progress_watch(results_path, budget))
+        except GuestLost as exc:  # stuck (watchdog, deadline), died, or a device stayed busy
+            return exc
+        return None
 
     def _store(self, result: CheckResult, total: int) -> None:
         with self._lock:
@@ -479,10 +344,9 @@ class CrashEngine:
             # wait for their chunks; what they finished is already stored.
             self._stop.set()
             with self._lock:
-                live = list(self._live)
-            for m in live:
-                kill = getattr(m, "kill", m.close)
-                kill()
+                slots = list(self._slots)
+            for slot in slots:
+                slot.kill()
             raise
         finally:
             pool.shutdown(wait=True)
@@ -492,11 +356,11 @@ class CrashEngine:
     def keep_artifacts(self, result: CrashRunResult,
                        entries: list[LogEntry]) -> list[tuple[Path, str]]:
         """Keep the log beside the results and crash images of the first failures; list them."""
-        final_log = self.run_dir / "log.img"
+        final_log = self.run_dir / rundir.LOG
         if self.log_path.exists():
             os.replace(self.log_path, final_log)
         kept = [(final_log, "log")]
-        final_journal_log = self.run_dir / JOURNAL_LOG
+        final_journal_log = self.run_dir / rundir.JOURNAL_LOG
         if self.two_disks:
             if self.journal_log_path.exists():
                 os.replace(self.journal_log_path, final_journal_log)
@@ -551,10 +415,10 @@ def checker_disks(sizes: dict[str, int], logs: dict[str, Path]) -> list[DiskSpec
 
 def guest_files(machine: Machine, oracle: Path) -> Path:
     """Put the oracle where the guest can read it; return its results file."""
-    copy = machine.rundir / GUEST_ORACLE
+    copy = machine.rundir / rundir.ORACLE
     if not copy.exists():
         shutil.copyfile(oracle, copy)
-    return machine.rundir / GUEST_RESULTS
+    return machine.rundir / rundir.GUEST_RESULTS
 
 
 def injected_key(inject: str | None, states: Sequence[CrashState]) -> str | None:
@@ -580,8 +444,8 @@ def check_request(machine: Machine, target: Target, states: Sequence[CrashState]
             pass  # a guest without a second lane's disks checks one state at a time
     return CheckRequest(
         target=target, log_dev=machine.disk("log"), replay_dev=machine.disk("replay"),
-        cow_dev=machine.disk("cow"), oracle_path=os.fspath(machine.rundir / GUEST_ORACLE),
-        results_path=os.fspath(machine.rundir / GUEST_RESULTS),
+        cow_dev=machine.disk("cow"), oracle_path=os.fspath(machine.rundir / rundir.ORACLE),
+        results_path=os.fspath(machine.rundir / rundir.GUEST_RESULTS),
         states=tuple(StateRecipe.of(s) for s in states), timeouts=timeouts_for(budget_s),
         inject_hang=inject_hang, inject_busy=inject_busy, journal=journal, lanes=lanes)
 
@@ -627,7 +491,7 @@ class StoreSink:
     def recorded(self, info: dict[str, Any], states: list[CrashState]) -> None:
         self.recording_id = self.store.add_recording(
             self.run_id, self.plan.target, case_spec=self.plan.case, seed=self.plan.seed,
-            log_path=os.fspath(self.run_dir / "log.img"), entries=int(info["entries"]),
+            log_path=os.fspath(self.run_dir / rundir.LOG), entries=int(info["entries"]),
             marks=int(info["marks"]))
         self.states = {s.key: s for s in states}
 
@@ -684,7 +548,7 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
     if saved is not None:
         info = saved
     else:
-        for stale in (engine.run_dir / HARVEST_FILE, engine.run_dir / "results.json"):
+        for stale in (engine.run_dir / rundir.HARVEST, engine.run_dir / rundir.RESULTS):
             stale.unlink(missing_ok=True)  # results of another recording mean nothing here
         shutil.rmtree(engine.run_dir / "vm-0", ignore_errors=True)
         machine, info = engine.record()
@@ -754,81 +618,10 @@ def save_results(result: CrashRunResult, run: Run) -> None:
             for s in result.states
         ],
     }
-    run.save_json("results.json", data)
+    run.save_json(rundir.RESULTS, data)
 
 
 # -- reproducers --------------------------------------------------------------
-
-
-def load_plan(run_dir: Path) -> CrashPlan:
-    """The plan of an earlier crash run, user targets included (no targets file needed)."""
-    raw = read_plan(run_dir, "crash")
-    try:
-        raw["variants"] = tuple(raw.get("variants", ("prefix",)))
-        raw["ops"] = tuple(raw.get("ops", ()))
-        raw.setdefault("generator", 1)  # plans without the key predate generator 2
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
-        return CrashPlan(**raw)
-    except (TypeError, AttributeError, KeyError) as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
-
-
-def load_checked(run_dir: Path, key: str, needs: Sequence[str] = ("plan.json", "results.json")
-                 ) -> tuple[CrashPlan, dict[str, Any]]:
-    """The plan of a finished crash run and state ``key``'s entry in its results.json (with a
-    ``result``), after checking that ``needs`` are there; bad input is a one-line ConfigError."""
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: no such run directory")
-    for name in needs:
-        if not (run_dir / name).is_file():
-            raise ConfigError(f"{run_dir}: not a finished crash run directory (no {name})")
-    try:
-        states = json.loads((run_dir / "results.json").read_text())["states"]
-        by_key = {s["key"]: s for s in states}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{run_dir / 'results.json'}: not a crash run's results ({exc})") from None
-    if key not in by_key:
-        failing = [k for k, s in by_key.items() if s.get("result") and s["result"]["outcome"] != "ok"]
-        hint = (f"failing states: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}"
-                if failing else "it has no failing state")
-        raise ConfigError(f"state {key!r}: not a state of {run_dir} ({hint})")
-    entry = by_key[key]
-    if not entry.get("result"):
-        raise ConfigError(f"state {key!r}: never checked (the run stopped before it)")
-    plan = load_plan(run_dir)
-    return plan, entry
-
-
-def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
-    """Rebuild a state of an earlier run from its key (``POINT/VARIANT``)."""
-    plan = load_plan(run_dir)
-    point_text, sep, variant_text = key.partition("/")
-    if not sep or not point_text.isdigit():
-        raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
-    variant = Variant.parse(variant_text)
-    log_path = run_dir / "log.img"
-    marks = OracleLog.from_json((run_dir / "oracle.json").read_text()).marks
-    with LogReader(log_path) as reader:
-        entries = list(reader)
-    index = int(point_text)
-    if index >= len(entries):
-        raise ConfigError(f"state {key!r}: the log has only {len(entries)} entries")
-    from crashcases.points import PointKind, TwoLogs, annotate
-
-    point: CrashPoint = annotate(entries, [(index, PointKind.SAMPLE)], set(marks))[0]
-    if plan.spec.needs_journal_disk:
-        with LogReader(run_dir / JOURNAL_LOG) as reader:
-            journal_entries = list(reader)
-        state, why = TwoLogs(entries, journal_entries, marks).state(point, variant)
-        if state is None and why is not None:
-            raise ConfigError(f"state {key!r}: not explored in a two-disk run: {why.value}")
-    else:
-        if variant.on_journal:
-            raise ConfigError(f"state {key!r}: target {plan.target} has no journal disk")
-        state = build_state(entries, point, variant, marks)
-    if state is None:
-        raise ConfigError(f"state {key!r}: this variant does not exist at that point")
-    return plan, state
 
 
 def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, CheckResult]:
@@ -836,13 +629,13 @@ def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, C
     plan, state = load_state(run_dir, key)
     target = plan.spec
     sizes = disk_sizes(target, plan.data_mib)
-    logs = {"log": run_dir / "log.img"}
+    logs = {"log": run_dir / rundir.LOG}
     if target.needs_journal_disk:
-        logs["journal-log"] = run_dir / JOURNAL_LOG
+        logs["journal-log"] = run_dir / rundir.JOURNAL_LOG
     scratch = run_dir / f"recheck-{uuid.uuid4().hex[:6]}"
     machine = factory(checker_disks(sizes, logs), scratch, (target.fstype,))
     try:
-        results_path = guest_files(machine, run_dir / "oracle.json")
+        results_path = guest_files(machine, run_dir / rundir.ORACLE)
         agent.perform(machine, CRASH_CHECK,
                       check_request(machine, target, [state], budget_s=plan.check_timeout_s),
                       timeout_s=plan.check_timeout_s + 120)

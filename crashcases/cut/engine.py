@@ -2,10 +2,10 @@
 
 A run boots one guest, has it execute the workload once without a cut per
 target (``cut-oracle``: the promises a trial is checked against), then
-runs each trial (``cut-trial``, see ``crashcases.cuttrial``) at its own
+runs each trial (``cut-trial``, see ``crashcases.cut.guest``) at its own
 seeded cut point. Every trial is stored as soon as it is known; a trial
 that hangs is recorded as ``hang`` and the guest is replaced. Summaries
-per target are in ``crashcases.cutsummary``.
+per target are in ``crashcases.cut.summary``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crashcases.cases import load_case
-from crashcases.check import Timeouts
-from crashcases.cutsummary import TargetSummary, TrialResult, summarize
-from crashcases.cuttrial import (
+from crashcases.cut.guest import (
     CUT_MODES,
     CUT_ORACLE,
     CUT_TRIAL,
@@ -31,20 +28,25 @@ from crashcases.cuttrial import (
     OracleRequest,
     TrialRequest,
 )
+from crashcases.cut.summary import TargetSummary, TrialResult, summarize
 from crashcases.known import KnownList, KnownMatcher, KnownVerdict, guest_kernel, mark_ops
-from crashcases.operations import DURABILITY_OPS, Workload
-from crashcases.outcomes import Outcome, fails
+from crashcases.vocabulary import Outcome, fails
+from crashcases.workload.cases import load_case
+from crashcases.workload.ops import DURABILITY_OPS, Workload
 from devicemapper.flakey import FlakeyMode
-from framework.core import agent, clock
-from framework.core.errors import CommandTimeout, ConfigError, MachineError, PowercutError
-from framework.core.lifecycle import Run, RunSpec, read_plan
+from framework.core import clock, rundir
+from framework.core.errors import ConfigError, PowercutError
+from framework.core.lifecycle import EngineRun, Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
+from framework.core.machine.slot import GuestLost, GuestSlot
 from framework.core.store import Store
 from recovery.disks import MiB, plan_disks
 from recovery.filesystems import tool_versions
+from recovery.mount import Timeouts
 from recovery.targets import Target, resolve
 
 log = logging.getLogger(__name__)
+
 
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
 
@@ -115,13 +117,8 @@ class CutPlan:
 
 
 @dataclass
-class CutRunResult:
-    run_dir: Path
-    plan: CutPlan
+class CutRunResult(EngineRun[CutPlan]):
     trials: list[TrialResult] = field(default_factory=list)
-    replacements: int = 0
-    wall_s: float = 0.0
-    run_id: int | None = None
     #: Known-behaviour verdicts per target, keyed by trial_key() (empty: no list given).
     known: dict[str, KnownMatcher] = field(default_factory=dict)
     #: Per target with an external journal: where its journal is, in its own tool's words.
@@ -178,7 +175,7 @@ def slug(target: str) -> str:
 
 
 def timeouts_for(budget_s: float) -> Timeouts:
-    return Timeouts(mount_s=budget_s / 4, fsck_s=budget_s / 4, umount_s=max(budget_s / 10, 10))
+    return Timeouts.within(budget_s, shares=4)
 
 
 def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
@@ -214,40 +211,35 @@ class CutEngine:
         self.disks = list(self.disk_plan.specs)
         self.journal_evidence: dict[str, str] = {}
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
-        self.machine: Machine | None = None
-        self.replacements = 0
         self.oracles: set[str] = set()
+        self.slot = GuestSlot(lambda: self.factory(self.disks, self.vm_dir, self.fstypes),
+                              name="cut guest", on_start=self._prepare)
 
-    def _machine(self) -> Machine:
-        if self.machine is None:
-            self.machine = self.factory(self.disks, self.vm_dir, self.fstypes)
-            self.oracles.clear()  # made on the data disk, which a new guest gets afresh
-            (self.vm_dir / "workload.json").write_text(self.workload.to_json())
-        return self.machine
+    def _prepare(self, machine: Machine) -> None:
+        self.oracles.clear()  # made on the data disk, which a new guest gets afresh
+        (self.vm_dir / rundir.WORKLOAD).write_text(self.workload.to_json())
 
-    def _replace(self) -> None:
-        if self.machine is not None:
-            with contextlib.suppress(Exception):
-                self.machine.close()
-        self.machine = None
-        self.replacements += 1
+    @property
+    def replacements(self) -> int:
+        return self.slot.replacements
 
     def close(self) -> None:
-        if self.machine is not None:
-            self.machine.close()
-            self.machine = None
+        self.slot.close()
 
     def _oracle_path(self, target: str) -> Path:
         return self.vm_dir / f"oracle-{slug(target)}.json"
 
-    def _ensure_oracle(self, machine: Machine, target: Target) -> None:
+    def _ensure_oracle(self, target: Target) -> None:
         if target.name in self.oracles:
             return
-        request = OracleRequest(target, workload_path=os.fspath(self.vm_dir / "workload.json"),
-                                oracle_path=os.fspath(self._oracle_path(target.name)),
-                                data_dev=machine.disk(self.disk_plan.disk(target, "data")),
-                                journal_dev=self._journal_dev(machine, target))
-        made = agent.perform(machine, CUT_ORACLE, request, timeout_s=self.plan.trial_timeout_s)
+
+        def request(machine: Machine) -> OracleRequest:
+            return OracleRequest(target, workload_path=os.fspath(self.vm_dir / rundir.WORKLOAD),
+                                 oracle_path=os.fspath(self._oracle_path(target.name)),
+                                 data_dev=machine.disk(self.disk_plan.disk(target, "data")),
+                                 journal_dev=self._journal_dev(machine, target))
+
+        made = self.slot.perform(CUT_ORACLE, request, timeout_s=self.plan.trial_timeout_s)
         if made.journal_evidence:
             log.info("%s: %s", target.name, made.journal_evidence)
             self.journal_evidence[target.name] = made.journal_evidence
@@ -263,26 +255,38 @@ class CutEngine:
 
     def run_trial(self, target: str, trial: int) -> TrialResult:
         point = self.point_for(target, trial)
-        machine = self._machine()
-        self._ensure_oracle(machine, self.by_name[target])
-        request = TrialRequest(
-            self.by_name[target], key=f"{target}#{trial}", workload_path=os.fspath(self.vm_dir / "workload.json"),
-            oracle_path=os.fspath(self._oracle_path(target)),
-            data_dev=machine.disk(self.disk_plan.disk(self.by_name[target], "data")),
-            point=point, mode=FlakeyMode(self.plan.mode), continue_syncs=self.plan.continue_syncs,
-            count_post_cut_promises=self.plan.count_post_cut_promises,
-            timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),
-            journal_dev=self._journal_dev(machine, self.by_name[target]))
-        try:
-            seen = agent.perform(machine, CUT_TRIAL, request, timeout_s=self.plan.trial_timeout_s)
-        except (CommandTimeout, MachineError) as exc:
-            # A step stuck in the kernel (or a guest that stopped answering):
-            # a finding for this trial; nothing in that guest is trusted after it.
-            log.warning("trial %d on %s hung: %s", trial, target, exc)
-            self._replace()
-            return TrialResult(target, trial, point, Outcome.HANG, None, None, notes=[str(exc)])
-        return TrialResult(target, trial, point, seen.check.outcome, seen.drive, seen.check,
-                           checked_mark=seen.checked_mark)
+        spec = self.by_name[target]
+
+        def request(machine: Machine) -> TrialRequest:
+            return TrialRequest(
+                spec, key=f"{target}#{trial}",
+                workload_path=os.fspath(self.vm_dir / rundir.WORKLOAD),
+                oracle_path=os.fspath(self._oracle_path(target)),
+                data_dev=machine.disk(self.disk_plan.disk(spec, "data")),
+                point=point, mode=FlakeyMode(self.plan.mode),
+                continue_syncs=self.plan.continue_syncs,
+                count_post_cut_promises=self.plan.count_post_cut_promises,
+                timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),
+                journal_dev=self._journal_dev(machine, spec))
+
+        # A harness error (a device that stayed busy) gets one more try on a fresh guest.
+        for attempt in (1, 2):
+            try:
+                self._ensure_oracle(spec)
+                seen = self.slot.perform(CUT_TRIAL, request, timeout_s=self.plan.trial_timeout_s)
+            except GuestLost as exc:
+                if exc.hung:
+                    # A step stuck in the kernel (or a guest that stopped answering): a
+                    # finding for this trial; nothing in that guest is trusted after it.
+                    return TrialResult(target, trial, point, Outcome.HANG, None, None,
+                                       notes=[str(exc)])
+                if attempt == 2:
+                    return TrialResult(target, trial, point, Outcome.ERROR, None, None,
+                                       notes=[str(exc)])
+                continue
+            return TrialResult(target, trial, point, seen.check.outcome, seen.drive, seen.check,
+                               checked_mark=seen.checked_mark)
+        raise AssertionError("unreachable")
 
     def store_trial(self, result: TrialResult, known: Sequence[str] | None = None) -> None:
         """Write ``result`` to the results store (one transaction), if the run has one.
@@ -301,7 +305,7 @@ class CutEngine:
 
 def load_cut_plan(run_dir: Path) -> CutPlan:
     """The plan of an earlier power-cut run (its plan.json), user targets included."""
-    path = run_dir / "plan.json"
+    path = run_dir / rundir.PLAN
     raw = read_plan(run_dir, "cut")
     try:
         raw["targets"] = tuple(raw["targets"])
@@ -314,7 +318,7 @@ def load_cut_plan(run_dir: Path) -> CutPlan:
 
 def earlier_trials(run_dir: Path) -> dict[tuple[str, int], TrialResult]:
     """The trials an interrupted run saved in its results.json, by (target, trial)."""
-    path = run_dir / "results.json"
+    path = run_dir / rundir.RESULTS
     if not path.exists():
         return {}
     try:
@@ -375,7 +379,7 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
                 tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
                 result.trials.append(tr)
                 engine.store_trial(tr, known=judged(tr))
-                run.save_json("results.json", result.to_dict())
+                run.save_json(rundir.RESULTS, result.to_dict())
                 if progress is not None:
                     progress(tr)
         return result
@@ -386,4 +390,4 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            run.save_json("results.json", result.to_dict())
+            run.save_json(rundir.RESULTS, result.to_dict())

@@ -43,29 +43,29 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from crashcases.engine import (
+from crashcases.crash.engine import run_crash, run_spec
+from crashcases.crash.plan import (
     CrashPlan,
     CrashRunResult,
     MachineFactory,
     load_checked,
     reproducer_command,
-    run_crash,
-    run_spec,
     validate_plan,
 )
-from crashcases.operations import DURABILITY_OPS, FsModel, Op, OpKind, Workload
-from crashcases.outcomes import Outcome, fails
-from crashcases.points import Variant, VariantKind
-from framework.core import clock
+from crashcases.crash.points import Variant
+from crashcases.vocabulary import Outcome, VariantKind, fails
+from crashcases.workload.model import FsModel
+from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
+from framework.core import clock, rundir
 from framework.core.errors import ConfigError
-from framework.core.lifecycle import Run, new_run_dir, write_json_atomic
+from framework.core.lifecycle import Run, new_run_dir
+from framework.core.rundir import write_json_atomic
 
 log = logging.getLogger(__name__)
 
+
 #: What a run directory must hold to be shrunk (the log is what makes it a crash run).
-RUN_FILES = ("plan.json", "results.json", "log.img")
-WORKLOAD_FILE = "workload.json"
-SUMMARY_FILE = "shrink.json"
+RUN_FILES = (rundir.PLAN, rundir.RESULTS, rundir.LOG)
 SCRATCH_KIND = "shrink"  # candidate directories are RUN_DIR/shrink-*
 
 T = TypeVar("T")
@@ -332,8 +332,8 @@ class Shrinker:
         start = clock.monotonic()
         try:
             workload = Workload(name=f"shrink of {f.plan.case}", seed=f.workload.seed, ops=tuple(ops))
-            (run_dir / WORKLOAD_FILE).write_text(workload.to_json())
-            plan = candidate_plan(f.plan, f.signature.variant, run_dir / WORKLOAD_FILE)
+            (run_dir / rundir.WORKLOAD).write_text(workload.to_json())
+            plan = candidate_plan(f.plan, f.signature.variant, run_dir / rundir.WORKLOAD)
             crashed = self.record_and_check(plan, run_dir, workload)
             matched = f.signature.match_in(crashed)
             seconds = clock.monotonic() - start
@@ -368,7 +368,7 @@ class Shrinker:
         """Write shrink.json into the best candidate's directory (if there is one)."""
         self.result.wall_s = clock.monotonic() - self._start
         if self.result.reproducer_dir is not None:
-            write_json_atomic(self.result.reproducer_dir / SUMMARY_FILE, self.result.to_dict())
+            write_json_atomic(self.result.reproducer_dir / rundir.SHRINK, self.result.to_dict())
 
     # -- the search -----------------------------------------------------------
 

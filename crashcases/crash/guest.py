@@ -20,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -30,10 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crashcases.check import CheckResult, Timeouts, check_states, explain
-from crashcases.operations import MKFS_MARK, ORDER_SUFFIX, Workload, execute
-from crashcases.oracle import OracleLog
-from crashcases.outcomes import Outcome
+from crashcases.check import CheckResult, check_states, explain
+from crashcases.execute import MKFS_MARK, ORDER_SUFFIX, execute
+from crashcases.oracle.log import OracleLog
+from crashcases.vocabulary import Outcome
+from crashcases.workload.ops import Workload
 from devicemapper.delay import delayed_path
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.logwrites import LogWritesDevice, recording
@@ -43,13 +43,12 @@ from framework.core import agent, clock
 from framework.core.command import HostRunner
 from framework.core.errors import DeviceBusy
 from recovery.filesystems import persistence_rules
-from recovery.mount import mkfs, mounted
+from recovery.mount import Timeouts, mkfs, mounted
 from recovery.targets import Target
 
 if TYPE_CHECKING:  # the guest builds no crash state: points.py stays unread there
-    from crashcases.points import CrashState
+    from crashcases.crash.points import CrashState
 
-log = logging.getLogger(__name__)
 
 RECORD_MOUNTPOINT = Path("/tmp/powercut/record")
 CHECK_MOUNTPOINT = Path("/tmp/powercut/check")
@@ -134,7 +133,7 @@ def record(req: RecordRequest) -> RecordResult:
 def _marks_both(data: LogWritesDevice, journal: LogWritesDevice) -> Callable[[str], None]:
     """Mark both logs: the data log, the journal log, the data log again (NAME +
     ORDER_SUFFIX). Nothing logged between the two data marks says the data disk
-    completed nothing while the journal was marked (crashcases.points.plan_two_disk_states)."""
+    completed nothing while the journal was marked (crashcases.crash.points.plan_two_disk_states)."""
 
     def mark(name: str) -> None:
         data.mark_fast(name)

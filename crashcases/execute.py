@@ -1,0 +1,357 @@
+"""Running a workload with real syscalls, marking the log after every durability op.
+
+``execute`` performs each op under a root (on the device being recorded),
+keeps the ``FsModel`` in step, and after every durability operation places
+a log mark and records the event in the ``OracleLog`` that the oracle later
+checks crash states against. An op the filesystem refuses with EOPNOTSUPP
+is recorded as skipped (a flag in the oracle log, ``OracleLog.skipped``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crashcases.oracle.log import NodeKind, OracleLog, Recorder
+from crashcases.workload.model import FsModel
+from crashcases.workload.ops import (
+    _CONTENT_OPS,
+    _DST_DATA_OPS,
+    _FALLOC_FLAGS,
+    _RENAME_OPS,
+    DURABILITY_OPS,
+    MAX_MARK_CHARS,
+    FallocMode,
+    Op,
+    OpKind,
+    Workload,
+    WorkloadError,
+    needs_data,
+    op_data,
+    synced_range,
+    touched_paths,
+)
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------
+# Execution with real syscalls
+
+
+def _libc_fallocate() -> Callable[[int, int, int, int], int]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = libc.fallocate
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _libc_call(name: str, argtypes: list[Any], args: tuple[Any, ...], what: Path) -> None:
+    """Call libc ``name`` (which returns -1 and sets errno on failure); OSError on failure."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    if fn(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), os.fspath(what))
+
+
+_UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTSUP}
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1 << 0  # include/uapi/linux/fs.h
+RENAME_EXCHANGE = 1 << 1
+SYNC_FILE_RANGE_ALL = 1 | 2 | 4  # WAIT_BEFORE | WRITE | WAIT_AFTER (sync_file_range(2))
+FICLONE = 0x40049409  # _IOW(0x94, 9, int), include/uapi/linux/fs.h
+FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
+
+
+def _open_rw(path: Path, flags: int) -> int:
+    return os.open(path, os.O_WRONLY | flags)
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """pwrite ``data`` at ``offset``, one call at least (a 0-byte write is a syscall too)."""
+    done = 0
+    while True:
+        done += os.pwrite(fd, data[done:], offset + done)
+        if done >= len(data):
+            return
+
+
+def _direct_write(path: Path, offset: int, data: bytes) -> None:
+    # O_DIRECT wants an aligned buffer: an anonymous mapping starts on a page.
+    fd = _open_rw(path, os.O_DIRECT)
+    buf = mmap.mmap(-1, max(len(data), mmap.PAGESIZE))
+    try:
+        buf[: len(data)] = data
+        with memoryview(buf) as view:
+            _pwrite_all(fd, view[: len(data)], offset)
+    finally:
+        buf.close()
+        os.close(fd)
+
+
+def _mapped(path: Path, offset: int, length: int) -> tuple[int, mmap.mmap, int]:
+    """(fd, shared mapping of the pages holding [offset, offset+length), where offset is in it)."""
+    start = offset // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+    fd = os.open(path, os.O_RDWR)
+    try:
+        m = mmap.mmap(fd, offset + length - start, mmap.MAP_SHARED,
+                      mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, m, offset - start
+
+
+def _file_ioctl(fd: int, request: int, arg: int | bytes, path: Path) -> None:
+    try:
+        fcntl.ioctl(fd, request, arg)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+
+
+def _copy_range(src: Path, dst: Path, op: Op) -> None:
+    fd_in, fd_out = os.open(src, os.O_RDONLY), os.open(dst, os.O_WRONLY)
+    try:
+        # Filesystem ioctls on regular files (ioctl_file_clone() in fs/ioctl.c).
+        if op.kind is OpKind.CLONE:
+            _file_ioctl(fd_out, FICLONE, fd_in, dst)
+        elif op.kind is OpKind.CLONE_RANGE:
+            # struct file_clone_range { s64 src_fd; u64 src_offset, src_length, dest_offset; }
+            _file_ioctl(fd_out, FICLONERANGE,
+                        struct.pack("qQQQ", fd_in, op.offset, op.length, op.dst_offset), dst)
+        else:
+            done = 0
+            while True:  # one call at least: a 0-byte copy is a syscall too
+                n = os.copy_file_range(fd_in, fd_out, op.length - done,
+                                       op.offset + done, op.dst_offset + done)
+                done += n
+                if n == 0 or done >= op.length:
+                    break
+    finally:
+        os.close(fd_in)
+        os.close(fd_out)
+
+
+def perform(op: Op, root: Path, data: bytes) -> None:
+    """Do ``op`` under ``root`` with the syscalls it names."""
+    p = root / op.path if op.path else root
+    k = op.kind
+    if k is OpKind.CREAT:
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    elif k is OpKind.MKDIR:
+        os.mkdir(p, 0o755)
+    elif k in (OpKind.WRITE, OpKind.APPEND):
+        fd = _open_rw(p, os.O_TRUNC if k is OpKind.WRITE else os.O_APPEND)
+        try:
+            done = 0
+            while True:  # one call at least: a 0-byte write is a syscall too
+                done += os.write(fd, data[done:])
+                if done >= len(data):
+                    break
+        finally:
+            os.close(fd)
+    elif k in (OpKind.PWRITE, OpKind.WRITE_OSYNC, OpKind.WRITE_ODSYNC):
+        flags = {OpKind.PWRITE: 0, OpKind.WRITE_OSYNC: os.O_SYNC, OpKind.WRITE_ODSYNC: os.O_DSYNC}
+        fd = _open_rw(p, flags[k])
+        try:
+            _pwrite_all(fd, data, op.offset)
+        finally:
+            os.close(fd)
+    elif k is OpKind.DIRECT_WRITE:
+        _direct_write(p, op.offset, data)
+    elif k in (OpKind.MMAP_WRITE, OpKind.MSYNC):
+        fd, m, at = _mapped(p, op.offset, op.length)
+        try:
+            if k is OpKind.MMAP_WRITE:
+                m[at : at + len(data)] = data  # munmap leaves the pages dirty, unwritten
+            else:
+                m.flush()  # msync(MS_SYNC) over the whole mapping
+        finally:
+            m.close()
+            os.close(fd)
+    elif k is OpKind.SYNC_FILE_RANGE:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            _libc_call("sync_file_range",
+                       [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint],
+                       (fd, op.offset, op.length, SYNC_FILE_RANGE_ALL), p)
+        finally:
+            os.close(fd)
+    elif k is OpKind.SYNCFS:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            _libc_call("syncfs", [ctypes.c_int], (fd,), p)
+        finally:
+            os.close(fd)
+    elif k in (OpKind.RENAME_NOREPLACE, OpKind.RENAME_EXCHANGE):
+        flag = RENAME_NOREPLACE if k is OpKind.RENAME_NOREPLACE else RENAME_EXCHANGE
+        _libc_call("renameat2",
+                   [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint],
+                   (AT_FDCWD, os.fsencode(p), AT_FDCWD, os.fsencode(root / op.dst), flag), p)
+    elif k in _DST_DATA_OPS:
+        _copy_range(p, root / op.dst, op)
+    elif k is OpKind.TRUNCATE:
+        os.truncate(p, op.size)
+    elif k is OpKind.FALLOCATE:
+        fd = _open_rw(p, 0)
+        try:
+            if op.falloc is FallocMode.ALLOCATE:
+                os.posix_fallocate(fd, op.offset, op.length)
+            elif _libc_fallocate()(fd, _FALLOC_FLAGS[op.falloc], op.offset, op.length) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), os.fspath(p))
+        finally:
+            os.close(fd)
+    elif k is OpKind.RENAME:
+        os.rename(p, root / op.dst)
+    elif k is OpKind.LINK:
+        os.link(p, root / op.dst)
+    elif k is OpKind.UNLINK:
+        os.unlink(p)
+    elif k is OpKind.RMDIR:
+        os.rmdir(p)
+    elif k is OpKind.SYMLINK:
+        os.symlink(op.target, p)
+    elif k is OpKind.SETXATTR:
+        os.setxattr(p, op.xattr, data)
+    elif k is OpKind.REMOVEXATTR:
+        os.removexattr(p, op.xattr)
+    elif k in (OpKind.FSYNC, OpKind.FDATASYNC, OpKind.FSYNC_DIR):
+        fd = os.open(p, os.O_RDONLY | (os.O_DIRECTORY if k is OpKind.FSYNC_DIR else 0))
+        try:
+            os.fdatasync(fd) if k is OpKind.FDATASYNC else os.fsync(fd)
+        finally:
+            os.close(fd)
+    elif k is OpKind.SYNC:
+        os.sync()
+
+
+#: The mark after mkfs, before the workload's first op.
+MKFS_MARK = "mkfs"
+#: In a two-disk recording the data log gets a second mark, NAME + ORDER_SUFFIX, right
+#: after the journal log's NAME: nothing logged between the two says the data disk
+#: completed nothing while the journal disk was marked (crashcases.crash.points).
+ORDER_SUFFIX = ".j"
+
+
+def mark_name(number: int) -> str:
+    name = f"pc-{number}"
+    assert len(name) <= MAX_MARK_CHARS
+    return name
+
+
+def execute(workload: Workload, root: Path, mark: Callable[[str], None]) -> OracleLog:
+    """Run ``workload`` under ``root``; after every durability op call ``mark`` and record it.
+
+    ``mark(name)`` is called after the durability syscall has returned, so
+    everything the log holds before that mark was on stable storage when
+    the promise was made. An op the filesystem does not support
+    (EOPNOTSUPP: punch hole on ext2, reflinks on ext4, user xattrs when
+    disabled) is recorded as skipped and changes nothing; so is a later
+    non-durability op that the skip made invalid. Any other failure means
+    the workload and the tree disagree: ``WorkloadError``.
+    """
+    model = FsModel()
+    rec = Recorder(workload.name, workload.seed)
+    marks = 0
+    skipped = False
+    for index, op in enumerate(workload.ops):
+        reason = model.check(op)
+        if reason and skipped and op.kind not in DURABILITY_OPS:
+            # An earlier op was unsupported, so this one meets another tree than
+            # the workload was made for (e.g. a size a skipped collapse did not
+            # change): it is skipped too. Durability ops are never skipped: their
+            # marks are numbered in workload order.
+            log.info("op %d (%s) invalid after a skipped op, skipped: %s", index, op.describe(), reason)
+            rec.op(index, op.describe(), skipped=reason)
+            continue
+        if reason:
+            raise WorkloadError(
+                f"workload {workload.name!r} op {index} ({op.describe()}): {reason}"
+            )
+        data = op_data(workload.seed, index, op.length) if needs_data(op) else b""
+        before = {p: model.bindings(p) for p in touched_paths(op)}
+        try:
+            perform(op, root, data)
+        except OSError as exc:
+            if exc.errno in _UNSUPPORTED:
+                log.info("op %d (%s) not supported here, skipped: %s", index, op.describe(), exc)
+                rec.op(index, op.describe(), skipped="unsupported")
+                skipped = True
+                continue
+            raise WorkloadError(
+                f"workload {workload.name!r} op {index} ({op.describe()}) failed under {root}: {exc}"
+            ) from exc
+        rec.op(index, op.describe())
+        model.apply(op, data)
+        _record_effects(rec, model, op, index, before)
+        if op.kind in DURABILITY_OPS:
+            name = mark_name(marks)
+            marks += 1
+            mark(name)
+            node_id = model.lookup(op.path)
+            rec.mark(name, index, str(op.kind), op.path, node_id, synced_range(op))
+    rec.finish(len(workload.ops))
+    return rec.log
+
+
+def _record_effects(
+    rec: Recorder, model: FsModel, op: Op, index: int, before: dict[str, dict[str, int]]
+) -> None:
+    after = {p: model.bindings(p) for p in before}
+    old: dict[str, int] = {}
+    new: dict[str, int] = {}
+    for p in before:
+        old.update(before[p])
+        new.update(after[p])
+    for path in sorted(set(old) | set(new)):
+        was, now = old.get(path), new.get(path)
+        if was == now:
+            continue
+        if now is not None and now not in rec.known_inodes:
+            node = model.nodes[now]
+            rec.inode(now, node.kind, index, node.target)
+            if node.kind is NodeKind.FILE:
+                rec.data(now, index, b"")
+        rec.bind(path, index, now, _cause(op, path, was, now))
+    node_id = model.lookup(op.dst if op.kind in _RENAME_OPS or op.kind in _DST_DATA_OPS else op.path)
+    if node_id is None:
+        return
+    node = model.nodes[node_id]
+    if (
+        op.kind in _CONTENT_OPS
+        or op.kind in _DST_DATA_OPS
+        or (op.kind is OpKind.CREAT and path_existed(before, op.path))
+    ):
+        rec.data(node_id, index, bytes(node.data))
+    elif op.kind in (OpKind.SETXATTR, OpKind.REMOVEXATTR):
+        rec.xattr(node_id, index, op.xattr, node.xattrs.get(op.xattr))
+
+
+def path_existed(before: dict[str, dict[str, int]], path: str) -> bool:
+    return path in before.get(path, {})
+
+
+def _cause(op: Op, path: str, was: int | None, now: int | None) -> str:
+    """Why ``path`` changed binding: the op kind for its own paths, ``moved`` for descendants."""
+    direct = path in (op.path, op.dst)
+    if not direct:
+        return "moved"
+    if op.kind is OpKind.RENAME and path == op.dst and was is not None:
+        return "rename-replace"
+    if op.kind is OpKind.RENAME_NOREPLACE:
+        return "rename"  # a rename that never replaces: the same promises as rename
+    if op.kind is OpKind.RENAME_EXCHANGE:
+        return "rename-exchange"  # both names stay bound; no data is flushed for it
+    return str(op.kind)

@@ -1,0 +1,430 @@
+"""The fstests test: the workload in fstests' words, replayed to the state's mark, then checked."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import textwrap
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crashcases.check import fsck_first
+from crashcases.execute import mark_name
+from crashcases.findings.checks import Check, check_functions, finding_lines
+from crashcases.findings.export import (
+    DEFAULT_TEST_NAME,
+    FSTESTS_GROUPS,
+    ROOT_VAR,
+    ExportError,
+    ExportState,
+    pattern_byte,
+    pattern_data,
+    skipped,
+)
+from crashcases.findings.script import build_checks
+from crashcases.oracle.log import OracleLog
+from crashcases.vocabulary import CrashPointKind, VariantKind
+from crashcases.workload.model import FsModel
+from crashcases.workload.ops import (
+    DURABILITY_OPS,
+    FallocMode,
+    Op,
+    OpKind,
+    Workload,
+    needs_data,
+)
+from recovery.filesystems import adapter_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The shell lines of one op in the fstests test, and what the test must require for it."""
+
+    lines: tuple[str, ...]
+    requires: tuple[str, ...] = ()  # lines for the test's preamble (sources, _require_*)
+
+
+@dataclass(frozen=True, slots=True)
+class OpContext:
+    index: int
+    size_before: int  # the file's size before the op (APPEND writes there)
+
+    @property
+    def pattern(self) -> str:
+        return f"0x{pattern_byte(self.index):02x}"
+
+
+def fs_path(path: str) -> str:
+    """``$SCRATCH_MNT/h/data``: a workload path on the recorded filesystem, quoted for sh."""
+    return "$SCRATCH_MNT" + (f"/{shlex.quote(path)}" if path else "")
+
+
+IO = "$XFS_IO_PROG"
+FULL = ">> $seqres.full"
+
+
+def _io(op: Op, commands: Sequence[str], flags: str = "", path: str | None = None) -> str:
+    # Double quotes, as fstests writes them: a command may name a file ($SCRATCH_MNT/...).
+    cs = " ".join(f'-c "{c}"' for c in commands)
+    return f"{IO}{' ' + flags if flags else ''} {cs} {fs_path(op.path if path is None else path)} {FULL}"
+
+
+def _io_file(path: str) -> str:
+    """A file named inside an xfs_io command, which splits its command line at blanks."""
+    if shlex.quote(path) != path:
+        raise ExportError(f"path {path!r}: a $XFS_IO_PROG command cannot name it; "
+                          "export this state with --script")
+    return fs_path(path)
+
+
+def _require_io(*commands: str) -> tuple[str, ...]:
+    return tuple(f"_require_xfs_io_command {c}" for c in commands)
+
+
+def _write(flags: str = "", require: tuple[str, ...] = ()) -> Callable[[Op, OpContext], Step]:
+    def render(op: Op, ctx: OpContext) -> Step:
+        return Step((_io(op, [f"pwrite -S {ctx.pattern} {op.offset} {op.length}"], flags),),
+                    require)
+    return render
+
+
+def _whole_write(op: Op, ctx: OpContext) -> Step:
+    # O_TRUNC, then the new bytes (a zero-length write is the truncation alone).
+    if not op.length:
+        return Step((f": > {fs_path(op.path)}",))
+    return Step((_io(op, [f"pwrite -S {ctx.pattern} 0 {op.length}"], "-t"),))
+
+
+def _append(op: Op, ctx: OpContext) -> Step:
+    # O_APPEND: the kernel writes at the end whatever the offset; the model's size is it.
+    return Step((_io(op, [f"pwrite -S {ctx.pattern} {ctx.size_before} {op.length}"], "-a"),))
+
+
+def _odsync(op: Op, ctx: OpContext) -> Step:
+    # xfs_io has no O_DSYNC open flag; dd's oflag=dsync opens with it, and one block
+    # of op.length bytes is one write(2).
+    fill = f"'\\{pattern_byte(ctx.index):03o}'"
+    return Step((f"head -c {op.length} /dev/zero | tr '\\0' {fill} | dd of={fs_path(op.path)} "
+                 f"bs={op.length} seek={op.offset} oflag=dsync,seek_bytes conv=notrunc "
+                 f"iflag=fullblock status=none",))
+
+
+_FALLOC = {
+    FallocMode.ALLOCATE: "falloc",
+    FallocMode.KEEP_SIZE: "falloc -k",
+    FallocMode.PUNCH_HOLE: "fpunch",
+    FallocMode.ZERO_RANGE: "fzero",
+    FallocMode.COLLAPSE_RANGE: "fcollapse",
+    FallocMode.INSERT_RANGE: "finsert",
+}
+
+
+def _fallocate(op: Op, ctx: OpContext) -> Step:
+    command = _FALLOC[op.falloc]
+    return Step((_io(op, [f"{command} {op.offset} {op.length}"]),),
+                _require_io(command.split()[0]))
+
+
+def _mmap_range(op: Op) -> tuple[int, int]:
+    """The page-aligned mapping that holds [offset, offset+length) (mmap(2) wants it aligned)."""
+    start = op.offset // 4096 * 4096
+    return start, op.offset + op.length - start
+
+
+def _mmap_write(op: Op, ctx: OpContext) -> Step:
+    start, length = _mmap_range(op)
+    # munmap at exit leaves the pages dirty and unwritten, as the recording did.
+    return Step((_io(op, [f"mmap -rw {start} {length}",
+                          f"mwrite -S {ctx.pattern} {op.offset} {op.length}"]),))
+
+
+def _msync(op: Op, ctx: OpContext) -> Step:
+    start, length = _mmap_range(op)
+    return Step((_io(op, [f"mmap -rw {start} {length}", f"msync -s {start} {length}"]),))
+
+
+def _simple(template: str, requires: tuple[str, ...] = ()) -> Callable[[Op, OpContext], Step]:
+    """A coreutils command: {p} is the path, {d} the destination, {t} the symlink text."""
+    def render(op: Op, ctx: OpContext) -> Step:
+        return Step((template.format(p=fs_path(op.path), d=fs_path(op.dst),
+                                     t=shlex.quote(op.target)),), requires)
+    return render
+
+
+def _setxattr(op: Op, ctx: OpContext) -> Step:
+    # setfattr takes a value as 0x and hex digits; no -v sets an empty value.
+    value = f" -v 0x{f'{pattern_byte(ctx.index):02x}' * op.length}" if op.length else ""
+    return Step((f"$SETFATTR_PROG -n {shlex.quote(op.xattr)}{value} {fs_path(op.path)}",),
+                _ATTRS)
+
+
+def _copy(op: Op, ctx: OpContext) -> Step:
+    return Step((_io(op, [f"copy_range -s {op.offset} -d {op.dst_offset} -l {op.length} "
+                          f"{_io_file(op.path)}"], path=op.dst),), _require_io("copy_range"))
+
+
+def _clone(op: Op, ctx: OpContext) -> Step:
+    args = "" if op.kind is OpKind.CLONE else f" {op.offset} {op.dst_offset} {op.length}"
+    return Step((_io(op, [f"reflink {_io_file(op.path)}{args}"], path=op.dst),),
+                (". ./common/reflink", "_require_scratch_reflink"))
+
+
+_RENAMEAT2 = (". ./common/renameat2",)
+_ATTRS = (". ./common/attr", "_require_attrs user")
+#: What the test must require for the programs some checks run (the rest are coreutils).
+CHECK_TOOL_REQUIRES = {"getfattr": _ATTRS}
+
+#: How each op kind is done in the fstests test. A kind missing here cannot be
+#: exported to fstests (a one-line error names it); add new kinds here.
+FSTESTS_OPS: dict[OpKind, Callable[[Op, OpContext], Step]] = {
+    OpKind.CREAT: _simple(": > {p}"),
+    OpKind.MKDIR: _simple("mkdir {p}"),
+    OpKind.WRITE: _whole_write,
+    OpKind.PWRITE: _write(),
+    OpKind.APPEND: _append,
+    OpKind.TRUNCATE: lambda op, ctx: Step((_io(op, [f"truncate {op.size}"]),)),
+    OpKind.FALLOCATE: _fallocate,
+    OpKind.RENAME: _simple("mv -T {p} {d}"),
+    OpKind.LINK: _simple("ln {p} {d}"),
+    OpKind.UNLINK: _simple("unlink {p}"),
+    OpKind.RMDIR: _simple("rmdir {p}"),
+    OpKind.SYMLINK: _simple("ln -s {t} {p}"),
+    OpKind.SETXATTR: _setxattr,
+    OpKind.REMOVEXATTR: lambda op, ctx: Step(
+        (f"$SETFATTR_PROG -x {shlex.quote(op.xattr)} {fs_path(op.path)}",),
+        _ATTRS),
+    OpKind.FSYNC: lambda op, ctx: Step((_io(op, ["fsync"]),)),
+    OpKind.FDATASYNC: lambda op, ctx: Step((_io(op, ["fdatasync"]),)),
+    OpKind.SYNC: lambda op, ctx: Step(("sync",)),
+    OpKind.FSYNC_DIR: lambda op, ctx: Step((_io(op, ["fsync"], "-r"),)),
+    OpKind.DIRECT_WRITE: _write("-d", ("_require_odirect",)),
+    OpKind.MMAP_WRITE: _mmap_write,
+    OpKind.MSYNC: _msync,
+    OpKind.WRITE_OSYNC: _write("-s"),
+    OpKind.WRITE_ODSYNC: _odsync,
+    OpKind.SYNC_FILE_RANGE: lambda op, ctx: Step(
+        (_io(op, [f"sync_range -b -w -a {op.offset} {op.length}"], "-r"),),
+        _require_io("sync_range")),
+    OpKind.SYNCFS: lambda op, ctx: Step((_io(op, ["syncfs"], "-r"),), _require_io("syncfs")),
+    OpKind.RENAME_NOREPLACE: _simple("$here/src/renameat2 -n {p} {d}",
+                                     (*_RENAMEAT2, "_require_renameat2 noreplace")),
+    OpKind.RENAME_EXCHANGE: _simple("$here/src/renameat2 -x {p} {d}",
+                                    (*_RENAMEAT2, "_require_renameat2 exchange")),
+    OpKind.COPY_FILE_RANGE: _copy,
+    OpKind.CLONE: _clone,
+    OpKind.CLONE_RANGE: _clone,
+}
+
+
+def translate_ops(workload: Workload, oracle: OracleLog, last: int,
+                  table: dict[OpKind, Callable[[Op, OpContext], Step]] | None = None,
+                  ) -> tuple[list[str], list[str]]:
+    """The workload's ops 0..last as fstests shell lines, a mark after every durability op,
+    and the preamble lines they require. An op kind without a translation: ExportError."""
+    table = FSTESTS_OPS if table is None else table
+    lines: list[str] = []
+    requires: list[str] = []
+    model = FsModel()
+    marks = 0
+    for index, op in enumerate(workload.ops[: last + 1]):
+        if skipped(oracle, index):
+            why = oracle.skipped[index]
+            lines.append(f"# op {index} ({op.describe()}): skipped, as in the recording ({why})")
+            continue
+        render = table.get(op.kind)
+        if render is None:
+            raise ExportError(f"op {index} ({op.describe()}): no fstests translation for op kind "
+                              f"{op.kind.value!r}; export this state with --script")
+        node = model.lookup(op.path)
+        size = len(model.nodes[node].data) if node is not None else 0
+        step = render(op, OpContext(index, size))
+        lines.append(f"# op {index}: {op.describe()}")
+        lines += step.lines
+        requires += [r for r in step.requires if r not in requires]
+        model.apply(op, pattern_data(index, op) if needs_data(op) else b"")
+        if op.kind in DURABILITY_OPS:
+            lines.append(f"_log_writes_mark {mark_name(marks)}")
+            marks += 1
+    return lines, requires
+
+
+TEST_NAME = re.compile(r"^(?P<dir>[a-z][a-z0-9_-]*)/(?P<num>[0-9]{3,})$")
+
+
+def parse_test_name(name: str) -> tuple[str, str]:
+    m = TEST_NAME.match(name)
+    if not m:
+        raise ExportError(f"--test-name {name!r}: expected DIR/NUMBER as fstests names tests, "
+                          f"e.g. {DEFAULT_TEST_NAME}")
+    return m["dir"], m["num"]
+
+
+def check_fstests_state(state: ExportState) -> None:
+    """Refuse what fstests' dm-log-writes tests cannot express, with a one-line error."""
+    if state.variant.kind is not VariantKind.PREFIX:
+        raise ExportError(
+            f"state {state.key!r}: a {state.variant.kind.value} state is not the log replayed in "
+            "order to a mark, which is all fstests can replay; export it with --script")
+    if state.point_kind != CrashPointKind.MARK.value:
+        raise ExportError(
+            f"state {state.key!r}: its crash point is a {state.point_kind or 'unknown'} point "
+            "(a log entry, not a mark), and fstests replays to marks; export it with --script")
+    if state.target.journalled and fsck_first(state.target):
+        # A journal only the checker replays (JFS): mounting the replayed log as fstests
+        # does would meet a dirty volume. Without a journal the mount works as it is; the
+        # read-only fsck powercut runs first changes nothing the promises are about.
+        raise ExportError(
+            f"state {state.key!r}: recovery of {state.target.name} is its checker's log "
+            "replay before the mount, which fstests' dm-log-writes tests do not do; "
+            "export it with --script")
+
+
+def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
+                 ) -> tuple[str, str]:
+    """The fstests test and its golden output for ``state``."""
+    target = state.target
+    adapter = adapter_for(target.fstype)
+    end = state.window_end
+    ops, requires = translate_ops(state.workload, state.oracle, end)
+    replay_to = state.last_mark or "mkfs"
+    mount_opts = ",".join(adapter.mount_options(target))
+    mount_args = f" -o {shlex.quote(mount_opts)}" if mount_opts else ""
+    mkfs_args = "".join(f" {shlex.quote(o)}" for o in target.mkfs_options)
+    for tool in sorted({t for c in checks for t in c.tools}):
+        requires += [r for r in CHECK_TOOL_REQUIRES.get(tool, ()) if r not in requires]
+    sources = [r for r in requires if r.startswith(". ")]
+    needs = [r for r in requires if not r.startswith(". ")]
+    header = textwrap.fill(
+        f"Crash consistency: replay a dm-log-writes recording of a workload to the mark "
+        f"{replay_to} and check what was promised durable by then. Exported by powercut from "
+        f"crash state {state.key} of {state.run_dir} (target {target.name}: {target.fstype}, "
+        f"mkfs options {' '.join(target.mkfs_options) or '(none)'}, mount options "
+        f"{mount_opts or '(none)'}; workload {state.plan.case}, seed {state.plan.seed}), "
+        f"which was {state.outcome.value}.", width=76)
+    promise = (f"# Replay to {replay_to}, the mark placed when "
+               f"{state.durability_words(replay_to)} returned; the"
+               if state.last_mark else "# Replay to the mark after mkfs; the")
+    lines = [
+        "#! /bin/bash",
+        "# SPDX-License-Identifier: GPL-2.0",
+        "#",
+        f"# FS QA Test No. {seq}",
+        "#",
+        *(f"# {ln}" for ln in header.splitlines()),
+        "#",
+        "# What powercut found there:",
+        *finding_lines(state),
+        "#",
+        "# Data is written as one byte pattern per operation (pwrite -S); the",
+        "# checks expect those patterns.",
+        "#",
+        ". ./common/preamble",
+        f"_begin_fstest {' '.join(FSTESTS_GROUPS)}",
+        "",
+        "_cleanup()",
+        "{",
+        "\tcd /",
+        "\t_log_writes_cleanup &> /dev/null",
+        "\t_dmthin_cleanup",
+        "\trm -f $tmp.*",
+        "}",
+        "",
+        ". ./common/dmthin",
+        ". ./common/dmlogwrites",
+        *sources,
+        "",
+        f"# The promises checked below are those of {target.fstype} as powercut's target",
+        f"# {target.name} configures it.",
+        f"[ \"$FSTYP\" = {shlex.quote(target.fstype)} ] || "
+        f"_notrun \"written for {target.fstype} (powercut target {target.name})\"",
+        "_require_scratch_nocheck",
+        "_require_no_logdev",
+        "_require_log_writes",
+        "_require_dm_target thin-pool",
+        *needs,
+        "",
+        "# A thin volume as the replay target: its discards zero for certain, so a",
+        "# replay never shows blocks from later in the log.",
+        "size=$(_small_fs_size_mb 200)",
+        "devsize=$((1024 * 1024 * size / 512))",
+        "csize=$((1024 * 64 / 512))",
+        "lowspace=$((1024 * 1024 / 512))",
+        "_dmthin_init $devsize $devsize $csize $lowspace",
+        "_log_writes_init $DMTHIN_VOL_DEV",
+        f"_log_writes_mkfs{mkfs_args} >> $seqres.full 2>&1",
+        *(["_require_metadata_journaling $LOGWRITES_DMDEV"] if target.journalled else []),
+        f"_log_writes_mount{mount_args}",
+        "",
+        f"# The workload up to op {end}: nothing later can be in the state. The",
+        "# marks are powercut's: pc-N follows the N-th durability operation.",
+        *ops,
+        "",
+        "_log_writes_unmount",
+        "_log_writes_remove",
+        "",
+        promise,
+        f"# writes of the ops after it, up to op {end}, may be there in any part.",
+        f"_log_writes_replay_log {replay_to} $DMTHIN_VOL_DEV",
+        f"_dmthin_mount{mount_args} || _fail \"the replayed state does not mount\"",
+        "",
+        f"{ROOT_VAR}=$SCRATCH_MNT",
+        "pc_scratch=$tmp.xattr",
+        check_functions(checks, state.oracle.block_bytes),
+        "",
+        *(c.render() for c in checks),
+        "",
+        *(["_dmthin_check_fs"] if target.journalled else [
+            "# Without a journal a crashed filesystem is left for fsck to repair: its",
+            "# consistency is not what this test checks, only the promises above.",
+            "_unmount $SCRATCH_MNT > /dev/null 2>&1"]),
+        "",
+        "# success, all done",
+        "status=0",
+        "exit",
+        "",
+    ]
+    golden = "\n".join([f"QA output created by {seq}", *(f"ok: {c.what}" for c in checks), ""])
+    return "\n".join(lines), golden
+
+
+def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAULT_TEST_NAME,
+                  *, force: bool = False) -> tuple[Path, Path]:
+    """Write the fstests test and its golden output into ``fstests_dir``; returns both paths.
+
+    If the directory's group.list exists (a built checkout), the test's line
+    is added to it so that ``./check`` finds the test without a rebuild.
+    """
+    sub, seq = parse_test_name(test_name)
+    fstests_dir = fstests_dir.resolve()
+    if not fstests_dir.is_dir():
+        raise ExportError(f"{fstests_dir}: no such directory (an fstests checkout)")
+    check_fstests_state(state)
+    test_dir = fstests_dir / "tests" / sub
+    test, out = test_dir / seq, test_dir / f"{seq}.out"
+    for path in (test, out):
+        if path.exists() and not force:
+            raise ExportError(f"{path}: already exists (--force replaces it)")
+    checks = build_checks(state, pattern_data, verify=False)
+    text, golden = fstests_text(state, checks, seq)
+    try:
+        test_dir.mkdir(parents=True, exist_ok=True)
+        for path, body, mode in ((test, text, 0o755), (out, golden, 0o644)):
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:6]}.tmp")
+            tmp.write_text(body)
+            tmp.chmod(mode)
+            os.replace(tmp, path)
+        group_list = test_dir / "group.list"
+        if group_list.is_file():
+            kept = [ln for ln in group_list.read_text().splitlines()
+                    if ln.split()[:1] != [seq]]
+            group_list.write_text("\n".join([*kept, f"{seq} {' '.join(FSTESTS_GROUPS)}"]) + "\n")
+    except OSError as exc:
+        raise ExportError(f"{test}: cannot write the test: {exc}") from exc
+    return test, out
+

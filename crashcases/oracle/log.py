@@ -1,0 +1,403 @@
+"""The durability oracle: what a workload promised, and checking a crash state against it.
+
+``execute`` (crashcases.execute) records an ``OracleLog``: for every path
+the history of what it named (inode id or nothing, and which op did it),
+for every inode the history of its size and per-block hashes and of its
+xattrs, and every durability op with the mark placed after it. Contents
+are never stored: a block is known by the blake2b hash of its 4 KiB,
+zero-padded past the end of file.
+
+``verify`` checks a crash state whose last completed mark is ``last_mark``.
+With ``PersistenceRules`` it works out, for each path and inode, the last
+*promise* at or before that mark (the op whose state was made durable) and
+the *window*: every op after the mark up to the durability op of the next
+mark, which may be applied fully, partly or not at all (nothing after the
+next mark can be on disk before it). The acceptable states of a promised
+thing are all the versions it had from its promise to the end of the
+window:
+
+- names: the path names one of the inodes it named in that span, or is
+  absent if it was absent at some point in it. Renames are two paths: the
+  old name is promised absent only once its removal is promised, the new
+  name present only once its creation is.
+- a name's promise is enforced only if its parent directory is *pinned*:
+  promised itself and the same directory inode from the promise on, up to
+  the root; else the observed directory may be another one (a rename not
+  yet durable) and nothing about its entries can be concluded.
+- file data: the size lies between the smallest and largest size of the
+  versions; every block equals that block of one of the versions (a
+  block-granular mix, as page writeback produces), where a block past a
+  version's end counts as zeros. ``PersistenceRules`` widen this (torn
+  blocks, stale blocks after extension) or narrow it (whole-version writes).
+  O_SYNC and O_DSYNC writes and msync promise a byte range, not the file:
+  the blocks it touches, and a size that holds its bytes; a block answers
+  to the latest promise that covers it, and one that none covers is free.
+  sync_file_range promises nothing and places no mark; syncfs is sync.
+- xattrs: each name the inode ever had holds one of its values in the span.
+- symlink targets and link counts, where the rules say metadata is atomic.
+
+A path, data or xattr never promised is not required to be present, but an
+entry in a directory whose identity is certain must be one the workload
+made (``unexpected-entry``), and found objects must have a type the path
+had. ``walk_tree`` reads everything, promised or not; EIO is a finding.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from framework.core.errors import PowercutError
+
+BLOCK_BYTES = 4096
+#: 2: skipped ops are a map of their own ("skipped"); 1 wrote " [skipped: why]" after the
+#: op's words, read here into the same map.
+_FORMAT = 2
+_SKIP_WORDS = " [skipped: "
+
+
+class OracleError(PowercutError):
+    """An oracle log is malformed or asked about a mark it does not have."""
+
+
+class NodeKind(StrEnum):
+    FILE = "file"
+    DIR = "dir"
+    SYMLINK = "symlink"
+
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """From op ``op`` on, the path names ``inode`` (None: nothing), because of ``cause``."""
+
+    op: int
+    inode: int | None
+    cause: str  # the op kind, "rename-replace", or "moved" (an ancestor was renamed)
+
+
+@dataclass(frozen=True, slots=True)
+class DataVersion:
+    op: int
+    size_bytes: int
+    blocks: tuple[str, ...]  # hash per block, zero-padded past the end
+
+
+@dataclass(frozen=True, slots=True)
+class XattrEvent:
+    op: int
+    name: str
+    digest: str | None  # None: removed
+
+
+@dataclass(frozen=True, slots=True)
+class InodeRecord:
+    kind: NodeKind
+    created_op: int
+    target: str = ""
+    data: tuple[DataVersion, ...] = ()
+    xattrs: tuple[XattrEvent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MarkRecord:
+    name: str
+    op: int  # index of the durability op it follows
+    kind: str
+    path: str
+    inode: int | None
+    #: For ops that sync a byte range of the file (O_SYNC/O_DSYNC writes,
+    #: msync): [range_start, range_end). Both 0 for every other op.
+    range_start: int = 0
+    range_end: int = 0
+
+
+# Mark kinds and what they promise (see durable_at_marks).
+SYNC_KINDS = ("sync", "syncfs")  # everything done before
+WHOLE_FILE_KINDS = ("fsync", "fdatasync")  # all of the file's data
+RANGE_KINDS = ("write_osync", "write_odsync", "msync")  # the data of a byte range
+FULL_KINDS = ("fsync", "write_osync")  # also the inode's other metadata (xattrs, names)
+
+
+def block_digest(chunk: bytes, block_bytes: int = BLOCK_BYTES) -> str:
+    return hashlib.blake2b(chunk.ljust(block_bytes, b"\0"), digest_size=16).hexdigest()
+
+
+def data_digests(data: bytes, block_bytes: int = BLOCK_BYTES) -> tuple[str, ...]:
+    return tuple(
+        block_digest(data[i : i + block_bytes], block_bytes)
+        for i in range(0, len(data), block_bytes)
+    )
+
+
+def value_digest(value: bytes) -> str:
+    return hashlib.blake2b(value, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class OracleLog:
+    """What one execution of a workload did and promised (JSON-serialisable)."""
+
+    workload: str
+    seed: int
+    n_ops: int
+    ops: tuple[str, ...]  # describe() of each op, for findings
+    mark_records: tuple[MarkRecord, ...]
+    paths: dict[str, tuple[Binding, ...]]
+    inodes: dict[int, InodeRecord]
+    block_bytes: int = BLOCK_BYTES
+    #: Ops the recording skipped, with why: unsupported there (EOPNOTSUPP), or made
+    #: invalid by an earlier skip. They changed nothing on disk.
+    skipped: dict[int, str] = field(default_factory=dict)
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Checking lanes share one log: the second asks for what the first is still building
+    # (the promise index of a long workload takes seconds) and waits for it.
+    _cache_lock: threading.RLock = field(default_factory=threading.RLock, compare=False,
+                                         repr=False)
+
+    @property
+    def marks(self) -> list[str]:
+        return [m.name for m in self.mark_records]
+
+    def mark_index(self, name: str | None) -> int:
+        """Index of mark ``name`` (-1 for None: before the first mark)."""
+        if name is None:
+            return -1
+        index = self._cached(
+            "mark_index", lambda: {m.name: i for i, m in enumerate(self.mark_records)}
+        )
+        if name not in index:
+            raise OracleError(
+                f"mark {name!r} is not in the oracle log of workload {self.workload!r}"
+            )
+        return int(index[name])
+
+    def _cached(self, key: Any, make: Any) -> Any:
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        with self._cache_lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    def to_json(self) -> str:
+        table: dict[str, int] = {}
+
+        def ref(digest: str) -> int:
+            return table.setdefault(digest, len(table))
+
+        inodes = {}
+        for ino, rec in self.inodes.items():
+            inodes[str(ino)] = {
+                "kind": str(rec.kind),
+                "created": rec.created_op,
+                "target": rec.target,
+                "data": [[v.op, v.size_bytes, [ref(b) for b in v.blocks]] for v in rec.data],
+                "xattrs": [[x.op, x.name, x.digest] for x in rec.xattrs],
+            }
+        doc = {
+            "format": _FORMAT,
+            "workload": self.workload,
+            "seed": self.seed,
+            "n_ops": self.n_ops,
+            "block_bytes": self.block_bytes,
+            "ops": list(self.ops),
+            "skipped": {str(i): why for i, why in sorted(self.skipped.items())},
+            "marks": [
+                [m.name, m.op, m.kind, m.path, m.inode]
+                + ([m.range_start, m.range_end] if m.kind in RANGE_KINDS else [])
+                for m in self.mark_records
+            ],
+            "paths": {p: [[b.op, b.inode, b.cause] for b in h] for p, h in self.paths.items()},
+            "inodes": inodes,
+            "hashes": list(table),
+        }
+        return json.dumps(doc, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> OracleLog:
+        try:
+            doc = json.loads(text)
+            if doc.get("format") not in (1, _FORMAT):
+                raise OracleError(f"oracle log format {doc.get('format')!r} is not {_FORMAT}")
+            ops, skipped = list(doc["ops"]), {int(i): why for i, why in doc.get("skipped", {}).items()}
+            if doc["format"] == 1:
+                for i, text in enumerate(ops):
+                    if text.endswith("]") and _SKIP_WORDS in text:
+                        ops[i], _, why = text[:-1].partition(_SKIP_WORDS)
+                        skipped[i] = why
+            hashes = doc["hashes"]
+            inodes = {
+                int(ino): InodeRecord(
+                    kind=NodeKind(r["kind"]),
+                    created_op=int(r["created"]),
+                    target=r["target"],
+                    data=tuple(
+                        DataVersion(o, s, tuple(hashes[i] for i in b)) for o, s, b in r["data"]
+                    ),
+                    xattrs=tuple(XattrEvent(o, n, d) for o, n, d in r["xattrs"]),
+                )
+                for ino, r in doc["inodes"].items()
+            }
+            return cls(
+                workload=doc["workload"],
+                seed=int(doc["seed"]),
+                n_ops=int(doc["n_ops"]),
+                ops=tuple(ops),
+                skipped=skipped,
+                mark_records=tuple(MarkRecord(*m) for m in doc["marks"]),
+                paths={p: tuple(Binding(*b) for b in h) for p, h in doc["paths"].items()},
+                inodes=inodes,
+                block_bytes=int(doc["block_bytes"]),
+            )
+        except OracleError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise OracleError(f"oracle log is malformed: {exc!r}") from exc
+
+    # -- rule-independent indexes -------------------------------------------
+
+    def children(self) -> dict[str, list[str]]:
+        def make() -> dict[str, list[str]]:
+            out: dict[str, list[str]] = defaultdict(list)
+            for p in self.paths:
+                out[p.rpartition("/")[0]].append(p)
+            return dict(out)
+
+        return self._cached("children", make)
+
+    def inode_paths(self) -> dict[int, list[str]]:
+        def make() -> dict[int, list[str]]:
+            out: dict[int, list[str]] = defaultdict(list)
+            for p, hist in self.paths.items():
+                for ino in {b.inode for b in hist if b.inode is not None}:
+                    out[ino].append(p)
+            return dict(out)
+
+        return self._cached("inode_paths", make)
+
+    def binding_at(self, path: str, op: int) -> Binding | None:
+        """The binding of ``path`` in effect after op ``op`` (None: never bound yet)."""
+        hist = self.paths.get(path, ())
+        # One dict of per-path op lists, not a cache entry per path: this runs for every
+        # name at every crash state.
+        index: dict[str, list[int]] = self._cached("binding_ops", dict)
+        ops = index.get(path)
+        if ops is None:
+            ops = index[path] = [b.op for b in hist]
+        i = bisect.bisect_right(ops, op)
+        return hist[i - 1] if i else None
+
+    def bindings_between(self, path: str, start: int, end: int) -> set[int | None]:
+        """Every inode (None: absent) ``path`` named after some op in [start, end]."""
+        first = self.binding_at(path, start)
+        out: set[int | None] = {first.inode if first else None}
+        out.update(b.inode for b in self.paths.get(path, ()) if start < b.op <= end)
+        return out
+
+    def versions_between(self, ino: int, start: int, end: int) -> list[DataVersion]:
+        data = self.inodes[ino].data
+        out = [v for v in data if start < v.op <= end]
+        before = [v for v in data if v.op <= start]
+        return before[-1:] + out
+
+    def describe_op(self, index: int) -> str:
+        if not 0 <= index < len(self.ops):
+            return f"op {index}"
+        why = self.skipped.get(index)
+        return f"op {index} ({self.ops[index]}{'' if why is None else _SKIP_WORDS + why + ']'})"
+
+
+class Recorder:
+    """Builds an ``OracleLog`` while a workload executes."""
+
+    def __init__(self, workload: str, seed: int, block_bytes: int = BLOCK_BYTES) -> None:
+        self.workload = workload
+        self.seed = seed
+        self.block_bytes = block_bytes
+        self._ops: list[str] = []
+        self._skipped: dict[int, str] = {}
+        self._marks: list[MarkRecord] = []
+        self._paths: dict[str, list[Binding]] = {}
+        self._inodes: dict[int, dict[str, Any]] = {
+            0: {"kind": NodeKind.DIR, "created": -1, "target": ""}
+        }
+        self._data: dict[int, list[DataVersion]] = defaultdict(list)
+        self._xattrs: dict[int, list[XattrEvent]] = defaultdict(list)
+        self._n_ops = 0
+
+    @property
+    def known_inodes(self) -> set[int]:
+        return set(self._inodes)
+
+    def op(self, index: int, text: str, *, skipped: str | None = None) -> None:
+        """Op ``index`` in words; ``skipped``: why the recording did not perform it."""
+        while len(self._ops) < index:
+            self._ops.append("")
+        self._ops.append(text)
+        if skipped is not None:
+            self._skipped[index] = skipped
+
+    def inode(self, ino: int, kind: NodeKind, op: int, target: str = "") -> None:
+        self._inodes[ino] = {"kind": kind, "created": op, "target": target}
+
+    def bind(self, path: str, op: int, ino: int | None, cause: str) -> None:
+        self._paths.setdefault(path, []).append(Binding(op, ino, cause))
+
+    def data(self, ino: int, op: int, content: bytes) -> None:
+        self._data[ino].append(
+            DataVersion(op, len(content), data_digests(content, self.block_bytes))
+        )
+
+    def xattr(self, ino: int, op: int, name: str, value: bytes | None) -> None:
+        self._xattrs[ino].append(
+            XattrEvent(op, name, None if value is None else value_digest(value))
+        )
+
+    def mark(
+        self,
+        name: str,
+        op: int,
+        kind: str,
+        path: str,
+        ino: int | None,
+        byte_range: tuple[int, int] | None = None,
+    ) -> None:
+        start, end = byte_range or (0, 0)
+        self._marks.append(MarkRecord(name, op, kind, path, ino, start, end))
+
+    def finish(self, n_ops: int) -> None:
+        self._n_ops = n_ops
+
+    @property
+    def log(self) -> OracleLog:
+        return OracleLog(
+            workload=self.workload,
+            seed=self.seed,
+            n_ops=self._n_ops,
+            ops=tuple(self._ops),
+            skipped=dict(self._skipped),
+            mark_records=tuple(self._marks),
+            paths={p: tuple(h) for p, h in self._paths.items()},
+            inodes={
+                ino: InodeRecord(
+                    kind=r["kind"],
+                    created_op=r["created"],
+                    target=r["target"],
+                    data=tuple(self._data.get(ino, ())),
+                    xattrs=tuple(self._xattrs.get(ino, ())),
+                )
+                for ino, r in self._inodes.items()
+            },
+            block_bytes=self.block_bytes,
+        )
+
+

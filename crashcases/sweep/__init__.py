@@ -1,0 +1,1 @@
+"""Recovery sweeps: recovery time against size, files, data in flight and journal size (host ``engine``, guest ``guest``)."""

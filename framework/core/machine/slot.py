@@ -1,0 +1,104 @@
+"""One guest at a time for an engine: started when first needed, replaced when it cannot go on.
+
+Crash, cut and sweep engines all drive a guest the same way: boot it on the
+first task, hand it task after task, and when a task hangs, the guest stops
+answering or a device in it stays busy, give that guest up and boot a fresh
+one for what remains. What happens to the task that was in flight is the
+engine's call (a hang is a finding; a harness error is checked again); the
+slot only knows the guest. Tasks go through ``perform``: the errors that
+mean "this guest cannot go on" come back as ``GuestLost``, after the guest
+is already gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from framework.core import agent
+from framework.core.errors import CommandTimeout, DeviceBusy, MachineError, PowercutError
+from framework.core.machine.base import Machine
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req", bound=agent.Message)
+Res = TypeVar("Res", bound=agent.Message)
+
+
+class GuestLost(PowercutError):
+    """The guest could not finish a task and was given up; ``hung``: it hung or died (a
+    finding for the task), else a harness error (the task may be tried again)."""
+
+    def __init__(self, message: str, *, hung: bool) -> None:
+        super().__init__(message)
+        self.hung = hung
+
+
+class GuestSlot:
+    """The guest an engine (or one shard of it) works in."""
+
+    def __init__(self, start: Callable[[], Machine], *, name: str = "guest",
+                 on_start: Callable[[Machine], None] | None = None) -> None:
+        """``start`` boots a guest; ``on_start`` prepares each new one (files it expects)."""
+        self._start, self._on_start = start, on_start
+        self.name = name
+        self.current: Machine | None = None
+        self.replacements = 0
+
+    def machine(self) -> Machine:
+        """The guest, booted now if there is none."""
+        if self.current is None:
+            self.current = self._start()
+            if self._on_start is not None:
+                self._on_start(self.current)
+        return self.current
+
+    def adopt(self, machine: Machine | None) -> None:
+        """Take over a guest booted elsewhere (the one that recorded, say)."""
+        if machine is not None and self.current is None:
+            self.current = machine
+
+    def replace(self, why: str) -> None:
+        """Give the guest up; the next task boots a fresh one."""
+        if self.current is not None:
+            with contextlib.suppress(Exception):  # it may be stuck or dead already
+                self.current.close()
+        self.current = None
+        self.replacements += 1
+        log.warning("%s replaced: %s", self.name, why)
+
+    def perform(self, task: agent.Task[Req, Res], request: Req | Callable[[Machine], Req], *,
+                timeout_s: float, module: str = agent.GUEST_MODULE, args: Sequence[str] = (),
+                watch: Callable[[], str | None] | None = None) -> Res:
+        """``task`` in the guest. ``request`` may be made from the guest (its disks).
+        A hang, a guest that died, or a device that stayed busy: the guest is replaced
+        and ``GuestLost`` raised."""
+        machine = self.machine()
+        req: Any = request(machine) if callable(request) else request
+        try:
+            return agent.perform(machine, task, req, module=module, args=args,
+                                 timeout_s=timeout_s, watch=watch)
+        except (CommandTimeout, MachineError) as exc:
+            self.replace(f"{task.name}: {exc}")
+            raise GuestLost(str(exc), hung=True) from exc
+        except DeviceBusy as exc:
+            self.replace(f"{task.name}: {exc}")
+            raise GuestLost(f"harness error: {exc}", hung=False) from exc
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+
+    def kill(self) -> None:
+        """Stop the guest now (Ctrl-C): what it finished is already stored."""
+        if self.current is not None:
+            getattr(self.current, "kill", self.current.close)()
+
+    def __enter__(self) -> GuestSlot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,82 @@
+"""A run directory: the one place that names its files, writes them atomically and reads
+them back with a one-line error.
+
+Every run (crash, cut, sweep, bench, study, ci) gets a directory under
+``--results``; the names below are the only spelling of its files anywhere
+in powercut. A file is written whole or not at all (a temporary file, then
+``os.replace``), so a reader, a kill or a full disk mid-write leaves the old
+file or the new one, never half of one. Reading a file that is missing,
+truncated or not the JSON expected is a ``ConfigError`` that names the file
+and what is wrong, and nothing is written in reply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from framework.core.errors import ConfigError
+
+# Every run
+PLAN = "plan.json"  # what was asked: the run's options, written first
+RESULTS = "results.json"  # what came of it, rewritten as results arrive
+JUNIT = "junit.xml"
+REPORT = "report.html"
+CONSOLE = "console.log"  # a guest's serial console, in its own directory
+# Studies and ci
+STEPS = "steps.json"  # a study's steps and the runs they made
+CLAIMS = "claims.json"  # a study's claims judged against its figures
+CI_SUMMARY = "ci.md"
+CI_JUNIT = "ci.xml"
+# Crash runs
+RECORD = "record.json"  # what the recording did: entries, log bytes, marks, time
+ORACLE = "oracle.json"  # what the workload promised (crashcases.oracle.log)
+WORKLOAD = "workload.json"  # a workload in JSON (shrink, cut guests)
+LOG = "log.img"  # the dm-log-writes log of the data disk
+JOURNAL_LOG = "journal-log.img"  # ... and of an external journal's disk
+GUEST_RESULTS = "results.jsonl"  # a checking guest's results, one line per state
+HARVEST = "resumed-results.jsonl"  # results a resumed run took over from its guests
+SHRINK = "shrink.json"
+# Sweeps and benchmarks
+RESULTS_CSV = "results.csv"
+SAMPLES = "samples.jsonl"
+# Databases
+DB = "powercut.sqlite"
+CI_DB = "ci.sqlite"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or a kill mid-write) sees the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path``; a one-line ConfigError naming it when it is missing or is not
+    JSON (``what``: the file's role, for the message)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no {what} here") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: the {what} is not valid JSON ({exc}); "
+                          "it was cut short or changed by hand") from None
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """``read_json`` for a file that must hold a JSON object."""
+    data = read_json(path, what)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the {what} is not a JSON object")
+    return data
