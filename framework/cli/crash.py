@@ -258,7 +258,7 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
         out.print(f"{key}: {why[:300]} (checked again on a fresh guest: "
                   f"{again.outcome.value if again is not None else 'not yet'})")
     for why, n in result.unexplored.items():
-        out.print(f"not explored: {n} states, {why} (see README: two disks)")
+        out.print(f"not explored: {n} states, {why} (see docs/explanation/two-disks.md)")
     if result.shared():
         out.print(f"{result.shared()} states held the same bytes as the state checked before "
                   "them: each was checked against its own promises on that state's mount, and "
