@@ -11,6 +11,7 @@ The rooms, from the bottom floor up (import-linter keeps them in this order):
 - ``execute``: running a workload with real syscalls, marking the log.
 - ``check``: checking one crash state (mount, oracle, tree, fsck).
 - ``known``: known behaviour (``known.toml``) and how states are judged against it.
+- ``group``: failing states grouped into distinct findings by a signature.
 - ``crash/``, ``cut/``, ``sweep/``: the three engines, each with its host half
   (``engine``) and its guest half (``guest``).
 - ``findings/``: what a failing state becomes: shrunk (``shrink``) and exported as a

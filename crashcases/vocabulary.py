@@ -14,6 +14,7 @@ the one definition of a failing outcome.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from recovery.targets import Target
@@ -77,3 +78,35 @@ class VariantKind(StrEnum):
 
 
 PointKind = CrashPointKind
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """How often a failing state failed when it was checked: ``failed`` of ``runs``
+    checks, the first included. Reliable only when every check failed and there were at
+    least RELIABLE_RUNS of them (fstests' runners print "Flaky NN% (f/t)" otherwise)."""
+
+    failed: int
+    runs: int
+
+    @property
+    def reliable(self) -> bool:
+        return self.runs >= RELIABLE_RUNS and self.failed == self.runs
+
+    def words(self) -> str:
+        f_t = f"{self.failed}/{self.runs}"
+        if self.runs <= 1:
+            return f"fails {f_t} (not checked again)"
+        if self.reliable:
+            return f"fails {f_t}, reliable"
+        if self.failed == self.runs:
+            return f"fails {f_t} (reliable only at {RELIABLE_RUNS} checks or more)"
+        return f"fails {f_t}, flaky {100 * self.failed // self.runs}%"
+
+    def to_dict(self) -> dict[str, int | bool | str]:
+        return {"failed": self.failed, "runs": self.runs, "reliable": self.reliable,
+                "words": self.words()}
+
+
+#: Checks a failing state needs, all failing, to be called reliable.
+RELIABLE_RUNS = 3

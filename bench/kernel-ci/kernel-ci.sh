@@ -89,10 +89,10 @@ build() {
 	done
 	make -s x86_64_defconfig
 	scripts/kconfig/merge_config.sh -m .config kernel/configs/kvm_guest.config \
-		"$here/guest.config" > /dev/null
+		"$top/framework/zoo/guest.config" > /dev/null
 	make -s olddefconfig
 	# merge_config warns and carries on when an option does not take: refuse instead.
-	grep '^CONFIG_.*=y$' "$here/guest.config" | while read -r line; do
+	grep '^CONFIG_.*=y$' "$top/framework/zoo/guest.config" | while read -r line; do
 		grep -qx "$line" .config || { echo "kernel-ci: $line did not take in .config" >&2; exit 1; }
 	done
 	build_one unpatched

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import gzip
 import json
 import logging
@@ -63,9 +64,10 @@ from crashcases.crash.points import (
     plan_states,
     plan_two_disk_states,
 )
+from crashcases.group import FindingGroup, Grouper, group_states
 from crashcases.known import KnownList, KnownMatcher, guest_kernel, recorded_marks
-from crashcases.oracle.log import OracleLog
-from crashcases.vocabulary import Outcome
+from crashcases.oracle.log import OracleError, OracleLog
+from crashcases.vocabulary import Outcome, Rate, fails
 from crashcases.workload.ops import Workload
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
@@ -228,12 +230,15 @@ class CrashEngine:
 
     # -- checking -----------------------------------------------------------
 
-    def _checker(self, shard: int) -> Machine:
+    def _logs(self) -> dict[str, Path]:
         logs = {"log": self.log_path}
         if self.two_disks:
             logs["journal-log"] = self.journal_log_path
-        return self.factory(checker_disks(self.sizes, logs), self.run_dir / f"vm-{shard + 1}",
-                            self.fstypes)
+        return logs
+
+    def _checker(self, shard: int) -> Machine:
+        return self.factory(checker_disks(self.sizes, self._logs()),
+                            self.run_dir / f"vm-{shard + 1}", self.fstypes)
 
     def check_shard(self, shard: int, states: list[CrashState], machine: Machine | None,
                     total: int) -> None:
@@ -277,6 +282,50 @@ class CrashEngine:
             with self._lock:
                 self._slots.discard(slot)
                 self.replacements += slot.replacements
+
+    def rerun_findings(self, result: CrashRunResult, run: Run) -> None:
+        """Check the representative of each new finding ``plan.reruns`` more times, in one
+        guest; each rerun is stored; the finding's rate says how often it failed."""
+        target = self.target
+        by_key = {s.key: s for s in result.states}
+        new = [g for g in result.findings
+               if result.known is None or not all(result.known.is_known(k) for k in g.states)]
+        slot = GuestSlot(lambda: self.factory(checker_disks(self.sizes, self._logs()),
+                                              self.run_dir / "vm-rerun", self.fstypes),
+                         name="rerun guest")
+        try:
+            for group in new[:self.plan.max_reruns]:
+                state = by_key[group.representative]
+                failed = 1  # the first check
+                for attempt in range(1, self.plan.reruns + 1):
+                    again = self._recheck(slot, state)
+                    bad = fails(again.outcome, target)
+                    failed += bad
+                    if run.store is not None and run.run_id is not None:
+                        run.store.add_rerun(run.run_id, state.key, attempt=attempt,
+                                            outcome=again.outcome, failed=bad,
+                                            findings=again.findings)
+                group.rate = Rate(failed, 1 + self.plan.reruns)
+                log.info("finding %s: %s", group.representative, group.rate.words())
+        finally:
+            slot.close()
+            shutil.rmtree(self.run_dir / "vm-rerun", ignore_errors=True)
+
+    def _recheck(self, slot: GuestSlot, state: CrashState) -> CheckResult:
+        """``state`` checked once more in ``slot``'s guest (a hang is the result)."""
+        budget = self.plan.check_timeout_s
+        results_path = guest_files(slot.machine(), self.oracle_path)
+        before = len(parse_results(results_path))
+        try:
+            slot.perform(CRASH_CHECK, lambda machine: check_request(
+                machine, self.target, [state], budget_s=budget),
+                timeout_s=budget + 120, watch=progress_watch(results_path, budget))
+        except GuestLost as exc:
+            return CheckResult(key=state.key, outcome=Outcome.HANG if exc.hung else Outcome.ERROR,
+                               notes=[str(exc)])
+        got = parse_results(results_path)[before:]
+        return got[0] if got else CheckResult(key=state.key, outcome=Outcome.ERROR,
+                                              notes=["the guest returned no result"])
 
     def _first_error(self, result: CheckResult) -> bool:
         """Note a harness error; whether it is the state's first (then it is checked again)."""
@@ -582,6 +631,11 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
                      len(result.states))
         engine.check(todo, machine, total=len(result.states))
         machine = None
+        if plan.reruns > 0:
+            result.results = dict(engine.results)
+            result.findings = group_findings(result, checked[1],
+                                             OracleLog.from_json(engine.oracle_path.read_text()))
+            engine.rerun_findings(result, run)
     finally:
         if machine is not None:
             machine.close()
@@ -593,11 +647,25 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
                     result.known.judge(s.key, r.outcome, r, s.variant.kind.value)
         result.replacements = engine.replacements
         result.harness_errors = list(engine.harness_errors)
+        if not result.findings:  # grouped before the reruns, or not yet
+            with contextlib.suppress(OSError, OracleError):  # no oracle yet: nothing failed
+                result.findings = group_findings(
+                    result, checked[1], OracleLog.from_json(engine.oracle_path.read_text()))
         result.wall_s = clock.monotonic() - start
         save_results(result, run)
     for path, kind in engine.keep_artifacts(result, entries):
         run.add_artifact(path, kind)
     return result
+
+
+def group_findings(result: CrashRunResult, workload: Workload,
+                   oracle: OracleLog) -> list[FindingGroup]:
+    """The run's failing states, known ones included, grouped into distinct findings."""
+    target = result.plan.spec
+    grouper = Grouper(target.fstype, workload, oracle)
+    failing = [(s.key, s.point.last_mark, result.results[s.key]) for s in result.states
+               if s.key in result.results and fails(result.results[s.key].outcome, target)]
+    return group_states(failing, grouper.signature, grouper.length)
 
 
 def save_results(result: CrashRunResult, run: Run) -> None:
@@ -607,6 +675,8 @@ def save_results(result: CrashRunResult, run: Run) -> None:
     data = {
         "plan": asdict(result.plan), "record": result.record, "wall_s": result.wall_s,
         "replacements": result.replacements, "counts": result.counts(),
+        "findings": [{**g.to_dict(), "known": bool(known is not None and all(
+            known.is_known(k) for k in g.states))} for g in result.findings],
         "harness_errors": [{"state": key, "error": why} for key, why in result.harness_errors],
         "unexplored": result.unexplored, "shared": result.shared(),
         "known": known.report() if known is not None else None,

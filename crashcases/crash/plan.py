@@ -20,6 +20,7 @@ from crashcases.crash.points import (
     parse_strategy,
     parse_variants,
 )
+from crashcases.group import FindingGroup
 from crashcases.known import KnownMatcher
 from crashcases.oracle.log import OracleLog
 from crashcases.vocabulary import Outcome
@@ -68,6 +69,10 @@ class CrashPlan:
     jobs: int = 1
     check_timeout_s: float = 600.0
     inject_hang: str | None = None
+    #: Check the representative of each new finding this many more times ("fails f/t").
+    reruns: int = 0
+    #: ... for at most this many findings.
+    max_reruns: int = 10
     #: Fault injection: comma-separated "#N" (or a key), each with an optional "@SECONDS":
     #: another process holds the N-th state's device open for that long, or for good.
     inject_busy: str | None = None
@@ -103,6 +108,8 @@ class CrashRunResult(EngineRun[CrashPlan]):
     known: KnownMatcher | None = None
     #: Two-disk runs: states not explored, by reason (their halves may never have coexisted).
     unexplored: dict[str, int] = field(default_factory=dict)
+    #: The failing states grouped into distinct findings (crashcases.group).
+    findings: list[FindingGroup] = field(default_factory=list)
 
     def shared(self) -> int:
         """States checked on the mount and fsck of the state before them (the same bytes)."""
@@ -154,6 +161,9 @@ def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
     target = plan.spec
     parse_strategy(plan.points)
     parse_variants(plan.variants)
+    if plan.reruns < 0 or plan.max_reruns < 0:
+        raise ConfigError(f"--reruns {plan.reruns} / --max-reruns {plan.max_reruns}: "
+                          "must be 0 or more")
     check_target(target, plan.variants)
     if plan.generator not in GENERATORS:
         raise ConfigError(f"plan: generator {plan.generator} is not one this powercut knows "

@@ -22,6 +22,7 @@ from crashcases.crash.plan import (
     validate_plan,
 )
 from crashcases.crash.points import Variant
+from crashcases.group import findings_words
 from crashcases.known import KnownList, KnownMatcher, load_known, recorded_marks
 from crashcases.oracle.log import OracleLog
 from crashcases.vocabulary import KNOWN, Outcome, fails
@@ -111,6 +112,27 @@ def summary_table(result: CrashRunResult) -> Table:
     return table
 
 
+def print_findings(out: Console, result: CrashRunResult, *, failing: set[str],
+                   most: int = 10) -> None:
+    """The run's distinct findings first ("2 findings (412 states)"), each with how many
+    states show it, its representative's explanation and the command that reproduces it;
+    findings known behaviour explains are counted apart."""
+    new = [g for g in result.findings if any(k in failing for k in g.states)]
+    known = [g for g in result.findings if g not in new]
+    if not result.findings:
+        return
+    out.print(f"findings: {findings_words(new)} new"
+              + (f", {findings_words(known)} known" if known else ""))
+    for n, g in enumerate(new[:most], 1):
+        out.print(f"  {n}. {g.signature.words()}")
+        out.print(f"     {len(g.states)} state{'s' if len(g.states) > 1 else ''}"
+                  + (f", {g.rate.words()}" if g.rate is not None else "")
+                  + f", e.g. {g.representative}: {g.explanation[:300]}")
+        out.print(f"     reproduce: {reproducer_command(result.run_dir, g.representative)}")
+    if len(new) > most:
+        out.print(f"  ... and {len(new) - most} more findings (see results.json)")
+
+
 def known_list(args: argparse.Namespace) -> KnownList:
     """The shipped known-behaviour list and the --known files (a bad file: a one-line error)."""
     return load_known(getattr(args, "known", None) or ())
@@ -140,7 +162,9 @@ def _spread(values: list[float | None]) -> str:
 
 
 def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
-    """One test case per checked state; it fails as ``fails`` says for the target."""
+    """One test case per checked state; it fails as ``fails`` says for the target (with
+    "fails f/t" where the state's finding was checked again)."""
+    rates = {k: g.rate for g in result.findings if g.rate is not None for k in g.states}
     cases = []
     for s in result.states:
         r = result.results.get(s.key)
@@ -153,7 +177,9 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
             # Expunged, as kdevops and xfstests report it: known behaviour, with its reason.
             skipped = f"{result.known.message(s.key)[:450]} [raw outcome: {r.outcome.value}]"
         elif fails(r.outcome, target):
-            failure = f"{r.outcome.value}: {r.explanation or explain(r)}"[:500]
+            rate = rates.get(s.key)
+            failure = (f"{r.outcome.value}" + (f" ({rate.words()})" if rate else "")
+                       + f": {r.explanation or explain(r)}")[:500]
         details = "\n".join([f"reproduce: {reproducer_command(result.run_dir, s.key)}",
                              *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in r.findings), *r.notes,
                              *(o for o in (r.fsck_check_output, r.fsck_repair_output) if o)])
@@ -172,6 +198,7 @@ def plan_from_args(args: argparse.Namespace, target: str,
                      points=args.points, variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
                      inject_hang=args.inject_hang, inject_busy=args.inject_busy,
+                     reruns=args.reruns, max_reruns=args.max_reruns,
                      max_sequences=args.max_sequences,
                      data_mib=args.data_mib, ops=ops_from_args(args))
 
@@ -265,13 +292,7 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
                   "shares its mount, tree read and fsck (same_as in results.json)")
     out.print(f"results: {result.run_dir}/results.json  junit: {result.run_dir}/junit.xml  "
               f"db: {args.db} (run {result.run_id})")
-    for s in failing[:10]:
-        r = result.results[s.key]
-        why = (r.explanation or explain(r))[:300]
-        out.print(f"  {r.outcome.value:<11} {s.key:<22} {why}")
-        out.print(f"              reproduce: {reproducer_command(result.run_dir, s.key)}")
-    if len(failing) > 10:
-        out.print(f"  ... and {len(failing) - 10} more (see results.json)")
+    print_findings(out, result, failing={s.key for s in failing})
     if result.known is not None:
         print_known(out, [result.known])
     return result
@@ -365,6 +386,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "host that died) in its own directory and store row: its plan is "
                         "read from RUN_DIR/plan.json, a whole recording is reused, and states "
                         "already checked are not checked again")
+    p.add_argument("--reruns", type=int, default=0, metavar="N",
+                   help="check the representative state of each new finding N more times and "
+                        "report how often it failed, 'fails f/t' (reliable only at t/t with t "
+                        "at least 3); each rerun is kept in the store (default: 0)")
+    p.add_argument("--max-reruns", type=int, default=10, metavar="N",
+                   help="rerun at most N findings (default: 10)")
     p.add_argument("--inject-hang", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("--inject-busy", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -86,7 +86,7 @@ def new_run_dir(results_dir: Path, kind: str) -> Path:
 def read_plan(run_dir: Path, kind: str) -> dict[str, Any]:
     """The plan.json a ``kind`` run (crash, cut, bench, study) wrote in ``run_dir``; a
     one-line ConfigError when there is none or it is not a JSON object."""
-    if not (run_dir / rundir.PLAN).exists() and run_dir.is_dir():
+    if not (run_dir / rundir.PLAN).exists():
         raise ConfigError(f"{run_dir}: not a powercut {kind} run directory (no {rundir.PLAN})")
     return rundir.read_json_object(run_dir / rundir.PLAN, f"{kind} plan")
 

@@ -186,6 +186,22 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (target_id, point)
     );
     """,
+    # 5 -> 6: every time a failing state or trial was checked again (crash --reruns, cut
+    # --reruns, ci): its outcome and findings, so a finding's "fails f/t" can be traced
+    # to each check. ``key``: the crash state's key, or the trial's (TARGET#N).
+    """
+    CREATE TABLE reruns (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        failed INTEGER NOT NULL,
+        findings TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        UNIQUE (run_id, key, attempt)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -627,6 +643,24 @@ class Store:
                  reproducer, image_path, clock.timestamp(), _known_json(known)))
             return int(cur.lastrowid or 0)
 
+    def add_rerun(self, run_id: int, key: str, *, attempt: int, outcome: str, failed: bool,
+                  findings: Sequence[Any] = ()) -> None:
+        """One more check of a failing state or trial (``attempt`` 1 is the first rerun)."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO reruns (run_id, key, attempt, outcome, failed, findings,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, key, attempt, str(outcome), int(failed), _json(list(findings)),
+                 clock.timestamp()))
+
+    def reruns(self, run_id: int) -> dict[str, list[tuple[str, bool]]]:
+        """Per key, each rerun's outcome and whether it failed, in order."""
+        out: dict[str, list[tuple[str, bool]]] = {}
+        for r in self._db.execute("SELECT key, outcome, failed FROM reruns WHERE run_id = ?"
+                                  " ORDER BY key, attempt", (run_id,)):
+            out.setdefault(r["key"], []).append((r["outcome"], bool(r["failed"])))
+        return out
+
     def checks(self, run_id: int, *, outcome: str | None = None) -> list[CheckRow]:
         sql = ("SELECT c.*, t.name AS target, r.case_spec, r.seed, p.entry_index, p.kind,"
                " p.last_mark FROM checks c JOIN crash_points p ON c.crash_point_id = p.id"
@@ -888,6 +922,11 @@ class Store:
                  p["files"], p["dirty_mib"], p["journal_mib"], p["outcome"], p["mount_s"],
                  p["fsck_s"], p["journal_only_s"], p["replay_messages"], p["details"],
                  p["created_at"]))
+        for r in src.execute("SELECT * FROM reruns WHERE run_id = ?", (src_run,)):
+            db.execute("INSERT OR IGNORE INTO reruns (run_id, key, attempt, outcome, failed,"
+                       " findings, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (run_id, r["key"], r["attempt"], r["outcome"], r["failed"], r["findings"],
+                        r["created_at"]))
         for a in src.execute("SELECT * FROM artifacts WHERE run_id = ?", (src_run,)):
             db.execute("INSERT OR IGNORE INTO artifacts (run_id, path, sha256, kind, size_bytes)"
                        " VALUES (?, ?, ?, ?, ?)",
