@@ -420,11 +420,11 @@ class CrashEngine:
                if s.key in result.results and result.results[s.key].outcome is not Outcome.OK
                and result.results[s.key].outcome is not Outcome.RECOVERED]
         for state in bad[: self.plan.max_images]:
-            image = self.run_dir / image_name(state.key)
+            image = self.run_dir / rundir.state_image(state.key)
             write_image(final_log, entries, state, image, self.sizes["data"])
             kept.append((image, "crash-image"))
             if state.journal is not None:
-                jimage = self.run_dir / image_name(state.key, "journal")
+                jimage = self.run_dir / rundir.state_image(state.key, "journal")
                 with LogReader(final_journal_log) as reader:
                     jentries = list(reader)
                 write_image(final_journal_log, jentries, state.journal, jimage,
@@ -497,12 +497,6 @@ def check_request(machine: Machine, target: Target, states: Sequence[CrashState]
         results_path=os.fspath(machine.rundir / rundir.GUEST_RESULTS),
         states=tuple(StateRecipe.of(s) for s in states), timeouts=timeouts_for(budget_s),
         inject_hang=inject_hang, inject_busy=inject_busy, journal=journal, lanes=lanes)
-
-
-def image_name(key: str, disk: str = "") -> str:
-    """The file a crash state's image is kept in (``disk``: "journal" for a journal disk's)."""
-    return ("state-" + key.replace("/", "-").replace(":", "-") + (f"-{disk}" if disk else "")
-            + ".img.gz")
 
 
 def write_image(log_path: Path, entries: list[LogEntry], state: CrashState | DiskState, out: Path,

@@ -195,7 +195,7 @@ def load_plan(run_dir: Path) -> CrashPlan:
         raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
         return CrashPlan(**raw)
     except (TypeError, AttributeError, KeyError) as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not a crash plan ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.PLAN}: not a crash plan ({exc})") from None
 
 
 def load_checked(run_dir: Path, key: str, needs: Sequence[str] = (rundir.PLAN, rundir.RESULTS)
@@ -211,7 +211,7 @@ def load_checked(run_dir: Path, key: str, needs: Sequence[str] = (rundir.PLAN, r
         states = json.loads((run_dir / rundir.RESULTS).read_text())["states"]
         by_key = {s["key"]: s for s in states}
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{run_dir / 'results.json'}: not a crash run's results ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.RESULTS}: not a crash run's results ({exc})") from None
     if key not in by_key:
         failing = [k for k, s in by_key.items() if s.get("result") and s["result"]["outcome"] != "ok"]
         hint = (f"failing states: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}"

@@ -227,7 +227,7 @@ class CutEngine:
         self.slot.close()
 
     def _oracle_path(self, target: str) -> Path:
-        return self.vm_dir / f"oracle-{slug(target)}.json"
+        return self.vm_dir / rundir.cut_oracle(slug(target))
 
     def _ensure_oracle(self, target: Target) -> None:
         if target.name in self.oracles:

@@ -141,7 +141,7 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
     try:
         outcome = Outcome(result["outcome"])
     except (KeyError, ValueError):
-        raise ExportError(f"state {key!r}: unreadable result in results.json") from None
+        raise ExportError(f"state {key!r}: unreadable result in {rundir.RESULTS}") from None
     if outcome is Outcome.OK:
         raise ExportError(f"state {key!r} passed (ok): nothing to reproduce")
     if not fails(outcome, target):
@@ -150,14 +150,14 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
     try:
         oracle = OracleLog.from_json((run_dir / rundir.ORACLE).read_text())
     except OracleError as exc:
-        raise ExportError(f"{run_dir / 'oracle.json'}: {exc}") from None
+        raise ExportError(f"{run_dir / rundir.ORACLE}: {exc}") from None
     if oracle.n_ops != len(workload.ops):
         raise ExportError(
             f"{run_dir}: the workload re-created from plan.json has {len(workload.ops)} ops, "
             f"oracle.json recorded {oracle.n_ops}: was the case changed since the run?")
     last_mark = entry.get("last_mark")
     if last_mark is not None and last_mark not in oracle.marks:
-        raise ExportError(f"state {key!r}: its mark {last_mark!r} is not in oracle.json")
+        raise ExportError(f"state {key!r}: its mark {last_mark!r} is not in {rundir.ORACLE}")
     point_text = key.partition("/")[0]
     return ExportState(
         run_dir=run_dir, key=key, plan=plan, target=target, workload=workload, oracle=oracle,

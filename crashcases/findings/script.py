@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from crashcases.check import fsck_first
-from crashcases.crash.engine import image_name, write_image
+from crashcases.crash.engine import write_image
 from crashcases.crash.plan import (
     disk_sizes,
     load_state,
@@ -260,7 +260,7 @@ def _fresh(path: Path, force: bool) -> None:
 
 def _state_image(state: ExportState, out: Path) -> None:
     """Put the state's gzip'ed image at ``out``: the run's copy, or rebuilt from the log."""
-    kept = state.run_dir / image_name(state.key)
+    kept = state.run_dir / rundir.state_image(state.key)
     if kept.is_file():
         shutil.copyfile(kept, out)
         return
@@ -281,7 +281,7 @@ def write_script(state: ExportState, out: Path, *, force: bool = False) -> tuple
     image = image_file_for(out)
     _fresh(out, force)
     _fresh(image, force)
-    kept = state.run_dir / image_name(state.key)
+    kept = state.run_dir / rundir.state_image(state.key)
     if not kept.is_file() and not (state.run_dir / rundir.LOG).is_file():
         raise ExportError(f"{state.run_dir}: log.img is gone, and the run kept no image of "
                           f"{state.key}: nothing to rebuild it from")

@@ -438,7 +438,7 @@ def load_sweep_plan(run_dir: Path) -> SweepPlan:
         raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
         return SweepPlan(**raw)
     except (TypeError, KeyError, ValueError) as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not a sweep plan ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.PLAN}: not a sweep plan ({exc})") from None
 
 
 def earlier_rows(run_dir: Path) -> dict[str, SweepRow]:

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("framework.cli.ci", "run a study on a kernel and judge it against a baseline"),
     "log": ("framework.cli.log", "inspect and replay dm-log-writes logs"),
     "vm": ("framework.cli.vm", "run commands in a fresh guest"),
+    "zoo": ("framework.cli.zoo", "detection power on real bugs: build the zoo's kernels, run the recall"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from framework.cli import print_json
+from framework.core import rundir
 from framework.core.store import Store, StoreError
 from framework.report.compare import Comparison, Rule, StateStatus, Verdict, compare_results
 from framework.report.results import load
@@ -147,7 +148,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", metavar="A", help="the baseline run: id, uuid (prefix) or 'latest'")
     p.add_argument("b", metavar="B", help="the run to judge: id, uuid (prefix) or 'latest'")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+    p.add_argument("--db", default=f"results/{rundir.DB}", metavar="PATH",
                    help="results database of A (and of B without --db-b) "
                         "(default: results/powercut.sqlite)")
     p.add_argument("--db-b", metavar="PATH", help="results database of B, if another")

@@ -69,7 +69,7 @@ def default_path(environment: dict[str, object], db: Path, run_id: int) -> Path:
     run_dir = environment.get("run_dir")
     if isinstance(run_dir, str) and Path(run_dir).is_dir():
         return Path(run_dir) / rundir.REPORT
-    return db.parent / f"report-{run_id}.html"
+    return db.parent / rundir.report_for(run_id)
 
 
 def summary(d: dict[str, object], out: Console) -> None:
@@ -126,7 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", nargs="?", default="latest",
                    help="run id, uuid (prefix) or 'latest' (default: the latest top-level run)")
-    p.add_argument("--db", default="results/powercut.sqlite", metavar="PATH",
+    p.add_argument("--db", default=f"results/{rundir.DB}", metavar="PATH",
                    help="results database (default: results/powercut.sqlite)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="HTML file (default: report.html in the run's directory)")

@@ -208,7 +208,7 @@ def study_of_run(run_dir: Path) -> Study:
                            s.get("title", ""), int(s.get("number", 0))) for s in plan["steps"])
         return Study(plan["study"], plan.get("description", ""), steps, plan.get("source", ""))
     except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise ConfigError(f"{run_dir / 'plan.json'}: not a study run's plan ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.PLAN}: not a study run's plan ({exc})") from None
 
 
 def finished_steps(run_dir: Path) -> dict[int, int]:

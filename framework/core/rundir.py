@@ -42,9 +42,28 @@ SHRINK = "shrink.json"
 # Sweeps and benchmarks
 RESULTS_CSV = "results.csv"
 SAMPLES = "samples.jsonl"
+# The zoo
+ZOO_DB = "zoo.sqlite"
+ZOO_REPORT = "zoo.json"
 # Databases
 DB = "powercut.sqlite"
 CI_DB = "ci.sqlite"
+
+
+def state_image(key: str, disk: str = "") -> str:
+    """The file a crash state's image is kept in (``disk``: "journal" for a journal disk's)."""
+    return ("state-" + key.replace("/", "-").replace(":", "-") + (f"-{disk}" if disk else "")
+            + ".img.gz")
+
+
+def report_for(run_id: int) -> str:
+    """A report written beside the database, for a run without a directory of its own."""
+    return f"report-{run_id}.html"
+
+
+def cut_oracle(target_slug: str) -> str:
+    """A power-cut run's oracle of one target, in its guest's directory."""
+    return f"oracle-{target_slug}.json"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -248,6 +248,7 @@ class CheckRow:
     reproducer: str | None
     image_path: str | None
     known: list[str] | None = None  # entries that explain it (then reported as known)
+    created_at: str = ""  # when it was checked (UTC, ISO 8601)
 
 
 @dataclass(frozen=True, slots=True)
@@ -676,7 +677,7 @@ class Store:
                      r["kind"], r["last_mark"], r["variant"],
                      r["variant_seed"], r["outcome"], r["mount_s"], r["fsck_s"],
                      json.loads(r["fsck_verdicts"]), json.loads(r["findings"]),
-                     r["reproducer"], r["image_path"], _known_ids(r["known"]))
+                     r["reproducer"], r["image_path"], _known_ids(r["known"]), r["created_at"])
             for r in rows
         ]
 

@@ -104,7 +104,10 @@ def parse_entry(path: Path) -> ZooEntry:
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise ConfigError(f"{path}: targets must be a list of target names")
     for t in targets:
-        resolve(t)  # a ConfigError naming the target if powercut has none by that name
+        try:
+            resolve(t)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     patch = path.parent / raw["patch"]
     if not patch.is_file():
         raise ConfigError(f"{path}: patch {raw['patch']!r} is not beside it")

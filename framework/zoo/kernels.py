@@ -40,6 +40,8 @@ SOURCE_TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
 FIXED = "fixed"
 GUEST_CONFIG = Path(__file__).with_name("guest.config")
 BUILD_FILE = "build.json"
+#: In the tree: the entry whose revert is applied now (absent: none, the tree is fixed).
+APPLIED = ".powercut-applied"
 #: make -j: both cores; the build is the only work while it runs.
 JOBS = os.cpu_count() or 2
 BUILD_TIMEOUT_S = 4 * 3600.0
@@ -116,11 +118,31 @@ class KernelTree:
             (top,) = list(partial.iterdir())
             top.rename(self.tree)
             partial.rmdir()
-        for entry in entries:
-            if self._applies(entry, reverse=True):
+        # A revert that applies backwards is not proof it is in: one that only removes
+        # code applies backwards to the fixed tree too. The marker says which one is.
+        left = self._applied()
+        if left is not None:
+            entry = next((e for e in entries if e.name == left), None)
+            if entry is None:
+                raise ConfigError(f"{self.tree}: entry {left!r} is still applied and is not "
+                                  f"among the entries given; unpack the tree again")
+            # Killed between the marker and the patch: it may not be in after all.
+            if not self._applies(entry) and self._applies(entry, reverse=True):
                 self.say(f"zoo: taking out {entry.name}, left in by an interrupted build")
                 self._patch(entry, reverse=True)
+            self._mark(None)
         self._configure()
+
+    def _applied(self) -> str | None:
+        marker = self.tree / APPLIED
+        return marker.read_text().strip() or None if marker.is_file() else None
+
+    def _mark(self, entry: ZooEntry | None) -> None:
+        marker = self.tree / APPLIED
+        if entry is None:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.write_text(entry.name)
 
     def _configure(self) -> None:
         want = self.config_sha256()
@@ -176,6 +198,7 @@ class KernelTree:
         start = clock.monotonic()
         self.say(f"zoo: building {name}" + (f" ({patch.fix[:12]} reverted)" if patch else ""))
         if patch is not None:
+            self._mark(patch)  # before: a kill between the two leaves it marked, not lost
             self._patch(patch)
         try:
             self._make("bzImage", "modules", timeout_s=BUILD_TIMEOUT_S)
@@ -192,6 +215,7 @@ class KernelTree:
         finally:
             if patch is not None:
                 self._patch(patch, reverse=True)
+                self._mark(None)
         kernel = Kernel(name, target, release, sha, self.config_sha256(),
                         clock.monotonic() - start)
         (staging / BUILD_FILE).write_text(json.dumps(kernel.to_dict(), indent=1))

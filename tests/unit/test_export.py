@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from crashcases.check import CheckResult
-from crashcases.crash.engine import image_name
 from crashcases.crash.plan import CrashPlan
 from crashcases.execute import execute
 from crashcases.findings.checks import Check, check_functions
@@ -33,6 +32,7 @@ from crashcases.workload.model import FsModel
 from crashcases.workload.ops import FallocMode, Op, OpKind, Workload, needs_data
 from devicemapper.logformat import LogFlag, LogWriter
 from framework.cli import main
+from framework.core import rundir
 from recovery.filesystems import persistence_rules
 from recovery.targets import resolve
 
@@ -424,7 +424,7 @@ def test_the_fstests_test_replays_to_the_mark_and_its_golden_output_is_the_ok_li
 
 def test_the_script_unpacks_the_kept_image_under_a_snapshot_and_checks_the_findings(tmp_path):
     run = make_run(tmp_path, planted_workload(), one_finding())
-    kept = run / image_name("40/prefix")
+    kept = run / rundir.state_image("40/prefix")
     with gzip.open(kept, "wb") as f:
         f.write(b"\1" * B)
     out = tmp_path / "out" / "repro.sh"
@@ -459,7 +459,7 @@ def test_the_script_recovers_each_target_as_the_crash_check_does(tmp_path, targe
     """The checker's commands come from the target's adapter, in crashcases.check's order:
     journal replay and fsck before the mount where the kernel does not replay, else after."""
     run = make_run(tmp_path, planted_workload(), one_finding(), target=target, data_mib=None)
-    with gzip.open(run / image_name("40/prefix"), "wb") as f:
+    with gzip.open(run / rundir.state_image("40/prefix"), "wb") as f:
         f.write(bytes(B))
     script, _ = write_script(load_export_state(run, "40/prefix"), tmp_path / "r.sh")
     text = script.read_text()
@@ -550,7 +550,7 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, se
     out = tmp_path / "out"
     out.mkdir()
     if setup == "image":
-        with gzip.open(run / image_name(key), "wb") as f:
+        with gzip.open(run / rundir.state_image(key), "wb") as f:
             f.write(bytes(B))
         (out / "exists.sh").write_text("mine\n")
     if setup == "exists":
@@ -567,7 +567,7 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, se
 
 def test_force_replaces_and_the_cli_says_how_to_run_it(tmp_path, capsys, monkeypatch):
     run = make_run(tmp_path, planted_workload(), one_finding())
-    with gzip.open(run / image_name("40/prefix"), "wb") as f:
+    with gzip.open(run / rundir.state_image("40/prefix"), "wb") as f:
         f.write(bytes(B))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.sh").write_text("old\n")
@@ -621,7 +621,7 @@ def test_the_script_and_fstests_test_of_the_fixture_state_are_as_recorded(short_
         DOCTORINGS[name][0](broken)
         findings += [f for f in findings_of(broken, workload, oracle) if f not in findings]
     run = make_run(tmp_path, workload, findings)
-    with open(run / image_name("40/prefix"), "wb") as raw, \
+    with open(run / rundir.state_image("40/prefix"), "wb") as raw, \
             gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
         f.write(b"\1" * B)
     (tmp_path / "out").mkdir()

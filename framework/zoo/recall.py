@@ -1,0 +1,246 @@
+"""The recall run: the same general workloads on every zoo kernel and on the fixed one.
+
+The workloads are one list for every filesystem, fixed before any bug was
+looked at: every operation variant followed by each durability op that could
+make it durable (``gen:seq1``), a sample of ordered pairs (``gen:seq2``) and of
+triples (``gen:seq3``), and random operation streams with durability ops
+interleaved (``random:N``), each checked at every durability mark. The
+generators use every operation the target's filesystem has. An entry is run
+on the targets whose configuration has the bug (fast_commit is a mkfs
+feature, an external log a placement), never with a workload written for it.
+
+Per kernel and target the workloads run in order within a budget: on a zoo
+kernel until a step finds a failing state that no known behaviour explains
+(detected; the time to it is from the kernel's first step to that state's
+check), on the fixed kernel all of them, where any such state is a false
+alarm. Each step is one ``powercut crash`` command, printed, so any step can
+be run again by hand; a step the budget cuts short is interrupted (SIGTERM)
+and keeps what it checked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from framework.core import clock, rundir
+from framework.core.errors import ConfigError
+from framework.core.store import Store
+from framework.zoo.entry import ZooEntry
+from framework.zoo.kernels import FIXED, Kernel, installed
+
+#: The workloads of every target, in order: (case, more options). The seed is the run's.
+WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gen:seq1", ()),
+    ("gen:seq2", ("--max-sequences", "60")),
+    ("random:400", ()),
+    ("gen:seq3", ("--max-sequences", "80")),
+    ("random:800", ()),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecallPlan:
+    budget_s: float = 900.0  # checking time per kernel and target
+    seed: int = 0
+    fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
+
+
+@dataclass(slots=True)
+class Step:
+    """One crash run of the recall: what ran, and what it found."""
+
+    kernel: str
+    target: str
+    case: str
+    argv: list[str]
+    run_dir: str = ""
+    wall_s: float = 0.0
+    states: int = 0
+    failing: int = 0  # failing states no known behaviour explains
+    known: int = 0  # failing states known behaviour explains
+    findings: int = 0  # distinct findings among the unexplained failing states
+    first_failure: str = ""  # timestamp of the first unexplained failing state
+    interrupted: bool = False  # the budget ended it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def _crash_argv(kernel: Kernel, target: str, case: str, options: Sequence[str], seed: int,
+                results: Path, db: Path) -> list[str]:
+    return [sys.executable, "-m", "framework.cli", "crash", "-q", "--target", target,
+            "--case", case, *options, "--seed", str(seed), "--kernel", os.fspath(kernel.image),
+            "--modules", os.fspath(kernel.modules), "--results", os.fspath(results),
+            "--db", os.fspath(db)]
+
+
+def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None]) -> None:
+    """Run one crash command; SIGTERM when the budget ends (it keeps what it checked)."""
+    before = set(results.glob("crash-*")) if results.is_dir() else set()
+    say("zoo: + " + shlex.join(["powercut", *step.argv[3:]]))
+    start = clock.monotonic()
+    with subprocess.Popen(step.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            _, err = proc.communicate(timeout=max(timeout_s, 1.0))
+        except subprocess.TimeoutExpired:
+            step.interrupted = True
+            proc.send_signal(signal.SIGTERM)
+            try:
+                _, err = proc.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                _, err = proc.communicate()
+    step.wall_s = clock.monotonic() - start
+    made = sorted(set(results.glob("crash-*")) - before)
+    if proc.returncode not in (0, 1) and not step.interrupted:
+        raise ConfigError(f"zoo step failed (exit {proc.returncode}): {shlex.join(step.argv)}"
+                          f" -- {(err or '').strip().splitlines()[-1:]}")
+    if made:
+        step.run_dir = os.fspath(made[-1])
+        _read_step(step, made[-1])
+
+
+def _read_step(step: Step, run_dir: Path) -> None:
+    try:
+        data = rundir.read_json_object(run_dir / rundir.RESULTS, "crash results")
+    except ConfigError:
+        return  # killed before its first results: nothing checked
+    states = data.get("states", [])
+    step.states = sum(1 for s in states if s.get("result"))
+    findings = data.get("findings", [])
+    new = [f for f in findings if not f.get("known")]
+    step.findings = len(new)
+    failing = {k for f in new for k in f["states"]}
+    step.failing = len(failing)
+    step.known = sum(len(f["states"]) for f in findings if f.get("known"))
+    if failing:
+        step.first_failure = _first_check(run_dir, failing)
+
+
+def _first_check(run_dir: Path, keys: set[str]) -> str:
+    """When the first of ``keys`` was checked (the store's timestamp of its check)."""
+    db = run_dir.parent / rundir.ZOO_DB
+    with Store(db) as store:
+        runs = [r for r in store.runs() if r.environment.get("run_dir") == os.fspath(run_dir)]
+        if not runs:
+            return ""
+        checks = store.checks(runs[0].id)
+    points = {key.partition("/")[0] for key in keys}
+    return min((c.created_at for c in checks if str(c.entry_index) in points), default="")
+
+
+def _seconds_between(start: str, end: str) -> float | None:
+    if not start or not end:
+        return None
+    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
+
+
+def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
+               stop_at_detection: bool, say: Callable[[str], None]) -> list[Step]:
+    """The workloads on ``kernel`` for ``target`` within the budget."""
+    results.mkdir(parents=True, exist_ok=True)
+    db = results / rundir.ZOO_DB
+    steps: list[Step] = []
+    start = clock.monotonic()
+    for case, options in WORKLOADS:
+        left = plan.budget_s - (clock.monotonic() - start)
+        if left < 30:
+            break
+        step = Step(kernel.name, target, case,
+                    _crash_argv(kernel, target, case, options, plan.seed, results, db))
+        _run_step(step, results, left, say)
+        steps.append(step)
+        say(f"zoo: {kernel.name} {target} {case}: {step.states} states, {step.failing} failing "
+            f"({step.findings} findings), {step.known} known, {step.wall_s:.0f} s"
+            + (" (budget ended it)" if step.interrupted else ""))
+        if stop_at_detection and step.failing:
+            break
+    return steps
+
+
+def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: RecallPlan, *,
+               say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole recall: the fixed kernel on every target any entry names, then each entry's
+    kernel on its targets. A kernel that is not built is a one-line error before anything
+    runs."""
+    fixed = installed(cache, FIXED)
+    kernels = {e.name: installed(cache, e.name) for e in entries}
+    missing = [n for n, k in kernels.items() if k is None] + ([FIXED] if fixed is None else [])
+    if missing:
+        raise ConfigError(f"zoo kernel {missing[0]!r} is not built in {cache}: "
+                          "run 'powercut zoo build' first")
+    assert fixed is not None
+    started = clock.wall()
+    targets = list(dict.fromkeys(t for e in entries for t in e.targets))
+    baseline = {t: run_kernel(fixed, t, results / FIXED / t.replace("/", "-"), plan,
+                              stop_at_detection=False, say=say) for t in targets}
+    rows = []
+    for entry in entries:
+        kernel = kernels[entry.name]
+        assert kernel is not None
+        steps: list[Step] = []
+        kernel_start = clock.timestamp()
+        for t in entry.targets:
+            steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), plan,
+                                stop_at_detection=True, say=say)
+            if any(s.failing for s in steps):
+                break
+        first = min((s.first_failure for s in steps if s.first_failure), default="")
+        rows.append({
+            **{k: v for k, v in entry.to_dict().items() if k in (
+                "name", "filesystem", "targets", "fix", "subject", "fstests", "hand_port")},
+            "detected": any(s.failing for s in steps),
+            "time_to_first_failure_s": _seconds_between(kernel_start, first),
+            "failing_states": sum(s.failing for s in steps),
+            "findings": sum(s.findings for s in steps),
+            "checking_s": sum(s.wall_s for s in steps),
+            "steps": [s.to_dict() for s in steps],
+        })
+    false_alarms = sum(s.failing for steps in baseline.values() for s in steps)
+    detected = sum(1 for r in rows if r["detected"])
+    return {
+        "budget_s": plan.budget_s, "seed": plan.seed,
+        "workloads": [{"case": c, "options": list(o)} for c, o in WORKLOADS],
+        "kernels": {FIXED: fixed.to_dict(), **{n: k.to_dict() for n, k in kernels.items() if k}},
+        "entries": rows,
+        "fixed": {t: [s.to_dict() for s in steps] for t, steps in baseline.items()},
+        "recall": {"detected": detected, "entries": len(rows),
+                   "share": detected / len(rows) if rows else 0.0},
+        "false_alarms": false_alarms,
+        "wall_s": clock.wall() - started,
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    """The per-entry table and the totals, in Markdown."""
+    lines = ["| entry | fix | fs | detected | time to first failure | failing states | "
+             "findings | fstests |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["entries"]:
+        t = r["time_to_first_failure_s"]
+        lines.append(
+            f"| {r['name']} | {r['fix'][:12]} | {r['filesystem']} | "
+            f"{'yes' if r['detected'] else 'no'} | {'-' if t is None else f'{t:.0f} s'} | "
+            f"{r['failing_states']} | {r['findings']} | "
+            f"{r.get('fstests_verdict') or (r['fstests'] or '-')} |")
+    rec = report["recall"]
+    lines.append("")
+    lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%); "
+                 f"false alarms on the fixed kernel: {report['false_alarms']}; "
+                 f"budget {report['budget_s'] / 60:.0f} min per kernel and target; "
+                 f"wall {report['wall_s'] / 60:.0f} min")
+    return "\n".join(lines)
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())

@@ -1,0 +1,111 @@
+"""The zoo's entry files, its kernel tree's bookkeeping and the recall report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from framework.core.errors import ConfigError
+from framework.zoo.entry import KEYS, entries_dir, load_entries, parse_entry
+from framework.zoo.kernels import APPLIED, KernelTree
+from framework.zoo.recall import table
+
+
+def test_every_shipped_entry_loads_with_its_patch_and_targets() -> None:
+    entries = load_entries()
+    assert len(entries) >= 12
+    by_fs: dict[str, int] = {}
+    for e in entries:
+        by_fs[e.filesystem] = by_fs.get(e.filesystem, 0) + 1
+        assert e.patch.read_text().count("\n+++ ") >= 1, e.name
+        assert e.thread.startswith("https://"), e.name
+    assert sum(1 for n in by_fs.values() if n >= 2) >= 4, by_fs
+
+
+ENTRY = """\
+name = "{name}"
+filesystem = "ext4"
+targets = ["ext4/fast_commit"]
+fix = "0123456789ab"
+subject = "ext4: fix something"
+fixed_in = "v6.1"
+stable_in_612 = ""
+patch = "x.patch"
+hand_port = false
+port_notes = ""
+fstests = ""
+thread = "https://lore.kernel.org/x"
+symptom = "..."
+"""
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda t: t + 'extra = "1"\n', "unknown key 'extra'"),
+    (lambda t: t.replace('fix = "0123456789ab"', 'fix = "nothex"'), "is not a commit id"),
+    (lambda t: t.replace('patch = "x.patch"', 'patch = "gone.patch"'), "is not beside it"),
+    (lambda t: t.replace('targets = ["ext4/fast_commit"]', 'targets = ["ext9"]'), "ext9"),
+    (lambda t: t.replace('filesystem = "ext4"', 'filesystem = "zfs"'), "is not one of"),
+    (lambda t: t.replace("hand_port = false", "hand_port = true"), "must say what it changed"),
+    (lambda t: t.replace('symptom = "..."\n', ""), "missing key 'symptom'"),
+    (lambda t: t.replace("[", "", 1), "not a zoo entry"),
+])
+def test_a_bad_entry_is_one_line_naming_the_file(tmp_path: Path, change, message) -> None:
+    (tmp_path / "x.patch").write_text("--- a/f\n+++ b/f\n")
+    path = tmp_path / "x.toml"
+    path.write_text(change(ENTRY.format(name="x")))
+    with pytest.raises(ConfigError, match=message) as err:
+        parse_entry(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    assert set(KEYS) == {"name", "filesystem", "targets", "fix", "subject", "fixed_in",
+                         "stable_in_612", "patch", "hand_port", "port_notes", "fstests",
+                         "thread", "symptom"}
+
+
+def test_a_revert_that_only_removes_code_is_not_taken_for_applied(tmp_path: Path) -> None:
+    """A patch that only removes lines also applies backwards to the fixed tree (it would
+    add them twice): the tree's marker, not patch -R --dry-run, says what is applied, and
+    a marker whose patch is not in is dropped without touching the tree."""
+    tree = tmp_path / "linux-6.12"
+    (tree / "fs").mkdir(parents=True)
+    (tree / "Makefile").write_text("")
+    (tree / ".config").write_text("")
+    (tree / ".powercut-config").write_text(KernelTree.config_sha256())
+    source = "a\nb\nc\nd\ne\nf\ng\n"
+    (tree / "fs/x.c").write_text(source)
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    (entries / "x.patch").write_text(
+        "--- a/fs/x.c\n+++ b/fs/x.c\n@@ -2,5 +2,4 @@\n b\n c\n-d\n e\n f\n")
+    (entries / "x.toml").write_text(ENTRY.format(name="x"))
+    entry = parse_entry(entries / "x.toml")
+    said: list[str] = []
+    kt = KernelTree(tmp_path, say=said.append)
+    (tree / APPLIED).write_text("x")  # killed between the marker and the patch
+    kt.prepare([entry])
+    assert (tree / "fs/x.c").read_text() == source and not (tree / APPLIED).exists()
+    assert said == []
+    # Applied for real (the marker, then the patch), then interrupted: taken out.
+    (tree / APPLIED).write_text("x")
+    kt._patch(entry)
+    assert (tree / "fs/x.c").read_text() == "a\nb\nc\ne\nf\ng\n"
+    kt.prepare([entry])
+    assert (tree / "fs/x.c").read_text() == source and said == [
+        "zoo: taking out x, left in by an interrupted build"]
+
+
+def test_the_report_says_recall_and_false_alarms() -> None:
+    def row(name: str, detected: bool, t: float | None) -> dict:
+        return {"name": name, "fix": "0123456789abcdef", "filesystem": "btrfs",
+                "detected": detected, "time_to_first_failure_s": t,
+                "failing_states": 3 if detected else 0, "findings": 1 if detected else 0,
+                "fstests": "generic/782", "fstests_verdict": "fails on the zoo kernel, passes "
+                                                              "on the fixed one"}
+    report = {"entries": [row("a", True, 95.0), row("b", False, None)],
+              "recall": {"detected": 1, "entries": 2, "share": 0.5}, "false_alarms": 0,
+              "budget_s": 900.0, "wall_s": 3600.0}
+    text = table(report)
+    assert "| a | 0123456789ab | btrfs | yes | 95 s | 3 | 1 | fails on the zoo kernel" in text
+    assert "| b | 0123456789ab | btrfs | no | - | 0 | 0 |" in text
+    assert "recall: 1/2 (50%); false alarms on the fixed kernel: 0" in text
+    assert entries_dir().is_dir()
