@@ -50,7 +50,9 @@ WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class RecallPlan:
-    budget_s: float = 900.0  # checking time per kernel and target
+    #: Checking time per kernel (an entry's targets share it; the fixed kernel has it for
+    #: each target it is run on).
+    budget_s: float = 900.0
     seed: int = 0
     fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
 
@@ -191,8 +193,10 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         assert kernel is not None
         steps: list[Step] = []
         kernel_start = clock.timestamp()
+        # The budget is the kernel's: an entry on several targets shares it among them.
+        share = RecallPlan(plan.budget_s / len(entry.targets), plan.seed, plan.fstests)
         for t in entry.targets:
-            steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), plan,
+            steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), share,
                                 stop_at_detection=True, say=say)
             if any(s.failing for s in steps):
                 break
@@ -207,6 +211,12 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
             "checking_s": sum(s.wall_s for s in steps),
             "steps": [s.to_dict() for s in steps],
         })
+    checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
+    if checkout:
+        for entry, row in zip(entries, rows, strict=True):
+            if entry.fstests:
+                row.update(fstests_verdicts(entry, Path(checkout), kernels[entry.name], fixed,
+                                            results / "fstests", say))
     false_alarms = sum(s.failing for steps in baseline.values() for s in steps)
     detected = sum(1 for r in rows if r["detected"])
     return {
@@ -220,6 +230,25 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         "false_alarms": false_alarms,
         "wall_s": clock.wall() - started,
     }
+
+
+def fstests_verdicts(entry: ZooEntry, checkout: Path, kernel: Kernel | None, fixed: Kernel,
+                     work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """The entry's fstests test on its kernel and on the fixed one: it should fail on the
+    first and pass on the second."""
+    from framework.zoo.fstests import run_test
+
+    assert kernel is not None
+    got = {}
+    for k in (kernel, fixed):
+        say(f"zoo: fstests {entry.fstests} on {k.name} ({entry.targets[0]})")
+        got[k.name] = run_test(checkout, entry.fstests, entry.targets[0], k,
+                               work / f"{entry.name}-{k.name}")
+    zoo, base = got[kernel.name], got[fixed.name]
+    words = f"{zoo.verdict} on the zoo kernel, {base.verdict} on the fixed one"
+    return {"fstests_verdict": words,
+            "fstests_runs": [zoo.to_dict(), base.to_dict()],
+            "fstests_agrees": zoo.verdict == "failed" and base.verdict == "passed"}
 
 
 def table(report: dict[str, Any]) -> str:

@@ -1,0 +1,98 @@
+"""An fstests test's own verdict on a kernel, run in a guest.
+
+fstests (xfstests) is not packaged; a checkout built with
+``tests/xfstests-build.sh`` is named with ``--fstests`` or
+``POWERCUT_XFSTESTS``. The guest sees the host read-only, so the checkout
+runs from a copy in the guest's run directory, with a ``local.config``
+that names three scratch disks: the test device (made with the target's
+filesystem first), the scratch device and the log-writes device the
+dm-log-writes tests need. There is no udevd in powercut's guests:
+libdevmapper makes the device nodes itself. The verdict is fstests' own:
+``./check`` says the test passed, failed, or was not run (and why).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from framework.core.machine.base import DiskSpec
+from framework.core.machine.kernel import kernel_spec
+from framework.core.machine.qemu import QemuMachine
+from framework.zoo.kernels import Kernel
+from recovery.filesystems import kernel_modules
+from recovery.mount import mkfs
+from recovery.targets import resolve
+
+MiB = 1 << 20
+CHECK_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    test: str
+    kernel: str
+    verdict: str  # "passed", "failed", "not run", "missing" (not in the checkout), "error"
+    why: str = ""  # not run: fstests' reason; failed: the first lines of the diff
+
+    def to_dict(self) -> dict[str, str]:
+        return {"test": self.test, "kernel": self.kernel, "verdict": self.verdict, "why": self.why}
+
+
+def local_config(fstype: str, mkfs_options: str) -> str:
+    lines = [f"export FSTYP={fstype}", "export TEST_DEV=/dev/vda", "export TEST_DIR=/mnt/test",
+             "export SCRATCH_DEV=/dev/vdb", "export SCRATCH_MNT=/mnt/scratch",
+             "export LOGWRITES_DEV=/dev/vdc",
+             "# No udevd in powercut's guests: libdevmapper makes the /dev/mapper nodes itself.",
+             "export DM_DISABLE_UDEV=1", "export UDEV_SETTLE_PROG=true", "unset UDEV_WAIT_PROG"]
+    if mkfs_options:
+        lines.append(f'export MKFS_OPTIONS="{mkfs_options}"')
+    return "\n".join(lines) + "\n"
+
+
+def verdict_of(test: str, report: str, results: Path) -> tuple[str, str]:
+    """fstests' verdict of ``test`` from ./check's summary lines ("Ran: ...", "Not run: ...",
+    "Failures: ...") and its results directory (the reason, the diff)."""
+    listed: dict[str, set[str]] = {}
+    for line in report.splitlines():
+        head, sep, rest = line.partition(":")
+        if sep and head.strip() in ("Ran", "Not run", "Failures"):
+            listed.setdefault(head.strip(), set()).update(rest.split())
+    if test in listed.get("Not run", set()):
+        notrun = results / f"{test}.notrun"
+        return "not run", notrun.read_text().strip() if notrun.is_file() else ""
+    if test in listed.get("Failures", set()):
+        bad = results / f"{test}.out.bad"
+        return "failed", " / ".join(bad.read_text().splitlines()[-3:]) if bad.is_file() else ""
+    if test in listed.get("Ran", set()):
+        return "passed", ""
+    return "error", " / ".join(report.strip().splitlines()[-3:]) or "./check said nothing"
+
+
+def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel, workdir: Path) -> Verdict:
+    """``test`` of ``checkout`` on ``kernel``, its filesystem that of ``target_name``."""
+    if not (checkout / "tests" / test).is_file():
+        return Verdict(test, kernel.name, "missing", f"{test} is not in {checkout}")
+    target = resolve(target_name)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    copy = workdir / "xfstests"
+    shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    shutil.rmtree(copy / "results", ignore_errors=True)
+    (copy / "local.config").write_text(local_config(target.fstype, " ".join(target.mkfs_options)))
+    disks = [DiskSpec("test", 1024 * MiB), DiskSpec("scratch", 2048 * MiB),
+             DiskSpec("logwrites", 2048 * MiB)]
+    spec = kernel_spec(kernel.image, kernel.modules)
+    modules = (*kernel_modules((target.fstype,)), "dm-thin-pool")
+    with QemuMachine(kernel=spec, disks=disks, modules=modules, rundir=workdir,
+                     missing_modules_ok=True) as guest:
+        guest.start()
+        mkfs(guest, target, guest.disk("test"))
+        guest.run(["mkdir", "-p", "/mnt/test", "/mnt/scratch"], timeout_s=60)
+        ran = guest.run(["sh", "-c", f"cd {os.fspath(copy)} && ./check {test}"],
+                        timeout_s=CHECK_TIMEOUT_S, ok_status=None)
+    verdict, why = verdict_of(test, ran.stdout + ran.stderr, copy / "results")
+    return Verdict(test, kernel.name, verdict, why)
+
