@@ -71,7 +71,10 @@ EXPLAINABLE = tuple(dict.fromkeys(
     [o.value for o in Outcome if o is not Outcome.OK] + [k.value for k in FindingKind]))
 OP_KINDS = tuple(sorted(str(k) for k in DURABILITY_OPS))
 ENTRY_KEYS = ("id", "fstype", "target", "journal", "kernel_min", "kernel_max", "run", "case",
-              "op", "variants", "findings", "reason", "link", "source")
+              "op", "variants", "findings", "reason", "link", "source", "fix", "fix_subject",
+              "fixed_in", "fixed_in_stable", "no_fix_checked")
+_COMMIT = re.compile(r"^[0-9a-f]{12,40}$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 JOURNALS = tuple(p.value for p in JournalPlacement)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RELEASE = re.compile(r"^\d+([.-]\d+)*$")
@@ -154,7 +157,25 @@ class KnownEntry:
     variants: tuple[str, ...] = ()
     link: str | None = None
     source: str | None = None
+    #: The upstream (mainline) fix, its subject, the release it is first in, and the stable
+    #: releases that took it; or the date it was last checked that there is none.
+    fix: str | None = None
+    fix_subject: str | None = None
+    fixed_in: str | None = None
+    fixed_in_stable: tuple[str, ...] = ()
+    no_fix_checked: str | None = None
     file: str = ""  # the list it came from
+
+    @property
+    def upstream(self) -> str:
+        """The upstream fix in words ("" when the entry does not say)."""
+        if self.fix:
+            stable = f", {', '.join(self.fixed_in_stable)}" if self.fixed_in_stable else ""
+            return (f"fixed upstream by {self.fix[:12]} \"{self.fix_subject}\" "
+                    f"(Linux {self.fixed_in}{stable})")
+        if self.no_fix_checked:
+            return f"no upstream fix (checked {self.no_fix_checked})"
+        return ""
 
     @property
     def reference(self) -> str:
@@ -277,10 +298,24 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
                                              "6.1') or link (a URL), or both")
     if link is not None and not re.match(r"^https?://\S+$", link):
         raise _fail(source, entry, "link", f"{link!r}: expected an http(s) URL")
+    fix, checked = _text(raw, "fix", source, entry), _text(raw, "no_fix_checked", source, entry)
+    if fix is not None and checked is not None:
+        raise _fail(source, entry, "fix", "give fix (the upstream commit) or no_fix_checked "
+                                          "(the date none was found), not both")
+    if fix is not None and not _COMMIT.match(fix):
+        raise _fail(source, entry, "fix", f"{fix!r}: expected a commit id (12 to 40 hex digits)")
+    if checked is not None and not _DATE.match(checked):
+        raise _fail(source, entry, "no_fix_checked", f"{checked!r}: expected a date YYYY-MM-DD")
+    fix_subject, fixed_in = _text(raw, "fix_subject", source, entry), _text(raw, "fixed_in", source, entry)
+    if fix is not None and (fix_subject is None or fixed_in is None):
+        raise _fail(source, entry, "fix", "a fix needs fix_subject and fixed_in (the mainline "
+                                          "release it is first in)")
     return KnownEntry(id=ident, findings=findings, reason=reason, fstype=fstype, target=target,
                       journal=journal, kernel_min=bounds["kernel_min"], kernel_max=bounds["kernel_max"], run=run,
                       case=_text(raw, "case", source, entry), op=op, variants=variants,
-                      link=link, source=where, file=source)
+                      link=link, source=where, fix=fix, fix_subject=fix_subject,
+                      fixed_in=fixed_in, fixed_in_stable=_words(raw, "fixed_in_stable", source, entry),
+                      no_fix_checked=checked, file=source)
 
 
 def parse_known(text: str, *, source: str) -> tuple[KnownEntry, ...]:
@@ -466,7 +501,7 @@ class KnownMatcher:
         ids = self.known_ids(key) or ()
         if len(ids) == 1:
             e = self.entry(ids[0])
-            return f"known: {e.id}: {e.reason} ({e.reference})"
+            return f"known: {e.id}: {e.reason} ({e.reference}{'; ' + e.upstream if e.upstream else ''})"
         return f"known: {', '.join(ids)}: " + "; ".join(
             f"{i}: {self.entry(i).reason} ({self.entry(i).reference})" for i in ids)
 
@@ -485,7 +520,8 @@ class KnownMatcher:
     def not_reproduced(self) -> list[dict[str, Any]]:
         return [{"id": e.id, "target": self.scope.target, "kernel": self.scope.kernel,
                  "message": not_reproduced_message(e, self.scope), "reason": e.reason,
-                 "reference": e.reference, "file": e.file} for e in self.silent()]
+                 "reference": e.reference, "upstream": e.upstream, "file": e.file}
+                for e in self.silent()]
 
     def report(self) -> dict[str, Any]:
         """The run's account of the list for results.json."""
@@ -497,5 +533,6 @@ class KnownMatcher:
 
 
 def not_reproduced_message(entry: KnownEntry, scope: Scope) -> str:
+    fix = f"; {entry.upstream}" if entry.fix else ""
     return (f"known entry {entry.id} did not reproduce here (fixed?): {scope.run} run of "
-            f"{scope.target} on kernel {scope.kernel or 'unknown'}")
+            f"{scope.target} on kernel {scope.kernel or 'unknown'}{fix}")

@@ -112,12 +112,23 @@ def known_table() -> str:
             why += f"<br><br>*Where:* {_cell(e['source'])}"
         if "link" in e:
             why += f" ([link]({e['link']}))"
-        rows.append(f"| `{e['id']}` | {_applies_to(e)} | {_cell(e['findings'])} | {why} |")
+        rows.append(f"| `{e['id']}` | {_applies_to(e)} | {_cell(e['findings'])} | {why} | "
+                    f"{_upstream(e)} |")
     return "\n".join([
         f"{len(entries)} entries in `{path.relative_to(ROOT)}`, read when this site was built.", "",
-        "| id | applies to | findings | why, and where in the kernel |",
-        "|---|---|---|---|", *rows, "",
+        "| id | applies to | findings | why, and where in the kernel | upstream fix |",
+        "|---|---|---|---|---|", *rows, "",
     ])
+
+
+def _upstream(e: dict) -> str:
+    if "fix" in e:
+        url = f"https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id={e['fix']}"
+        stable = f"; stable {', '.join(e.get('fixed_in_stable', []))}" if e.get("fixed_in_stable") else ""
+        return f"[{e['fix'][:12]}]({url}) {_cell(e['fix_subject'])} (Linux {e['fixed_in']}{stable})"
+    if "no_fix_checked" in e:
+        return f"none (checked {e['no_fix_checked']})"
+    return "not checked"
 
 
 # ---- store schema ----------------------------------------------------------

@@ -730,3 +730,31 @@ source = "s"
     with_it = KnownMatcher(known, scope, get_target("ext2"), {"pc-0": "sync", "pc-1": "fdatasync"})
     assert [e.id for e in with_it.applicable] == ["only-fdatasync"]
     assert [r["id"] for r in with_it.not_reproduced()] == ["only-fdatasync"]
+
+
+def test_every_shipped_entry_says_its_upstream_fix_or_when_none_was_found() -> None:
+    for e in load_known(()).entries:
+        assert e.fix or e.no_fix_checked, e.id
+        assert e.upstream.startswith(("fixed upstream by", "no upstream fix (checked 20")), e.id
+
+
+@pytest.mark.parametrize("extra,message", [
+    ('fix = "xyz"', "expected a commit id"),
+    ('fix = "0123456789ab"', "a fix needs fix_subject and fixed_in"),
+    ('fix = "0123456789ab"\nfix_subject = "x: y"\nfixed_in = "6.15"\nno_fix_checked = "2026-11-26"',
+     "not both"),
+    ('no_fix_checked = "yesterday"', "expected a date"),
+])
+def test_a_bad_upstream_field_is_one_line(extra: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_known(known(extra=extra), source="mine.toml")
+
+
+def test_a_fixed_entry_that_did_not_reproduce_names_its_fix() -> None:
+    fixed = known(id="gone", extra='fix = "0123456789abcdef"\nfix_subject = "jfs: flush"\n'
+                                   'fixed_in = "6.15"\nfixed_in_stable = ["6.12.80"]')
+    m = matcher(klist(fixed))
+    m.judge("1/prefix", Outcome.OK, check("1/prefix", Outcome.OK), "prefix")
+    (silent,) = m.not_reproduced()
+    assert silent["message"].endswith('fixed upstream by 0123456789ab "jfs: flush" '
+                                      '(Linux 6.15, 6.12.80)')
