@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -135,7 +136,8 @@ def print_findings(out: Console, result: CrashRunResult, *, failing: set[str],
 
 def known_list(args: argparse.Namespace) -> KnownList:
     """The shipped known-behaviour list and the --known files (a bad file: a one-line error)."""
-    return load_known(getattr(args, "known", None) or ())
+    known = load_known(getattr(args, "known", None) or ())
+    return replace(known, ignore=True) if getattr(args, "ignore_known", False) else known
 
 
 def known_cases(matchers: Sequence[KnownMatcher], classname: str) -> list[junit.Case]:
@@ -381,6 +383,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="sqlite results store; every state is written as soon as it is checked "
                         "(default: powercut.sqlite in the --results directory)")
     p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
+    p.add_argument("--ignore-known", action="store_true",
+                   help="report states that known behaviour explains as failing too, and which "
+                        "known entries reproduced and which did not (a kernel with the fix shows "
+                        "its entry as not reproduced, with the fix named)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="carry on a crash run that was interrupted (Ctrl-C, kill, a guest or "
                         "host that died) in its own directory and store row: its plan is "

@@ -483,6 +483,9 @@ def test_cmd_crash_exits_0_when_every_failure_is_known(tmp_path: Path, monkeypat
     assert main(argv) == 1  # the shipped list explains the data loss, not the io-error
     assert main([*argv, "--known", str(mine)]) == 0
     assert seen[1] is not None and seen[1].files == ("known.toml", str(mine))
+    # --ignore-known: the same entries judge, but a known failure still fails the run.
+    assert main([*argv, "--known", str(mine), "--ignore-known"]) == 1
+    assert seen[2] is not None and seen[2].ignore
     junit_xml = (tmp_path / "run-2" / "junit.xml").read_text()
     assert "mine-loss" in junit_xml and "<failure" not in junit_xml
 
