@@ -65,6 +65,8 @@ MiB = 1 << 20
 DEFAULT_TEST_NAME = "generic/999"
 #: fstests groups of the exported test (all named in fstests' doc/group-names.txt).
 FSTESTS_GROUPS = ("auto", "quick", "log", "replay", "recoveryloop", "thin")
+#: ... and of the dm-flakey form (fstests' own crash tests are "auto quick log" mostly).
+FLAKEY_GROUPS = ("auto", "quick", "log", "recoveryloop")
 
 
 class ExportError(ConfigError):
@@ -108,6 +110,11 @@ class ExportState:
         marks = self.oracle.mark_records
         k = self.mark_index
         return marks[k + 1].op if k + 1 < len(marks) else self.oracle.n_ops - 1
+
+    @property
+    def mark_op(self) -> int:
+        """The durability op the state's mark follows (-1: the state is the one after mkfs)."""
+        return self.oracle.mark_records[self.mark_index].op if self.last_mark else -1
 
     def durability_words(self, mark: str) -> str:
         """``fsync h/data``: the durability op a mark follows."""

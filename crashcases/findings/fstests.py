@@ -10,13 +10,17 @@ import textwrap
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+
+import jinja2
 
 from crashcases.check import fsck_first
 from crashcases.execute import mark_name
 from crashcases.findings.checks import Check, check_functions, finding_lines
 from crashcases.findings.export import (
     DEFAULT_TEST_NAME,
+    FLAKEY_GROUPS,
     FSTESTS_GROUPS,
     ROOT_VAR,
     ExportError,
@@ -224,14 +228,15 @@ FSTESTS_OPS: dict[OpKind, Callable[[Op, OpContext], Step]] = {
 
 def translate_ops(workload: Workload, oracle: OracleLog, last: int,
                   table: dict[OpKind, Callable[[Op, OpContext], Step]] | None = None,
-                  ) -> tuple[list[str], list[str]]:
-    """The workload's ops 0..last as fstests shell lines, a mark after every durability op,
-    and the preamble lines they require. An op kind without a translation: ExportError."""
+                  *, marks: bool = True) -> tuple[list[str], list[str]]:
+    """The workload's ops 0..last as fstests shell lines, with (``marks``) a dm-log-writes
+    mark after every durability op, and the preamble lines they require. An op kind
+    without a translation: ExportError."""
     table = FSTESTS_OPS if table is None else table
     lines: list[str] = []
     requires: list[str] = []
     model = FsModel()
-    marks = 0
+    placed = 0
     for index, op in enumerate(workload.ops[: last + 1]):
         if skipped(oracle, index):
             why = oracle.skipped[index]
@@ -249,12 +254,19 @@ def translate_ops(workload: Workload, oracle: OracleLog, last: int,
         requires += [r for r in step.requires if r not in requires]
         model.apply(op, pattern_data(index, op) if needs_data(op) else b"")
         if op.kind in DURABILITY_OPS:
-            lines.append(f"_log_writes_mark {mark_name(marks)}")
-            marks += 1
+            if marks:
+                lines.append(f"_log_writes_mark {mark_name(placed)}")
+            placed += 1
     return lines, requires
 
 
 TEST_NAME = re.compile(r"^(?P<dir>[a-z][a-z0-9_-]*)/(?P<num>[0-9]{3,})$")
+
+
+def next_test_name(name: str) -> str:
+    """The test after ``name`` in its directory (generic/998 -> generic/999)."""
+    sub, seq = parse_test_name(name)
+    return f"{sub}/{int(seq) + 1:0{len(seq)}d}"
 
 
 def parse_test_name(name: str) -> tuple[str, str]:
@@ -265,8 +277,10 @@ def parse_test_name(name: str) -> tuple[str, str]:
     return m["dir"], m["num"]
 
 
-def check_fstests_state(state: ExportState) -> None:
-    """Refuse what fstests' dm-log-writes tests cannot express, with a one-line error."""
+def check_fstests_state(state: ExportState, form: str = "log-writes") -> None:
+    """Refuse what fstests' dm-log-writes tests (or, ``form`` "flakey", its dm-flakey
+    tests) cannot express, with a one-line error."""
+
     if state.variant.kind is not VariantKind.PREFIX:
         raise ExportError(
             f"state {state.key!r}: a {state.variant.kind.value} state is not the log replayed in "
@@ -285,133 +299,82 @@ def check_fstests_state(state: ExportState) -> None:
             "export it with --script")
 
 
+#: The two forms of an exported test: replaying a dm-log-writes recording to the state's
+#: mark, or running the workload on dm-flakey and dropping every write after the mark's
+#: durability op (the form fstests' own crash tests are written in).
+FORMS = ("log-writes", "flakey")
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: resources.files("crashcases.findings")
+                                     .joinpath("templates", name).read_text()),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True,
+        autoescape=False)  # shell text, not HTML
+    return env.get_template("fstests.j2")
+
+
 def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
-                 ) -> tuple[str, str]:
-    """The fstests test and its golden output for ``state``."""
+                 form: str = "log-writes") -> tuple[str, str]:
+    """The fstests test (in ``form``, see FORMS) and its golden output for ``state``."""
     target = state.target
     adapter = adapter_for(target.fstype)
-    end = state.window_end
-    ops, requires = translate_ops(state.workload, state.oracle, end)
+    flakey = form == "flakey"
     replay_to = state.last_mark or "mkfs"
+    # dm-flakey runs the workload only up to the durability op of the state's mark.
+    end = state.mark_op if flakey else state.window_end
+    ops, requires = translate_ops(state.workload, state.oracle, end, marks=not flakey)
     mount_opts = ",".join(adapter.mount_options(target))
-    mount_args = f" -o {shlex.quote(mount_opts)}" if mount_opts else ""
-    mkfs_args = "".join(f" {shlex.quote(o)}" for o in target.mkfs_options)
     for tool in sorted({t for c in checks for t in c.tools}):
         requires += [r for r in CHECK_TOOL_REQUIRES.get(tool, ()) if r not in requires]
-    sources = [r for r in requires if r.startswith(". ")]
-    needs = [r for r in requires if not r.startswith(". ")]
+    what = (f"run a workload on dm-flakey, lose every write after the durability operation "
+            f"of mark {replay_to} (a power cut as it returned), mount again"
+            if flakey else
+            f"replay a dm-log-writes recording of a workload to the mark {replay_to}")
     header = textwrap.fill(
-        f"Crash consistency: replay a dm-log-writes recording of a workload to the mark "
-        f"{replay_to} and check what was promised durable by then. Exported by powercut from "
-        f"crash state {state.key} of {state.run_dir} (target {target.name}: {target.fstype}, "
-        f"mkfs options {' '.join(target.mkfs_options) or '(none)'}, mount options "
-        f"{mount_opts or '(none)'}; workload {state.plan.case}, seed {state.plan.seed}), "
-        f"which was {state.outcome.value}.", width=76)
-    promise = (f"# Replay to {replay_to}, the mark placed when "
-               f"{state.durability_words(replay_to)} returned; the"
-               if state.last_mark else "# Replay to the mark after mkfs; the")
-    lines = [
-        "#! /bin/bash",
-        "# SPDX-License-Identifier: GPL-2.0",
-        "#",
-        f"# FS QA Test No. {seq}",
-        "#",
-        *(f"# {ln}" for ln in header.splitlines()),
-        "#",
-        "# What powercut found there:",
-        *finding_lines(state),
-        "#",
-        "# Data is written as one byte pattern per operation (pwrite -S); the",
-        "# checks expect those patterns.",
-        "#",
-        ". ./common/preamble",
-        f"_begin_fstest {' '.join(FSTESTS_GROUPS)}",
-        "",
-        "_cleanup()",
-        "{",
-        "\tcd /",
-        "\t_log_writes_cleanup &> /dev/null",
-        "\t_dmthin_cleanup",
-        "\trm -f $tmp.*",
-        "}",
-        "",
-        ". ./common/dmthin",
-        ". ./common/dmlogwrites",
-        *sources,
-        "",
-        f"# The promises checked below are those of {target.fstype} as powercut's target",
-        f"# {target.name} configures it.",
-        f"[ \"$FSTYP\" = {shlex.quote(target.fstype)} ] || "
-        f"_notrun \"written for {target.fstype} (powercut target {target.name})\"",
-        "_require_scratch_nocheck",
-        "_require_no_logdev",
-        "_require_log_writes",
-        "_require_dm_target thin-pool",
-        *needs,
-        "",
-        "# A thin volume as the replay target: its discards zero for certain, so a",
-        "# replay never shows blocks from later in the log.",
-        "size=$(_small_fs_size_mb 200)",
-        "devsize=$((1024 * 1024 * size / 512))",
-        "csize=$((1024 * 64 / 512))",
-        "lowspace=$((1024 * 1024 / 512))",
-        "_dmthin_init $devsize $devsize $csize $lowspace",
-        "_log_writes_init $DMTHIN_VOL_DEV",
-        f"_log_writes_mkfs{mkfs_args} >> $seqres.full 2>&1",
-        *(["_require_metadata_journaling $LOGWRITES_DMDEV"] if target.journalled else []),
-        f"_log_writes_mount{mount_args}",
-        "",
-        f"# The workload up to op {end}: nothing later can be in the state. The",
-        "# marks are powercut's: pc-N follows the N-th durability operation.",
-        *ops,
-        "",
-        "_log_writes_unmount",
-        "_log_writes_remove",
-        "",
-        promise,
-        f"# writes of the ops after it, up to op {end}, may be there in any part.",
-        f"_log_writes_replay_log {replay_to} $DMTHIN_VOL_DEV",
-        f"_dmthin_mount{mount_args} || _fail \"the replayed state does not mount\"",
-        "",
-        f"{ROOT_VAR}=$SCRATCH_MNT",
-        "pc_scratch=$tmp.xattr",
-        check_functions(checks, state.oracle.block_bytes),
-        "",
-        *(c.render() for c in checks),
-        "",
-        *(["_dmthin_check_fs"] if target.journalled else [
-            "# Without a journal a crashed filesystem is left for fsck to repair: its",
-            "# consistency is not what this test checks, only the promises above.",
-            "_unmount $SCRATCH_MNT > /dev/null 2>&1"]),
-        "",
-        "# success, all done",
-        "status=0",
-        "exit",
-        "",
-    ]
+        f"Crash consistency: {what} and check what was promised durable by then. Exported by "
+        f"powercut from crash state {state.key} of {state.run_dir} (target {target.name}: "
+        f"{target.fstype}, mkfs options {' '.join(target.mkfs_options) or '(none)'}, mount "
+        f"options {mount_opts or '(none)'}; workload {state.plan.case}, seed "
+        f"{state.plan.seed}), which was {state.outcome.value}.", width=76)
+    text = _template().render(
+        seq=seq, header=header.splitlines(), found=finding_lines(state),
+        groups=" ".join(FSTESTS_GROUPS if not flakey else FLAKEY_GROUPS), flakey=flakey,
+        sources=[r for r in requires if r.startswith(". ")],
+        needs=[r for r in requires if not r.startswith(". ")],
+        fstype=target.fstype, fstype_quoted=shlex.quote(target.fstype), target=target.name,
+        journalled=target.journalled, mount_opts=mount_opts,
+        mount_args=f" -o {shlex.quote(mount_opts)}" if mount_opts else "",
+        mkfs_args="".join(f" {shlex.quote(o)}" for o in target.mkfs_options),
+        end=end, ops=ops, last_mark=state.last_mark, replay_to=replay_to,
+        promise=state.durability_words(replay_to) if state.last_mark else "mkfs",
+        root_var=ROOT_VAR, functions=check_functions(checks, state.oracle.block_bytes),
+        checks=[c.render() for c in checks])
     golden = "\n".join([f"QA output created by {seq}", *(f"ok: {c.what}" for c in checks), ""])
-    return "\n".join(lines), golden
+    return text, golden
 
 
 def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAULT_TEST_NAME,
-                  *, force: bool = False) -> tuple[Path, Path]:
+                  *, force: bool = False, form: str = "log-writes") -> tuple[Path, Path]:
     """Write the fstests test and its golden output into ``fstests_dir``; returns both paths.
 
     If the directory's group.list exists (a built checkout), the test's line
     is added to it so that ``./check`` finds the test without a rebuild.
     """
+    if form not in FORMS:
+        raise ExportError(f"form {form!r}: expected {' or '.join(FORMS)}")
     sub, seq = parse_test_name(test_name)
     fstests_dir = fstests_dir.resolve()
     if not fstests_dir.is_dir():
         raise ExportError(f"{fstests_dir}: no such directory (an fstests checkout)")
-    check_fstests_state(state)
+    check_fstests_state(state, form)
     test_dir = fstests_dir / "tests" / sub
     test, out = test_dir / seq, test_dir / f"{seq}.out"
     for path in (test, out):
         if path.exists() and not force:
             raise ExportError(f"{path}: already exists (--force replaces it)")
     checks = build_checks(state, pattern_data, verify=False)
-    text, golden = fstests_text(state, checks, seq)
+    text, golden = fstests_text(state, checks, seq, form)
     try:
         test_dir.mkdir(parents=True, exist_ok=True)
         for path, body, mode in ((test, text, 0o755), (out, golden, 0o644)):
@@ -423,7 +386,8 @@ def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAUL
         if group_list.is_file():
             kept = [ln for ln in group_list.read_text().splitlines()
                     if ln.split()[:1] != [seq]]
-            group_list.write_text("\n".join([*kept, f"{seq} {' '.join(FSTESTS_GROUPS)}"]) + "\n")
+            groups = FLAKEY_GROUPS if form == "flakey" else FSTESTS_GROUPS
+            group_list.write_text("\n".join([*kept, f"{seq} {' '.join(groups)}"]) + "\n")
     except OSError as exc:
         raise ExportError(f"{test}: cannot write the test: {exc}") from exc
     return test, out

@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from crashcases.findings.export import DEFAULT_TEST_NAME, load_export_state
-from crashcases.findings.fstests import write_fstests
+from crashcases.findings.export import DEFAULT_TEST_NAME, ExportError, load_export_state
+from crashcases.findings.fstests import next_test_name, write_fstests
 from crashcases.findings.script import write_script
 
 DESCRIPTION = """\
@@ -38,7 +38,15 @@ written if the input is bad):
                   that keeps every promise prints. Only prefix states at a
                   mark can be replayed so; other variants need --script.
                   If DIR is a built checkout, the test is added to its
-                  tests/generic/group.list too.
+                  tests/generic/group.list too. Where the state allows it,
+                  a second test in the dm-flakey form that fstests' own
+                  crash tests use is written as the next test number: the
+                  workload runs on dm-flakey up to the mark's durability
+                  operation, _flakey_drop_and_remount loses every write
+                  after it, and the same checks run. It cannot express a
+                  state of two disks (an external journal). A dm-flakey
+                  cut drops writes issued after it; writes completed but
+                  not yet flushed stay, as on a disk without a write cache.
 
 The state's image comes from the run (state-*.img.gz) or is rebuilt from
 its log.img. A state that passed, is not in the run, or whose image cannot
@@ -69,11 +77,25 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"  and {image} ({size_mib:.1f} MiB), which it reads")
         print(f"run as root: sh {_shown(script)}   (exit 1: reproduced, 0: not)")
     else:
-        test, out = write_fstests(state, Path(args.fstests), args.test_name, force=args.force)
-        print(f"wrote {test}")
-        print(f"  and {out} (the golden output)")
-        print(f"run: cd {_shown(Path(args.fstests).resolve())} && ./check {args.test_name}   "
-              "(needs SCRATCH_DEV and LOGWRITES_DEV in local.config)")
+        where = Path(args.fstests)
+        names = {"log-writes": args.test_name,
+                 "flakey": args.flakey_test_name or next_test_name(args.test_name)}
+        forms = ("log-writes", "flakey") if args.form == "both" else (args.form,)
+        written = []
+        for form in forms:
+            try:
+                test, out = write_fstests(state, where, names[form], force=args.force, form=form)
+            except ExportError as exc:
+                if args.form != "both" or form == "log-writes":
+                    raise
+                print(f"no dm-flakey form: {exc}")
+                continue
+            written.append(names[form])
+            print(f"wrote {test} ({form})")
+            print(f"  and {out} (the golden output)")
+        print(f"run: cd {_shown(where.resolve())} && ./check {' '.join(written)}   "
+              "(needs SCRATCH_DEV, and LOGWRITES_DEV for the dm-log-writes form, in "
+              "local.config)")
     return 0
 
 
@@ -98,5 +120,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "a mark only)")
     p.add_argument("--test-name", default=DEFAULT_TEST_NAME, metavar="DIR/NUM",
                    help=f"the fstests test to write (default: {DEFAULT_TEST_NAME})")
+    p.add_argument("--form", choices=("both", "log-writes", "flakey"), default="both",
+                   help="with --fstests: the dm-log-writes form, the dm-flakey form (the "
+                        "workload up to the mark's durability op, _flakey_drop_and_remount, "
+                        "the checks), or both where the state allows (default: both)")
+    p.add_argument("--flakey-test-name", metavar="DIR/NUM",
+                   help="the dm-flakey test to write (default: the test after --test-name)")
     p.add_argument("--force", action="store_true", help="replace outputs that already exist")
     p.set_defaults(func=cmd_export)

@@ -22,7 +22,7 @@ from crashcases.crash.plan import CrashPlan
 from crashcases.execute import execute
 from crashcases.findings.checks import Check, check_functions
 from crashcases.findings.export import ExportError, load_export_state, pattern_data, recorded_data
-from crashcases.findings.fstests import FSTESTS_OPS, translate_ops, write_fstests
+from crashcases.findings.fstests import FSTESTS_OPS, next_test_name, translate_ops, write_fstests
 from crashcases.findings.script import build_checks, write_script
 from crashcases.oracle.finding import Broken, Finding, FindingKind
 from crashcases.oracle.log import NodeKind, OracleLog
@@ -632,3 +632,39 @@ def test_the_script_and_fstests_test_of_the_fixture_state_are_as_recorded(short_
     test, golden = write_fstests(load_export_state(run, "40/prefix"), fst, "generic/998")
     for made, name in ((script, "repro.sh"), (test, "998"), (golden, "998.out")):
         assert made.read_text().replace(str(run), "RUN") == (FIXTURE / name).read_text(), name
+
+
+def test_the_flakey_form_runs_to_the_marks_durability_op_then_cuts_and_checks(tmp_path):
+    run = make_run(tmp_path, planted_workload(), one_finding())
+    fst = tmp_path / "fstests"
+    (fst / "tests/generic").mkdir(parents=True)
+    (fst / "tests/generic/group.list").write_text("998 auto\n")
+    test, out = write_fstests(load_export_state(run, "40/prefix"), fst, next_test_name(
+        "generic/998"), form="flakey")
+    assert test == fst / "tests/generic/999"
+    text = test.read_text()
+    for needed in (". ./common/dmflakey", "_require_dm_target flakey", "_init_flakey",
+                   "_require_metadata_journaling $SCRATCH_DEV", 'MOUNT_OPTIONS="$MOUNT_OPTIONS -o data=ordered"',
+                   "_mount_flakey", "_flakey_drop_and_remount", "_unmount_flakey",
+                   "_cleanup_flakey", "_begin_fstest auto quick log recoveryloop",
+                   "if pc_exists \"$pc_root\"/d/g; then"):
+        assert needed in text, needed
+    # The workload stops at op 11, the durability op of the state's mark pc-2; no marks.
+    assert "# op 11: fsync_dir ." in text and "# op 12" not in text
+    assert "_log_writes" not in text and "dmthin" not in text
+    assert out.read_text() == ("QA output created by 999\n"
+                               "ok: d/g exists (promised by fsync_dir d at pc-1)\n")
+    assert (fst / "tests/generic/group.list").read_text().splitlines()[-1] == (
+        "999 auto quick log recoveryloop")
+    assert subprocess.run(["bash", "-n", str(test)], capture_output=True).returncode == 0
+
+
+def test_no_form_takes_a_two_disk_state_and_the_flakey_form_no_variant(tmp_path):
+    run = make_run(tmp_path, planted_workload(), one_finding(), target="ext4/logdev")
+    with pytest.raises(ExportError, match="keeps its journal on a second disk"):
+        load_export_state(run, "40/prefix")
+    (tmp_path / "subset").mkdir()
+    run = make_run(tmp_path / "subset", planted_workload(), one_finding(), key="40/subset:7")
+    (tmp_path / "fst").mkdir()
+    with pytest.raises(ExportError, match="a subset state is not the log replayed in order"):
+        write_fstests(load_export_state(run, "40/subset:7"), tmp_path / "fst", form="flakey")
