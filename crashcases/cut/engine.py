@@ -111,9 +111,20 @@ class CutPlan:
     count_post_cut_promises: bool = False  # positive control: must report data loss
     trial_timeout_s: float = 900.0
     user_targets: tuple[Target, ...] = ()  # definitions from --targets-file the plan may name
+    #: "targets": every trial of the first target, then the next; "random": the trials of all
+    #: targets in one seeded random order, so that drift in the host (caches, load) spreads
+    #: over every target instead of biasing the ones that ran last.
+    order: str = "targets"
 
     def spec(self, name: str) -> Target:
         return resolve(name, self.user_targets)
+
+    def trial_order(self) -> list[tuple[str, int]]:
+        """(target, trial) in the order they run."""
+        pairs = [(t, n) for t in self.targets for n in range(self.trials)]
+        if self.order == "random":
+            random.Random(f"powercut-cut-order:{self.seed}").shuffle(pairs)
+        return pairs
 
 
 @dataclass
@@ -184,6 +195,8 @@ def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
         raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
     if plan.continue_syncs < 0:
         raise ConfigError(f"continue_syncs must not be negative, got {plan.continue_syncs}")
+    if plan.order not in ("targets", "random"):
+        raise ConfigError(f"--order {plan.order}: expected targets or random")
     if FlakeyMode(plan.mode) not in CUT_MODES:
         raise ConfigError(f"--mode {plan.mode}: expected drop_writes or error_writes")
     targets = [plan.spec(t) for t in plan.targets]
@@ -374,14 +387,13 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
     try:
         engine = CutEngine(plan, run.run_dir, booted, store=run.store, run_id=run.run_id,
                            progress=progress, checked=checked)
-        for target in plan.targets:
-            for trial in range(plan.trials):
-                tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
-                result.trials.append(tr)
-                engine.store_trial(tr, known=judged(tr))
-                run.save_json(rundir.RESULTS, result.to_dict())
-                if progress is not None:
-                    progress(tr)
+        for target, trial in plan.trial_order():
+            tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
+            result.trials.append(tr)
+            engine.store_trial(tr, known=judged(tr))
+            run.save_json(rundir.RESULTS, result.to_dict())
+            if progress is not None:
+                progress(tr)
         return result
     finally:
         if engine is not None:

@@ -64,6 +64,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         store_b = store_a if db_b == Path(args.db) else stack.enter_context(Store(db_b))
         a, b = load(store_a, args.a), load(store_b, args.b)
     result = compare_results(a, b, rule, force=args.force)
+    if args.figure and result.moves:
+        from framework.report.figures import trade_off_moves
+
+        Path(args.figure).write_bytes(trade_off_moves(result.moves, "the bench metric"))
     if args.json:
         print_json(result.to_dict())
     else:
@@ -81,6 +85,17 @@ def render(c: Comparison, out: Console) -> None:
 
     out.print(f"A: {name(c.a)}\nB: {name(c.b)}\nsignificant: {c.rule.describe()}",
               markup=False)
+    if c.moves:
+        table = Table(title="trade-off, B against A (overhead %, recovery p90 s)")
+        for col in ("profile", "configuration", "A", "B", "front"):
+            table.add_column(col)
+        for move in c.moves:
+            front = ("left the front" if move.left_front else "joined the front" if move.joined_front
+                     else "on the front" if move.front_b else "")
+            table.add_row(move.profile, move.name, f"{move.a[0]:+.1f}%, {move.a[1]:.3g} s",
+                          f"{move.b[0]:+.1f}%, {move.b[1]:.3g} s", front,
+                          style="bold red" if move.left_front else "")
+        out.print(table)
     if c.metrics:
         table = Table(title="metrics, B against A")
         for col in ("group", "target", "metric", "A", "B", "change", "verdict"):
@@ -156,4 +171,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="compare runs of different studies (what they have in common)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--figure", metavar="OUT.png",
+                   help="draw how each configuration moved on the trade-off figure (recovery "
+                        "p90 against overhead), A to B with arrows, one panel per device profile")
     p.set_defaults(func=cmd_compare)

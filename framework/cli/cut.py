@@ -153,7 +153,8 @@ def plan_from_args(args: argparse.Namespace) -> CutPlan:
                    mode=FlakeyMode(args.mode), continue_syncs=args.continue_syncs,
                    max_sequences=args.max_sequences, data_mib=args.data_mib,
                    count_post_cut_promises=args.count_post_cut_fsync,
-                   trial_timeout_s=args.trial_timeout, user_targets=named_user_targets(args))
+                   trial_timeout_s=args.trial_timeout, user_targets=named_user_targets(args),
+                   order=args.order)
 
 
 def cmd_cut(args: argparse.Namespace) -> int:
@@ -237,6 +238,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"workload: {', '.join(list_cases())}, random:N (default: random:200)")
     p.add_argument("--max-sequences", type=int, metavar="N", help="gen:* cases: a seeded sample of N sequences")
     p.add_argument("--trials", type=int, default=5, help="power cuts per target, fresh mkfs each (default: 5)")
+    p.add_argument("--order", choices=("targets", "random"), default="targets",
+                   help="run every trial of one target before the next, or all trials in one "
+                        "seeded random order (default: targets)")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--cut-after-ops", type=int, metavar="K",
                       help="cut after K durability ops (and a seeded number of the ops after it); "

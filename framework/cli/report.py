@@ -80,18 +80,22 @@ def summary(d: dict[str, object], out: Console) -> None:
         out.print(f"  not in this run: {m}", markup=False)
     trade = d.get("trade_off") or {}
     assert isinstance(trade, dict)
-    if trade.get("points"):
-        t = Table(title=f"recovery against overhead ({trade['metric']})")
-        for col in ("target", "overhead %", "interval", "recovery s median", "p90", "max",
-                    "crash"):
-            t.add_column(col, no_wrap=col == "target")  # names are never cut short
-        for p in trade["points"]:
-            t.add_row(p["target"], f"{p['overhead_pct']:+.1f}",
-                      "unbounded" if p["overhead_low_pct"] is None else
-                      f"[{p['overhead_low_pct']:+.1f}, {p['overhead_high_pct']:+.1f}]",
-                      f"{p['recovery_median_s']:.3g}", f"{p['recovery_p90_s']:.3g}",
-                      f"{p['recovery_max_s']:.3g}", p["verdict"])
+    for panel in trade.get("panels") or []:
+        t = Table(title=f"recovery against overhead ({trade['metric']}, {panel['profile']})")
+        for col in ("configuration", "overhead %", "recovery s p90", "front", "crash"):
+            # Names are never cut short; figures fold onto a second line if they must.
+            t.add_column(col, no_wrap=col == "configuration", overflow="fold")
+        for p in panel["points"]:
+            over = ("unbounded" if p["overhead_low"] is None else
+                    f"[{p['overhead_low']:+.1f}, {p['overhead_high']:+.1f}]")
+            t.add_row(p["name"], f"{p['overhead_pct']:+.1f} {over}",
+                      f"{p['recovery_p90_s']:.3g} [{p['recovery_low']:.3g}, "
+                      f"{p['recovery_high']:.3g}] {100 * p['recovery_coverage']:.0f}%",
+                      "yes" if p["front"] else ("dominated" if p["dominated_by"] else ""),
+                      p["verdict"])
         out.print(t)
+        for line in panel["answer"]:
+            out.print(f"  {line}", markup=False)
     crash = d.get("crash")
     if isinstance(crash, dict):
         t = Table(title="crash states")

@@ -176,6 +176,8 @@ class Comparison:
     metrics: tuple[MetricChange, ...] = ()
     states: tuple[StateChange, ...] = ()
     cuts: tuple[CutChange, ...] = field(default_factory=tuple)
+    #: The trade-off figure's configurations in both runs (see trade_off_moves).
+    moves: tuple[TradeOffMove, ...] = field(default_factory=tuple)
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -211,7 +213,8 @@ class Comparison:
                            "new_cut_failures": len(self.new_cut_failures)},
                 "metrics": [m.to_dict() for m in self.metrics],
                 "states": [s.to_dict() for s in self.states],
-                "cuts": [c.to_dict() for c in self.cuts]}
+                "cuts": [c.to_dict() for c in self.cuts],
+                "trade_off": [m.to_dict() for m in self.moves]}
 
 
 def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
@@ -226,8 +229,10 @@ def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
     metrics = [*(_bench_changes(a, b, rule) if rule.bench != "relative" else ()),
                *(_relative_changes(a, b, rule) if rule.bench != "absolute" else ()),
                *_recovery_changes(a, b, rule)]
+    moves = tuple(trade_off_moves(a, b)) if not (a.recoveries.empty or b.recoveries.empty
+                                                  or a.bench.empty or b.bench.empty) else ()
     return Comparison(a, b, rule, tuple(metrics), tuple(_state_changes(a, b)),
-                      tuple(_cut_changes(a, b)))
+                      tuple(_cut_changes(a, b)), moves)
 
 
 # ---- metrics -------------------------------------------------------------------------
@@ -459,3 +464,52 @@ def _cut_changes(a: Results, b: Results) -> Iterable[CutChange]:
         ta, fa, _ = counts(a)
         tb, fb, kb = counts(b)
         yield CutChange(target, ta, fa, tb, fb, kb)
+
+
+# ---- the trade-off: how the points moved ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TradeOffMove:
+    """One configuration on one device profile in both runs: where it was, where it is."""
+
+    profile: str
+    name: str
+    a: tuple[float, float]  # (overhead %, recovery p90 s) in A
+    b: tuple[float, float]
+    front_a: bool
+    front_b: bool
+
+    @property
+    def left_front(self) -> bool:
+        return self.front_a and not self.front_b
+
+    @property
+    def joined_front(self) -> bool:
+        return self.front_b and not self.front_a
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "name": self.name, "a": list(self.a), "b": list(self.b),
+                "front_a": self.front_a, "front_b": self.front_b,
+                "left_front": self.left_front, "joined_front": self.joined_front}
+
+
+def trade_off_moves(a: Results, b: Results) -> list[TradeOffMove]:
+    """The configurations on the trade-off figure of both runs, matched by profile and
+    name, with their front membership before and after."""
+    from framework.report.html import build
+
+    def points(r: Results) -> dict[tuple[str, str], dict[str, Any]]:
+        data = build(r).data.get("trade_off") or {}
+        return {(panel["profile"], p["name"]): p for panel in data.get("panels", [])
+                for p in panel["points"]}
+
+    pa, pb = points(a), points(b)
+    moves = []
+    for (profile, name), p in pa.items():
+        q = pb.get((profile, name))
+        if q is not None:
+            moves.append(TradeOffMove(profile, name, (p["overhead_pct"], p["recovery_p90_s"]),
+                                      (q["overhead_pct"], q["recovery_p90_s"]),
+                                      bool(p["front"]), bool(q["front"])))
+    return moves

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
@@ -17,18 +17,6 @@ VERDICT_STYLE = {"ok": ("o", "tab:green"), "known": ("s", "tab:orange"),
                  "fail": ("X", "tab:red"), "none": ("D", "tab:gray")}
 
 
-@dataclass(frozen=True, slots=True)
-class TradeOffPoint:
-    target: str
-    overhead_pct: float
-    overhead_low_pct: float | None  # None: the interval is unbounded (Fieller)
-    overhead_high_pct: float | None
-    recovery_median_s: float
-    recovery_p90_s: float
-    recovery_max_s: float
-    verdict: str  # a key of VERDICT_STYLE
-
-
 def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
@@ -36,40 +24,69 @@ def png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def trade_off(points: Sequence[TradeOffPoint], metric: str) -> bytes:
-    """Overhead against the baseline (x, with its interval) and recovery time (y: median,
-    a bar to the 90th percentile, a tick at the maximum); the marker is the crash verdict."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    unbounded = False
-    for p in points:
-        marker, colour = VERDICT_STYLE[p.verdict]
-        low, high = p.overhead_low_pct, p.overhead_high_pct
-        bounded = low is not None and high is not None
-        xerr = ([[p.overhead_pct - low], [high - p.overhead_pct]]
-                if low is not None and high is not None else None)
-        ax.errorbar(p.overhead_pct, p.recovery_median_s, xerr=xerr,
-                    yerr=[[0.0], [max(p.recovery_p90_s - p.recovery_median_s, 0.0)]],
-                    fmt=marker, color=colour, ecolor=colour, capsize=4, markersize=9,
-                    mfc=colour if bounded else "none")
-        if not bounded:
-            # No finite interval: a dotted line across the whole axis says so.
-            unbounded = True
-            ax.axhline(p.recovery_median_s, color=colour, linestyle=":", linewidth=1)
-        ax.plot([p.overhead_pct], [p.recovery_max_s], marker="_", color=colour, markersize=14)
-        label = p.target if bounded else f"{p.target} (interval unbounded)"
-        ax.annotate(label, (p.overhead_pct, p.recovery_median_s), textcoords="offset points",
-                    xytext=(7, 5), fontsize=9)
+def trade_off(panels: Sequence[Mapping[str, Any]], metric: str) -> bytes:
+    """One panel per device profile: overhead against the baseline (x, Fieller interval) and
+    recovery after a power cut (y: p90, its order-statistics interval); the Pareto front
+    marked and joined, configurations dominated with certainty grey, the crash verdict as
+    the marker."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        points = panel["points"]
+        for i, p in enumerate(sorted(points, key=lambda p: p["recovery_p90_s"])):
+            marker, colour = VERDICT_STYLE[p["verdict"]]
+            if p["dominated_by"]:
+                colour = "0.7"
+            low, high = p["overhead_low"], p["overhead_high"]
+            bounded = low is not None and high is not None
+            xerr = ([[p["overhead_pct"] - low], [high - p["overhead_pct"]]] if bounded else None)
+            yerr = [[p["recovery_p90_s"] - p["recovery_low"]],
+                    [p["recovery_high"] - p["recovery_p90_s"]]]
+            ax.errorbar(p["overhead_pct"], p["recovery_p90_s"], xerr=xerr, yerr=yerr,
+                        fmt=marker, color=colour, ecolor=colour, capsize=4, markersize=9,
+                        mfc=colour if bounded else "none",
+                        markeredgewidth=2.5 if p["front"] else 1.0)
+            label = p["name"] + ("" if bounded else " (overhead interval unbounded)")
+            # Neighbours in recovery time alternate above and below, so close labels part.
+            ax.annotate(label, (p["overhead_pct"], p["recovery_p90_s"]),
+                        textcoords="offset points", xytext=(7, 5 if i % 2 else -12), fontsize=8,
+                        color="0.45" if p["dominated_by"] else "black")
+        best = sorted((p for p in points if p["front"]), key=lambda p: p["overhead_pct"])
+        if len(best) > 1:
+            ax.plot([p["overhead_pct"] for p in best], [p["recovery_p90_s"] for p in best],
+                    "-", color="tab:blue", linewidth=1.2, zorder=0, label="Pareto front")
+        ax.axvline(0, color="0.6", linewidth=0.8)
+        ax.set_title(f"{panel['profile']}")
+        ax.set_xlabel(f"overhead against the baseline, % of {metric} (95% Fieller)")
+        ax.set_ylabel("recovery after a power cut, s: p90\n(bar: order-statistics interval)")
+        ax.grid(alpha=0.3)
     for verdict, (marker, colour) in VERDICT_STYLE.items():
-        ax.plot([], [], marker, color=colour, label=f"crash: {verdict}")
-    if unbounded:
-        ax.plot([], [], "o", mfc="none", color="0.3",
-                label="hollow: overhead interval unbounded (noisy baseline)")
-    ax.axvline(0, color="0.6", linewidth=0.8)
-    ax.set_xlabel(f"overhead against the baseline, % of {metric} (95% Fieller interval)")
-    ax.set_ylabel("recovery time after a power cut, s\n(median; bar to p90, tick at max)")
-    ax.set_title("Recovery time against journal overhead")
-    ax.legend(fontsize=8, loc="best")
-    ax.grid(alpha=0.3)
+        axes[0][0].plot([], [], marker, color=colour, label=f"crash: {verdict}")
+    axes[0][0].plot([], [], "o", color="0.7", label="dominated with certainty")
+    axes[0][0].legend(fontsize=7, loc="best")
+    fig.suptitle("Recovery time against journal overhead")
+    return png(fig)
+
+
+def trade_off_moves(moves: Sequence[Any], metric: str) -> bytes:
+    """Each configuration's point in run A and an arrow to where it is in run B, a panel
+    per device profile; red: left the Pareto front, green: joined it."""
+    profiles = list(dict.fromkeys(m.profile for m in moves))
+    fig, axes = plt.subplots(1, max(len(profiles), 1), figsize=(6.4 * max(len(profiles), 1), 4.8),
+                             squeeze=False)
+    for ax, profile in zip(axes[0], profiles, strict=False):
+        for m in (m for m in moves if m.profile == profile):
+            colour = "tab:red" if m.left_front else "tab:green" if m.joined_front else "0.3"
+            ax.plot(*m.a, "o", color=colour, mfc="none")
+            ax.annotate("", xy=m.b, xytext=m.a,
+                        arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.4})
+            ax.annotate(m.name + (" (left the front)" if m.left_front else
+                                  " (joined the front)" if m.joined_front else ""),
+                        m.b, textcoords="offset points", xytext=(6, 4), fontsize=8, color=colour)
+        ax.set_title(profile)
+        ax.set_xlabel(f"overhead against the baseline, % of {metric}")
+        ax.set_ylabel("recovery after a power cut, s (p90)")
+        ax.grid(alpha=0.3)
+    fig.suptitle("Trade-off, run A (hollow) to run B (arrow head)")
     return png(fig)
 
 

@@ -8,7 +8,6 @@ can be attached to a CI job or a mail.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import math
 import statistics
 from collections import Counter
@@ -20,8 +19,8 @@ import jinja2
 
 from crashcases.cut.summary import percentile
 from framework.bench.engine import one_factor_design
-from framework.core.stats import StatsError, overhead, summarize
-from framework.report import figures
+from framework.core.stats import StatsError, overhead, quantile_interval, summarize
+from framework.report import figures, tradeoff
 from framework.report.results import Results, controls, primary_metric
 
 OUTCOME_ORDER = ("ok", "recovered", "known", "data-loss", "corrupt", "unmountable", "hang")
@@ -218,35 +217,58 @@ def _bench(r: Results, report: Report) -> None:
     report.data["bench"] = out
 
 
+def _profile(r: Results, target: str) -> str:
+    """The data disk's device profile of ``target`` as the run kept it ("" without one)."""
+    config = r.targets.get(target) or {}
+    profiles = config.get("disk_profiles") or {}
+    return str(profiles.get("data") or "") if isinstance(profiles, dict) else ""
+
+
 def _trade_off(r: Results, report: Report) -> None:
-    bench = report.data.get("bench") or []
-    cut = {row["target"]: row for row in (report.data.get("cut") or [])}
+    """Recovery (p90 with an order-statistics interval) against overhead (Fieller) for every
+    target with both, per device profile: the Pareto front, the dominated, the answer."""
+    recovery = {str(t): [float(x) for x in rows["recovery_s"].dropna()]
+                for t, rows in r.recoveries.groupby("target", sort=False)} \
+        if not r.recoveries.empty else {}
     verdicts = (report.data.get("crash") or {}).get("verdicts", {})
-    points, missing = [], []
-    first = bench[0] if bench else None
-    if first is not None:
-        for cell in first["targets"]:
+    configs: list[tradeoff.Config] = []
+    missing: list[str] = []
+    metric = workload = None
+    for b in report.data.get("bench") or []:
+        metric, workload = metric or b["metric"], workload or b["workload"]
+        for cell in b["targets"]:
             t = cell["target"]
-            rec = cut.get(t, {}).get("recovery_s")
-            ov: dict[str, Any] | None
-            if t == first["baseline"]:
-                ov = {"pct": 0.0, "low_pct": 0.0, "high_pct": 0.0}
+            times = recovery.get(t, [])
+            if t == b["baseline"]:
+                over: dict[str, Any] | None = {"pct": 0.0, "low_pct": 0.0, "high_pct": 0.0}
             elif "overhead_point_pct" in cell:
-                ov = {"pct": cell["overhead_point_pct"], "low_pct": None, "high_pct": None}
+                over = {"pct": cell["overhead_point_pct"], "low_pct": None, "high_pct": None}
             else:
-                ov = cell.get("overhead")
-            if ov is None or rec is None:
-                missing.append(f"{t} (no {'cut' if rec is None else 'bench'} data)")
+                over = cell.get("overhead")
+            if over is None or not times:
+                missing.append(f"{t} (no {'cut' if not times else 'bench'} data)")
                 continue
-            points.append(figures.TradeOffPoint(t, ov["pct"], ov["low_pct"], ov["high_pct"],
-                                                rec["median"], rec["p90"], rec["max"],
-                                                verdicts.get(t, "none")))
-    report.data["trade_off"] = {
-        "metric": first["metric"] if first else None,
-        "points": [dataclasses.asdict(p) for p in points],
-        "left_out": missing}
-    if points and first is not None:
-        report.figures["trade_off"] = figures.trade_off(points, first["metric"])
+            p90 = quantile_interval(times, 0.9)
+            configs.append(tradeoff.Config(
+                t, _profile(r, t), over["pct"], over["low_pct"], over["high_pct"], p90.value,
+                p90.interval.low, p90.interval.high, p90.interval.level,
+                statistics.median(times), max(times), len(times),
+                baseline=t == b["baseline"]))
+    profiles = list(dict.fromkeys(c.profile for c in configs))
+    panels = []
+    for profile in profiles:
+        mine = [c for c in configs if c.profile == profile]
+        best = tradeoff.front(mine)
+        panels.append({
+            "profile": profile or "plain disks",
+            "points": [{**c.to_dict(), "front": c in best,
+                        "dominated_by": [o.name for o in tradeoff.dominators(c, mine)],
+                        "verdict": verdicts.get(c.name, "none")} for c in mine],
+            "answer": tradeoff.answer(mine, profile=profile, workload=workload or "?")})
+    report.data["trade_off"] = {"metric": metric, "workload": workload, "panels": panels,
+                                "left_out": missing}
+    if panels and metric is not None:
+        report.figures["trade_off"] = figures.trade_off(panels, metric)
     else:
         report.data["missing"].append(
             "the trade-off figure: it needs a bench step and a cut step over the same targets"

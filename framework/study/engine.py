@@ -1,7 +1,8 @@
 """Studies: a TOML file of steps, each one powercut command over a matrix.
 
 A step names a command (``crash``, ``cut``, ``bench``) and its options; a
-``targets`` list expands a crash or cut step into one run per target (a
+``targets`` list expands a crash or cut step into one run per target (a cut
+step with ``together = true`` runs them in one run, its trials in one order; a
 bench step compares its targets in one run). ``expect = "fail"`` marks a
 positive control: the study fails if that step *passes*, because a checker
 that does not fire on a known-bad configuration is broken.
@@ -43,7 +44,7 @@ from framework.core.lifecycle import study_step
 from framework.study.claims import Claim, load_claims
 
 COMMANDS = ("crash", "cut", "bench")
-STEP_KEYS = {"command", "targets", "options", "expect", "title", "scales"}
+STEP_KEYS = {"command", "targets", "options", "expect", "title", "scales", "together"}
 STUDY_KEYS = {"name", "description", "targets_file", "known", "claims", "scales"}
 #: Commands that take --known (a known-behaviour list judges their failing results).
 KNOWN_COMMANDS = ("crash", "cut")
@@ -175,9 +176,14 @@ def parse_study(text: str, *, source: str, base: Path | None = None,
         if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
             raise ConfigError(f"{where}: targets must be a non-empty list of target names")
         title = st.get("title", "")
-        if command == "bench":
-            steps.append(Step(command, ("bench", "--target", ",".join(targets), *file_argv, *opt_argv),
-                              expect, title))
+        together = st.get("together", False)
+        if not isinstance(together, bool) or (together and command != "cut"):
+            raise ConfigError(f"{where}: together = true is for cut steps only (a bench step "
+                              "always compares its targets in one run)")
+        if command == "bench" or together:
+            known_opts = known_argv if command in KNOWN_COMMANDS else ()
+            steps.append(Step(command, (command, "--target", ",".join(targets), *file_argv,
+                                        *known_opts, *opt_argv), expect, title))
         else:
             known_opts = known_argv if command in KNOWN_COMMANDS else ()
             for t in targets:

@@ -129,9 +129,11 @@ def test_json_has_the_figures_data(tmp_path: Path, capsys) -> None:
     ext4 = next(c for c in bench["targets"] if c["target"] == "ext4/ordered")
     assert ext4["overhead"]["pct"] == pytest.approx(20.0, abs=0.5)  # 240 against 300 files/s
     assert bench["anova"][0]["term"] == "target"
-    points = {p["target"]: p for p in d["trade_off"]["points"]}
+    (panel,) = d["trade_off"]["panels"]
+    points = {p["name"]: p for p in panel["points"]}
     assert points["ext2"]["overhead_pct"] == 0.0 and points["ext4/ordered"]["verdict"] == "fail"
     assert points["ext2"]["recovery_median_s"] == pytest.approx(1.02 + 0.075)
+    assert points["ext2"]["baseline"] and panel["answer"][0].startswith("on plain disks with ")
     assert d["missing"] == []
 
 
@@ -164,9 +166,9 @@ def test_an_unbounded_overhead_interval_still_draws_its_point(tmp_path: Path, ca
     d = json.loads(capsys.readouterr().out)
     ext4 = next(c for c in d["bench"][0]["targets"] if c["target"] == "ext4/ordered")
     assert "overhead" not in ext4 and "unbounded" in ext4["overhead_error"]
-    points = {p["target"]: p for p in d["trade_off"]["points"]}
+    points = {p["name"]: p for p in d["trade_off"]["panels"][0]["points"]}
     assert points["ext4/ordered"]["overhead_pct"] == pytest.approx(100 * (1 - 247.5 / 300))
-    assert points["ext4/ordered"]["overhead_low_pct"] is None
+    assert points["ext4/ordered"]["overhead_low"] is None
     html = (tmp_path / "study-run" / "report.html").read_text()
     assert "fig-trade-off" in images(html)
     assert "overhead interval is unbounded" in html
@@ -181,6 +183,6 @@ def test_a_trade_off_with_no_point_says_why(tmp_path: Path, capsys) -> None:
         con.execute("DELETE FROM recoveries")
     assert main(["report", str(top), "--db", str(db), "--json", "--no-html"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["trade_off"]["points"] == []
+    assert d["trade_off"]["panels"] == []
     (why,) = [m for m in d["missing"] if m.startswith("the trade-off figure")]
     assert "ext2 (no cut data)" in why and "ext4/ordered (no cut data)" in why
