@@ -72,7 +72,7 @@ EXPLAINABLE = tuple(dict.fromkeys(
 OP_KINDS = tuple(sorted(str(k) for k in DURABILITY_OPS))
 ENTRY_KEYS = ("id", "fstype", "target", "journal", "kernel_min", "kernel_max", "run", "case",
               "op", "variants", "findings", "reason", "link", "source", "fix", "fix_subject",
-              "fixed_in", "fixed_in_stable", "no_fix_checked")
+              "fixed_in", "fixed_in_stable", "no_fix_checked", "fsck")
 _COMMIT = re.compile(r"^[0-9a-f]{12,40}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 JOURNALS = tuple(p.value for p in JournalPlacement)
@@ -164,7 +164,16 @@ class KnownEntry:
     fixed_in: str | None = None
     fixed_in_stable: tuple[str, ...] = ()
     no_fix_checked: str | None = None
+    #: "repaired": explains a state only if its read-only fsck found errors that the repair
+    #: fixed (behaviour whose mark is fsck cleaning up after it).
+    fsck: str | None = None
     file: str = ""  # the list it came from
+
+    def fsck_matches(self, check: CheckResult | None) -> bool:
+        if self.fsck is None:
+            return True
+        return (check is not None and check.fsck_check not in ("", "clean")
+                and check.fsck_repair == "repaired")
 
     @property
     def upstream(self) -> str:
@@ -298,6 +307,10 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
                                              "6.1') or link (a URL), or both")
     if link is not None and not re.match(r"^https?://\S+$", link):
         raise _fail(source, entry, "link", f"{link!r}: expected an http(s) URL")
+    fsck = _text(raw, "fsck", source, entry)
+    if fsck is not None and fsck != "repaired":
+        raise _fail(source, entry, "fsck", f"{fsck!r}: expected \"repaired\" (the read-only "
+                                           "check found errors and the repair fixed them)")
     fix, checked = _text(raw, "fix", source, entry), _text(raw, "no_fix_checked", source, entry)
     if fix is not None and checked is not None:
         raise _fail(source, entry, "fix", "give fix (the upstream commit) or no_fix_checked "
@@ -315,7 +328,7 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
                       case=_text(raw, "case", source, entry), op=op, variants=variants,
                       link=link, source=where, fix=fix, fix_subject=fix_subject,
                       fixed_in=fixed_in, fixed_in_stable=_words(raw, "fixed_in_stable", source, entry),
-                      no_fix_checked=checked, file=source)
+                      no_fix_checked=checked, fsck=fsck, file=source)
 
 
 def parse_known(text: str, *, source: str) -> tuple[KnownEntry, ...]:
@@ -477,7 +490,8 @@ class KnownMatcher:
         ids: dict[str, None] = {}
         missing = []
         for item in items:
-            hits = [e.id for e in self.applicable if e.explains(item, variant)]
+            hits = [e.id for e in self.applicable
+                    if e.explains(item, variant) and e.fsck_matches(check)]
             ids.update(dict.fromkeys(hits))
             if not hits:
                 missing.append(item.text)

@@ -761,3 +761,22 @@ def test_a_fixed_entry_that_did_not_reproduce_names_its_fix() -> None:
     (silent,) = m.not_reproduced()
     assert silent["message"].endswith('fixed upstream by 0123456789ab "jfs: flush" '
                                       '(Linux 6.15, 6.12.80)')
+
+
+def test_a_file_fsck_cleared_on_ext2_is_known_only_when_fsck_repaired_the_state() -> None:
+    """ext-nojournal-shared-inode-block: on 6.12.117 a file sync made durable was lost
+    because e2fsck cleared its inode (an inode table block written with another inode's
+    unwritten indirect block). It explains that only after an fsck repair; the same loss on
+    a state that fscks clean (a kernel that did not write what fsync promised, the zoo's
+    ext4-nojournal-fsync-inode) stays a failure."""
+    shipped = load_known(())
+    m = matcher(shipped, "ext4/nojournal", kernel="6.12.117")
+    lost = finding(mark="pc-0")
+    repaired = check("5/prefix", Outcome.DATA_LOSS, lost, fsck_check="corrupt",
+                     fsck_repair="repaired")
+    clean = check("6/prefix", Outcome.DATA_LOSS, lost)
+    assert judged_known(m, repaired) and m.known_ids("5/prefix") == (
+        "ext-nojournal-shared-inode-block",)
+    assert not judged_known(m, clean)
+    with pytest.raises(ConfigError, match='fsck: .*expected "repaired"'):
+        parse_known(known(extra='fsck = "clean"'), source="mine.toml")
