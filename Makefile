@@ -19,7 +19,7 @@ KERNEL_612 = $$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12
 	| cut -d' ' -f1 | sort -V | tail -1)
 
 .PHONY: setup run test lint docs unit integration clean kernels
-setup: apt $(STAMPS)/venv
+setup: apt $(STAMPS)/venv $(BIN)/actionlint
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -38,6 +38,15 @@ $(STAMPS)/venv: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $@
+
+# actionlint checks the GitHub Actions example (tests/unit/test_ci_examples.py); it is a Go
+# program, built from the Go module proxy where Go is installed (the test says why it
+# skips where it is not).
+ACTIONLINT := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+$(BIN)/actionlint: | $(STAMPS)/venv
+	@if command -v go > /dev/null; then \
+		GOBIN=$(abspath $(BIN)) go install $(ACTIONLINT) || echo "powercut setup: could not build actionlint"; \
+	else echo "powercut setup: no Go, so no actionlint (its test is skipped)"; fi
 
 run: setup
 	$(BIN)/powercut run

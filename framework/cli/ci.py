@@ -20,7 +20,7 @@ from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.store import Store
 from framework.report.compare import Comparison, StateChange, Verdict, compare_results
 from framework.report.results import Results, load
-from framework.study.engine import load_study
+from framework.study.engine import load_study, missing_shards
 
 DESCRIPTION = """\
 Run a study (default: ci, about 10 to 15 minutes under TCG) on a candidate
@@ -126,7 +126,12 @@ def judge_kernel(args: argparse.Namespace) -> int:
     else:
         base_db, base_ref = db, args.baseline
     with Store(base_db) as store:
-        store.resolve(base_ref)  # an unknown baseline fails before the candidate runs
+        # An unknown baseline, or one whose shards are not all there, fails before the
+        # candidate runs: a baseline missing steps would pass whatever they would have found.
+        gaps = missing_shards(store.resolve(base_ref))
+        if gaps:
+            raise ConfigError(f"baseline {base_ref} of {base_db}: {gaps[0]}"
+                              + (f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""))
     candidate = run_study_on("candidate", kernel_argv(args.kernel, args.modules,
                                                       args.kernel_release), args.targets_file)
     with Store(base_db) as store_a, Store(db) as store_b:

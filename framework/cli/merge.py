@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from framework.core.store import Store, StoreError, merge
+from framework.study.engine import missing_shards
 
 DESCRIPTION = """\
 Copy every run of the databases IN into OUT (created if missing). Runs are
@@ -14,7 +16,9 @@ matched by uuid: the shards of one study (`powercut run --shard I/N
 merge it holds every shard's steps, as one unsharded run would. Targets,
 recordings, crash points and results are matched by their natural keys, so
 merging a database twice adds nothing. A merged run's status is its worst
-shard's (failed > running > interrupted > finished).
+shard's (failed > running > interrupted > finished). A sharded study whose
+shards are not all merged, or not all finished, is reported by name and the
+exit status is 2: it is never a smaller run.
 """
 
 EPILOG = """\
@@ -42,7 +46,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
         steps = sum(1 for x in runs if x.parent_id == r.id)
         print(f"  run {r.id}: {r.kind or 'run'} {r.study!r}, {r.status.value}"
               + (f", {steps} steps" if steps else ""))
-    return 0
+    gaps = [(r, gap) for r in top for gap in missing_shards(r)]
+    for r, gap in gaps:
+        print(f"powercut merge: run {r.id} ({r.study}): {gap}", file=sys.stderr)
+    # A sharded run without all its shards is not a smaller run: it is an error.
+    return 2 if gaps else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

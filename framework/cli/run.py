@@ -65,8 +65,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     study = (load_study(args.study, scale=args.scale) if resume_dir is None
              else study_of_run(resume_dir))
     run_uuid = None
+    shard_plan: dict[str, int] = {}
     if args.shard and resume_dir is None:
         index, count = parse_shard(args.shard)
+        # What merge and ci check that every shard came and finished (framework.study.engine
+        # missing_shards): how many there are, which this is, how many steps in all.
+        shard_plan = {"shards": count, "shard_index": index, "study_steps": len(study.steps)}
         if not args.run_uuid:
             raise ConfigError("--shard: shards of one study share its run; give them all the "
                               "same --run-uuid (e.g. the CI job's id) and merge their databases")
@@ -95,7 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = RunSpec("study", f"study {study.name}", uuid=run_uuid, plan={
         "study": study.name, "source": study.source, "description": study.description,
-        "shard": args.shard, "scale": study.scale, "steps": [{"argv": list(s.argv), "expect": s.expect,
+        "shard": args.shard, **shard_plan, "scale": study.scale,
+        "steps": [{"argv": list(s.argv), "expect": s.expect,
                                         "title": s.title, "number": s.number}
                                        for s in study.steps]})
     with Store(args.db) as store, \

@@ -865,6 +865,17 @@ class Store:
                                    default=None)
                     db.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
                                (status.value, finished, run_id))
+                plan = run.environment.get("plan") or {}
+                if isinstance(plan, dict) and "shard_index" in plan:
+                    # Which shards of a sharded study this run now holds, and how each ended.
+                    row = db.execute("SELECT environment FROM runs WHERE id = ?",
+                                     (run_id,)).fetchone()
+                    env = json.loads(row["environment"])
+                    seen = env.setdefault("shards_merged", {})
+                    seen.update(run.environment.get("shards_merged") or {})
+                    seen[str(plan["shard_index"])] = run.status.value
+                    db.execute("UPDATE runs SET environment = ? WHERE id = ?",
+                               (_json(env), run_id))
                 self._copy_run(db, other, run.id, run_id)
 
     def _copy_run(self, db: sqlite3.Connection, other: Store, src_run: int, run_id: int) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import study_step
+from framework.core.store import Run, RunStatus
 from framework.study.claims import Claim, load_claims
 
 COMMANDS = ("crash", "cut", "bench")
@@ -243,6 +244,31 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not (index.isdigit() and count.isdigit()) or not 0 <= int(index) < int(count):
         raise ConfigError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/3")
     return int(index), int(count)
+
+
+def missing_shards(run: Run) -> list[str]:
+    """What a sharded study run lacks: shards that never came (merge never saw them) and
+    shards that did not finish, each named with its steps; empty when it is whole (or was
+    not sharded)."""
+    plan = run.environment.get("plan") or {}
+    if not isinstance(plan, dict) or "shards" not in plan:
+        return []
+    count, total = int(plan["shards"]), int(plan.get("study_steps", 0))
+    seen = dict(run.environment.get("shards_merged") or {})
+    if not seen and "shard_index" in plan:
+        seen = {str(plan["shard_index"]): run.status.value}
+    out = []
+    for index in range(count):
+        steps = [n for n in range(1, total + 1) if (n - 1) % count == index]
+        if not steps:
+            continue
+        status = seen.get(str(index))
+        where = f"shard {index}/{count} (steps {', '.join(map(str, steps))})"
+        if status is None:
+            out.append(f"{where} is missing: its database was not merged")
+        elif status != RunStatus.FINISHED.value:
+            out.append(f"{where} did not finish: it is {status}")
+    return out
 
 
 def shard(study: Study, index: int, count: int) -> Study:

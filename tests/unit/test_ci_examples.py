@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +55,55 @@ def test_example_commands_are_valid_powercut_command_lines(name: str) -> None:
     else:
         assert docs[0]["spec"]["completionMode"] == "Indexed"
         assert docs[0]["spec"]["completions"] == 3
+
+
+def _planted(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    text = (EXAMPLES / name).read_text()
+    assert old in text, old
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_the_kubernetes_manifests_validate_against_the_schema_offline(tmp_path: Path) -> None:
+    """kubernetes-validate carries the Kubernetes schemas; --strict rejects unknown fields.
+    Positive control: a misspelt field and a wrong type in the Indexed Job are caught."""
+    tool = Path(sys.executable).with_name("kubernetes-validate")
+    ok = subprocess.run([str(tool), "--strict", str(EXAMPLES / "kernel-ci.k8s.yml")],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    for old, new in (("completions: 3", "completionz: 3"), ("parallelism: 3", "parallelism: three")):
+        bad = subprocess.run([str(tool), "--strict", str(_planted(tmp_path, "kernel-ci.k8s.yml",
+                                                                   old, new))],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode != 0, (old, bad.stdout)
+
+
+def test_the_github_workflow_passes_actionlint(tmp_path: Path) -> None:
+    """actionlint (built by 'make setup' from the Go module proxy when Go is there).
+    Positive control: an expression naming a matrix key the job does not have."""
+    tool = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or \
+        shutil.which("actionlint")
+    if tool is None:
+        pytest.skip("actionlint not installed ('make setup' builds it with Go: "
+                    "go install github.com/rhysd/actionlint/cmd/actionlint)")
+    ok = subprocess.run([tool, "-no-color", str(EXAMPLES / "kernel-ci.github.yml")],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = subprocess.run([tool, "-no-color", str(_planted(
+        tmp_path, "kernel-ci.github.yml", '"${{ matrix.kernel }}"', '"${{ matrix.kernels }}"'))],
+        capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "property \"kernels\" is not defined" in bad.stdout, bad.stdout
+
+
+def test_the_examples_name_kernel_releases_debian_has_and_the_image_the_recipe_builds() -> None:
+    apt = shutil.which("apt-cache")
+    texts = [(EXAMPLES / n).read_text() for n in ("kernel-ci.github.yml", "kernel-ci.k8s.yml")]
+    releases = set(re.findall(r"\b6\.1\.0-\d+-amd64|\b6\.12\.\d+\+deb12-amd64", "\n".join(texts)))
+    assert releases
+    if apt is not None:
+        for release in sorted(releases):
+            shown = subprocess.run([apt, "show", f"linux-image-{release}"], capture_output=True,
+                                   text=True, timeout=120)
+            assert shown.returncode == 0 and "Package:" in shown.stdout, release
+    assert "image: localhost/powercut:bookworm" in texts[1]

@@ -271,6 +271,16 @@ def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
     assert study_results(tmp_path / "merged.sqlite", expected) == whole
     # Each shard did only its own steps.
     assert [[s[0] for s in study_results(db, expected)] for db in shards] == [[1, 4], [2, 5], [3]]
+    # Merged with every shard: whole. One shard left out: exit 2, the shard named.
+    assert real_main(["merge", str(tmp_path / "all.sqlite"), *map(str, shards)]) == 0
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert real_main(["merge", str(tmp_path / "two.sqlite"), str(shards[0]),
+                          str(shards[2])]) == 2
+    assert "shard 1/3 (steps 2, 5) is missing: its database was not merged" in err.getvalue()
 
 
 def test_a_nested_command_passes_an_interrupt_on_and_a_top_level_one_exits_130(monkeypatch,
