@@ -155,9 +155,15 @@ def judge_kernel(args: argparse.Namespace) -> int:
     summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / rundir.CI_SUMMARY
     summary.write_text(markdown(comparison, reruns, quiet, regressed))
     junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / rundir.CI_JUNIT
-    junit.write(junit_path, f"powercut ci {args.study}", junit_cases(comparison, reruns, quiet))
+    cases = junit_cases(comparison, reruns, quiet)
+    junit.write(junit_path, f"powercut ci {args.study}", cases)
+    ran = {s["step"] for s in steps}
+    kci = Path(args.kcidb) if args.kcidb else Path(top.environment["run_dir"]) / rundir.CI_KCIDB
+    kci.write_text(json.dumps(junit.kcidb(
+        cases, origin="powercut", run=top.uuid,
+        missing=[f"powercut.ci.step.{i}" for i in expect if i not in ran]), indent=1))
     print(f"verdict: {'REGRESSION' if regressed else 'no regression'}; summary: {summary}; "
-          f"junit: {junit_path}")
+          f"junit: {junit_path}; kcidb: {kci}")
     return 1 if regressed else 0
 
 
@@ -284,5 +290,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit", metavar="PATH", help="JUnit file (default: ci.xml in the "
                                                    "candidate's study run directory)")
     p.add_argument("--summary", metavar="PATH", help="markdown summary (default: ci.md there)")
+    p.add_argument("--kcidb", metavar="PATH",
+                   help="the verdicts in KernelCI's KCIDB JSON, PASS, FAIL, ERROR, MISS or SKIP "
+                        "per test (default: ci-kcidb.json there)")
     add_machine_options(p)
     p.set_defaults(func=cmd_ci, db_name=rundir.CI_DB)

@@ -55,3 +55,23 @@ def write_suites(path: Path, suites: Iterable[tuple[str, Iterable[Case]]]) -> No
             if c.output:
                 ET.SubElement(tc, "system-out").text = c.output
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def kcidb(cases: Iterable[Case], *, origin: str, run: str, missing: Iterable[str] = ()) -> dict:
+    """The same verdicts in KernelCI's KCIDB words (schema 4: "tests" with a status of
+    PASS, FAIL, ERROR, MISS or SKIP): a failure is FAIL, a harness error ERROR, a skipped
+    case SKIP, a passing one PASS; ``missing`` names tests that should have run and did not
+    (MISS)."""
+    tests = []
+    for n, c in enumerate(cases):
+        status = ("FAIL" if c.failure else "ERROR" if c.error else "SKIP" if c.skipped
+                  else "PASS")
+        tests.append({"id": f"{origin}:{run}:{n}", "origin": origin,
+                      "path": f"{c.classname}.{c.name}".replace(" ", "_"), "status": status,
+                      "comment": c.failure or c.error or c.skipped or "",
+                      "duration": c.time_s})
+    for m, name in enumerate(missing):
+        tests.append({"id": f"{origin}:{run}:miss{m}", "origin": origin,
+                      "path": name.replace(" ", "_"), "status": "MISS",
+                      "comment": "did not run", "duration": 0.0})
+    return {"version": {"major": 4, "minor": 3}, "tests": tests}

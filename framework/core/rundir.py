@@ -29,6 +29,7 @@ CONSOLE = "console.log"  # a guest's serial console, in its own directory
 STEPS = "steps.json"  # a study's steps and the runs they made
 CLAIMS = "claims.json"  # a study's claims judged against its figures
 CI_SUMMARY = "ci.md"
+CI_KCIDB = "ci-kcidb.json"  # the verdicts in KernelCI's words
 CI_JUNIT = "ci.xml"
 # Crash runs
 RECORD = "record.json"  # what the recording did: entries, log bytes, marks, time

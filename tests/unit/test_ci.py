@@ -149,3 +149,14 @@ def test_harness_errors_exit_2(ci, capsys) -> None:
     assert "name one baseline" in capsys.readouterr().err
     assert ci("--kernel-release", "good", "--baseline", "42") == 2
     assert "run '42': " in capsys.readouterr().err
+
+
+def test_verdicts_in_kernelci_words() -> None:
+    from framework.core import junit
+
+    cases = [junit.Case("a", "c", 0.1), junit.Case("b", "c", 0.2, failure="lost"),
+             junit.Case("d", "c", 0.0, error="harness"), junit.Case("e", "c", 0.0, skipped="known")]
+    out = junit.kcidb(cases, origin="powercut", run="u1", missing=["powercut.ci.step.4"])
+    assert [t["status"] for t in out["tests"]] == ["PASS", "FAIL", "ERROR", "SKIP", "MISS"]
+    assert out["tests"][1]["comment"] == "lost" and out["tests"][4]["path"] == "powercut.ci.step.4"
+    assert len({t["id"] for t in out["tests"]}) == 5
