@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
-from framework.core import rundir
+from framework.core import cost, rundir
 from framework.core.errors import BootError, ConfigError, MissingPrerequisite, PowercutError
 from framework.core.lifecycle import (
     RunSpec,
@@ -139,27 +139,43 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if earlier and earlier[-1].environment.get("run_dir"):
                     argv = resume_argv(argv, earlier[-1].environment["run_dir"])
                     print(f"   carrying on run {earlier[-1].id}: powercut {' '.join(argv)}")
+            before = cost.now()
             try:
                 return powercut([*argv, *extra], on_error=stop_on_boot_error, nested=True)
             except SystemExit as exc:  # argparse rejected a step's options
                 return int(exc.code or 2)
+            finally:
+                costs[index] = cost.now() - before
+
+        costs: dict[int, cost.Cost] = {}  # step number -> what it cost
+        started = cost.now()
 
         def progress(results: list[StepResult]) -> None:
             run.save_json(rundir.STEPS, [
                 {"step": r.step.number or i, "argv": list(r.step.argv), "status": r.status,
-                 "as_expected": r.as_expected} for i, r in enumerate(results, 1)])
+                 "as_expected": r.as_expected,
+                 "cost": costs[r.step.number or i].to_dict() if (r.step.number or i) in costs
+                 else None} for i, r in enumerate(results, 1)])
 
         # Every step's run is a child of this study run in the store.
         with steps_of(run):
             results = run_study(study, run_step, after=progress)
+    total = cost.now() - started
+    run.save_json(rundir.COST, {"steps": {str(k): c.to_dict() for k, c in costs.items()},
+                                "total": total.to_dict()})
     print(f"\n== study {study.name}: summary (run {run.run_id} in {args.db})")
     ok = True
     for i, r in enumerate(results, 1):
         verdict = "as expected" if r.as_expected else "UNEXPECTED"
         want = "must find failures" if r.step.expect == "fail" else "must pass"
+        c = costs.get(r.step.number or i)
+        spent = (f"  [{c.wall_s:.0f} s wall, {c.cpu_s:.0f} CPU-s, {c.guest_s:.0f} guest-s]"
+                 if c else "")
         print(f"  {r.step.number or i}. {verdict:<11} exit {r.status}  ({want})  "
-              f"powercut {' '.join(r.step.argv)}")
+              f"powercut {' '.join(r.step.argv)}{spent}")
         ok &= r.as_expected
+    print(f"  cost: {total.wall_s:.0f} s wall, {total.cpu_s:.0f} CPU-seconds, "
+          f"{total.guest_s:.0f} guest-seconds (a guest under TCG keeps a core busy)")
     if study.claims:
         verdicts = judge_claims(store_path=Path(args.db), study_id=run.run_id, study=study)
         print(format_table(verdicts))

@@ -28,6 +28,7 @@ CONSOLE = "console.log"  # a guest's serial console, in its own directory
 # Studies and ci
 STEPS = "steps.json"  # a study's steps and the runs they made
 CLAIMS = "claims.json"  # a study's claims judged against its figures
+COST = "cost.json"  # what each step and the whole study cost: CPU, guest and wall seconds
 CI_SUMMARY = "ci.md"
 CI_KCIDB = "ci-kcidb.json"  # the verdicts in KernelCI's words
 CI_JUNIT = "ci.xml"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from framework.cli import build_parser
@@ -261,6 +263,12 @@ def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "main", main)
     common = [str(study), "--run-uuid", "ci-42", "--results", str(tmp_path / "r")]
     assert real_main(["run", *common, "--db", str(tmp_path / "whole.sqlite")]) == 0
+    # The study says what each step and the whole cost, and keeps it.
+    whole_dir = next((tmp_path / "r").glob("study-*"))
+    spent = json.loads((whole_dir / "cost.json").read_text())
+    assert set(spent["steps"]) == {"1", "2", "3", "4", "5"}
+    assert set(spent["total"]) == {"cpu_s", "guest_s", "wall_s"}
+    assert all(s["cost"] is not None for s in json.loads((whole_dir / "steps.json").read_text()))
     shards = [tmp_path / f"shard{i}.sqlite" for i in range(3)]
     for i, db in enumerate(shards):
         assert real_main(["run", *common, "--shard", f"{i}/3", "--db", str(db)]) == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pexpect
 
-from framework.core import clock, command, rundir
+from framework.core import clock, command, cost, rundir
 from framework.core.command import Argv, CommandResult
 from framework.core.errors import (
     BootError,
@@ -96,6 +96,7 @@ class QemuMachine(Machine):
         self.rundir = Path(tempfile.mkdtemp(prefix="powercut-vm-")) if rundir is None else Path(rundir).resolve()
         self.rundir.mkdir(parents=True, exist_ok=True)
         self.child: pexpect.spawn | None = None
+        self._up_since: float | None = None  # when the guest booted (cost: guest seconds)
         self.console: ConsoleRunner | None = None
         self.boot_s: float | None = None
         self.guest_uptime_s: float | None = None
@@ -199,6 +200,7 @@ class QemuMachine(Machine):
         transcript = open(self.rundir / rundir.CONSOLE, "ab")  # noqa: SIM115 - closed in close()
         self._transcript = transcript
         start = clock.monotonic()
+        self._up_since = start
         self.child = pexpect.spawn(argv[0], argv[1:], timeout=timeout_s, maxread=65536,
                                    echo=False, env=_qemu_env())
         self.child.logfile_read = transcript
@@ -243,6 +245,9 @@ class QemuMachine(Machine):
         self.console = None
 
     def close(self) -> None:
+        up, self._up_since = self._up_since, None
+        if up is not None:
+            cost.add_guest_seconds(clock.monotonic() - up)
         child = self.child
         if child is not None and child.isalive():
             try:
