@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from framework.core.machine.base import DiskSpec
-from framework.core.machine.kernel import kernel_spec
+from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
 from framework.zoo.kernels import Kernel
 from recovery.filesystems import kernel_modules
@@ -71,10 +71,14 @@ def verdict_of(test: str, report: str, results: Path) -> tuple[str, str]:
     return "error", " / ".join(report.strip().splitlines()[-3:]) or "./check said nothing"
 
 
-def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel, workdir: Path) -> Verdict:
-    """``test`` of ``checkout`` on ``kernel``, its filesystem that of ``target_name``."""
+def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | KernelSpec,
+             workdir: Path) -> Verdict:
+    """``test`` of ``checkout`` on ``kernel`` (a zoo kernel, or any kernel powercut boots),
+    its filesystem that of ``target_name``."""
+    spec = kernel if isinstance(kernel, KernelSpec) else kernel_spec(kernel.image, kernel.modules)
+    label = kernel.release if isinstance(kernel, KernelSpec) else kernel.name
     if not (checkout / "tests" / test).is_file():
-        return Verdict(test, kernel.name, "missing", f"{test} is not in {checkout}")
+        return Verdict(test, label, "missing", f"{test} is not in {checkout}")
     target = resolve(target_name)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -84,7 +88,6 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel, workdi
     (copy / "local.config").write_text(local_config(target.fstype, " ".join(target.mkfs_options)))
     disks = [DiskSpec("test", 1024 * MiB), DiskSpec("scratch", 2048 * MiB),
              DiskSpec("logwrites", 2048 * MiB)]
-    spec = kernel_spec(kernel.image, kernel.modules)
     modules = (*kernel_modules((target.fstype,)), "dm-thin-pool")
     with QemuMachine(kernel=spec, disks=disks, modules=modules, rundir=workdir,
                      missing_modules_ok=True) as guest:
@@ -94,5 +97,5 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel, workdi
         ran = guest.run(["sh", "-c", f"cd {os.fspath(copy)} && ./check {test}"],
                         timeout_s=CHECK_TIMEOUT_S, ok_status=None)
     verdict, why = verdict_of(test, ran.stdout + ran.stderr, copy / "results")
-    return Verdict(test, kernel.name, verdict, why)
+    return Verdict(test, label, verdict, why)
 
