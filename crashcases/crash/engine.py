@@ -214,7 +214,7 @@ class CrashEngine:
             return list(reader)
 
     def plan_states(self, entries: list[LogEntry]) -> list[CrashState]:
-        marks = OracleLog.from_json(self.oracle_path.read_text()).marks
+        marks = OracleLog.load(self.oracle_path).marks
         points = enumerate_points(entries, self.plan.points, workload_marks=marks, seed=self.plan.seed)
         if not self.two_disks:
             return plan_states(entries, points, self.plan.variants, workload_marks=marks,
@@ -600,7 +600,7 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         # The recording guest has booted: its kernel release is in the run's environment.
         result.known = known.matcher(
             run="crash", target=checked[0], case=plan.case, kernel=guest_kernel(run.environment),
-            marks=recorded_marks(OracleLog.from_json(engine.oracle_path.read_text())),
+            marks=recorded_marks(OracleLog.load(engine.oracle_path)),
             variants=[k.value for k in (*parse_variants(plan.variants),
                                         *parse_variants(plan.variants, journal=True))])
         if sink is not None:
@@ -628,7 +628,7 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         if plan.reruns > 0:
             result.results = dict(engine.results)
             result.findings = group_findings(result, checked[1],
-                                             OracleLog.from_json(engine.oracle_path.read_text()))
+                                             OracleLog.load(engine.oracle_path))
             engine.rerun_findings(result, run)
     finally:
         if machine is not None:
@@ -644,7 +644,7 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         if not result.findings:  # grouped before the reruns, or not yet
             with contextlib.suppress(OSError, OracleError):  # no oracle yet: nothing failed
                 result.findings = group_findings(
-                    result, checked[1], OracleLog.from_json(engine.oracle_path.read_text()))
+                    result, checked[1], OracleLog.load(engine.oracle_path))
         result.wall_s = clock.monotonic() - start
         save_results(result, run)
     for path, kind in engine.keep_artifacts(result, entries):

@@ -369,7 +369,7 @@ class _Lane:
 def check(req: CheckRequest) -> CheckSummary:
     start = clock.monotonic()
     runner = HostRunner()
-    oracle = OracleLog.from_json(Path(req.oracle_path).read_text())
+    oracle = OracleLog.load(Path(req.oracle_path))
     rules = persistence_rules(req.target)
     tally: dict[str, float] = {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0}
     hung = threading.Event()

@@ -232,7 +232,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
         raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
     variant = Variant.parse(variant_text)
     log_path = run_dir / rundir.LOG
-    marks = OracleLog.from_json((run_dir / rundir.ORACLE).read_text()).marks
+    marks = OracleLog.load(run_dir / rundir.ORACLE).marks
     with LogReader(log_path) as reader:
         entries = list(reader)
     index = int(point_text)

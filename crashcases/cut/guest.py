@@ -396,7 +396,7 @@ class TrialOutcome:
 
 def cut_trial(req: TrialRequest) -> TrialOutcome:
     workload = Workload.from_json(Path(req.workload_path).read_text())
-    oracle = OracleLog.from_json(Path(req.oracle_path).read_text())
+    oracle = OracleLog.load(Path(req.oracle_path))
     return run_trial(HostRunner(), req.target, req.data_dev, workload, oracle, req.point, req.mode,
                      continue_syncs=req.continue_syncs, count_post_cut=req.count_post_cut_promises,
                      key=req.key, timeouts=req.timeouts, journal_dev=req.journal_dev)

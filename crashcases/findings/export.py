@@ -155,9 +155,9 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
         raise ExportError(f"state {key!r} is {outcome.value}, which is no failure of "
                           f"{target.name}: nothing to reproduce")
     try:
-        oracle = OracleLog.from_json((run_dir / rundir.ORACLE).read_text())
+        oracle = OracleLog.load(run_dir / rundir.ORACLE)
     except OracleError as exc:
-        raise ExportError(f"{run_dir / rundir.ORACLE}: {exc}") from None
+        raise ExportError(str(exc)) from None
     if oracle.n_ops != len(workload.ops):
         raise ExportError(
             f"{run_dir}: the workload re-created from plan.json has {len(workload.ops)} ops, "

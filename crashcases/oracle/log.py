@@ -51,6 +51,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from framework.core.errors import PowercutError
@@ -221,6 +222,19 @@ class OracleLog:
             "hashes": list(table),
         }
         return json.dumps(doc, separators=(",", ":"))
+
+    @classmethod
+    def load(cls, path: Path) -> OracleLog:
+        """The oracle log in ``path``; an OracleError naming the file if it is missing or
+        malformed."""
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise OracleError(f"{path}: cannot read the oracle log: {exc.strerror}") from None
+        try:
+            return cls.from_json(text)
+        except OracleError as exc:
+            raise OracleError(f"{path}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str) -> OracleLog:

@@ -313,7 +313,7 @@ def cmd_recheck(args: argparse.Namespace) -> int:
 
     target, result = recheck(Path(args.run_dir), args.state, factory)
     plan = load_plan(Path(args.run_dir))
-    oracle = OracleLog.from_json((Path(args.run_dir) / rundir.ORACLE).read_text())
+    oracle = OracleLog.load(Path(args.run_dir) / rundir.ORACLE)
     matcher = known.matcher(run="crash", target=target, case=plan.case,
                             kernel=guest.get("kernel"), marks=recorded_marks(oracle),
                             variants=[variant])

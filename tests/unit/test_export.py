@@ -668,3 +668,18 @@ def test_no_form_takes_a_two_disk_state_and_the_flakey_form_no_variant(tmp_path)
     (tmp_path / "fst").mkdir()
     with pytest.raises(ExportError, match="a subset state is not the log replayed in order"):
         write_fstests(load_export_state(run, "40/subset:7"), tmp_path / "fst", form="flakey")
+
+
+@pytest.mark.parametrize("name", ["plan.json", "results.json", "oracle.json"])
+def test_a_run_file_cut_short_is_one_line_naming_it_and_nothing_is_written(tmp_path, name,
+                                                                         capsys):
+    """Fault campaign, short form: a truncated run file given to export or recheck."""
+    run = make_run(tmp_path, planted_workload(), one_finding())
+    path = run / name
+    path.write_text(path.read_text()[:100])
+    before = sorted(p.name for p in run.iterdir())
+    out = tmp_path / "out.sh"
+    assert main(["export", str(run), "40/prefix", "--script", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and name in err, err
+    assert not out.exists() and sorted(p.name for p in run.iterdir()) == before
