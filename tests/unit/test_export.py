@@ -645,7 +645,7 @@ def test_the_flakey_form_runs_to_the_marks_durability_op_then_cuts_and_checks(tm
     text = test.read_text()
     for needed in (". ./common/dmflakey", "_require_dm_target flakey", "_init_flakey",
                    "_require_metadata_journaling $SCRATCH_DEV", 'MOUNT_OPTIONS="$MOUNT_OPTIONS -o data=ordered"',
-                   "_mount_flakey", "_flakey_drop_and_remount", "_unmount_flakey",
+                   "_scratch_mount", "_flakey_drop_and_remount", "_scratch_unmount",
                    "_cleanup_flakey", "_begin_fstest auto quick log recoveryloop",
                    "if pc_exists \"$pc_root\"/d/g; then"):
         assert needed in text, needed
