@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import devicemapper.apply as apply_mod
 import devicemapper.replay as replay_mod
 from devicemapper.logformat import LogEntry, LogFlag, LogReader, LogWriter
 from devicemapper.replay import Replayer, ReplayError, apply_entries, apply_entry
@@ -243,8 +244,8 @@ def test_discard_false_keeps_old_data(tmp_path: Path) -> None:
 def test_discard_falls_back_to_zeros_when_punching_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(replay_mod, "_fallocate_punch", lambda fd, off, n: False)
-    monkeypatch.setattr(replay_mod, "MIN_PUNCH_BYTES", 0)
+    monkeypatch.setattr(apply_mod, "_fallocate_punch", lambda fd, off, n: False)
+    monkeypatch.setattr(apply_mod, "MIN_PUNCH_BYTES", 0)
     log = tmp_path / "d.log"
     with LogWriter(log) as w:
         w.discard(2, 4)
@@ -262,8 +263,8 @@ def test_discard_that_does_not_read_back_zeros_is_caught(
 ) -> None:
     # Positive control for the read-back check: a "punch" that succeeds
     # but leaves the data, like a device whose discard keeps old contents.
-    monkeypatch.setattr(replay_mod, "_fallocate_punch", lambda fd, off, n: True)
-    monkeypatch.setattr(replay_mod, "MIN_PUNCH_BYTES", 0)
+    monkeypatch.setattr(apply_mod, "_fallocate_punch", lambda fd, off, n: True)
+    monkeypatch.setattr(apply_mod, "MIN_PUNCH_BYTES", 0)
     log = tmp_path / "d.log"
     with LogWriter(log) as w:
         w.discard(2, 4)
