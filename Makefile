@@ -10,16 +10,18 @@ BIN    := $(VENV)/bin
 STAMPS := .stamps
 
 # Debian packages: the guest kernel and its tools, filesystems, benchmarks.
+# gcc and python3-dev build the compiled log walker (devicemapper/_lognative.c).
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
 	dmsetup kmod cpio e2fsprogs xfsprogs btrfs-progs f2fs-tools jfsutils \
-	reiserfsprogs fio bonnie++ postmark dbench fsmark attr chromium
+	reiserfsprogs fio bonnie++ postmark dbench fsmark attr chromium \
+	gcc libc6-dev python3-dev
 
 # Another Debian kernel to compare with (--kernel-release): the newest 6.12 build.
 KERNEL_612 = $$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64$$' \
 	| cut -d' ' -f1 | sort -V | tail -1)
 
 .PHONY: setup run test lint docs unit integration clean kernels
-setup: apt $(STAMPS)/venv $(BIN)/actionlint
+setup: apt $(STAMPS)/venv $(STAMPS)/native $(BIN)/actionlint
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -38,6 +40,15 @@ $(STAMPS)/venv: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $@
+
+# The compiled log walker, built into the source tree next to devicemapper/native.py:
+# the guest runs this tree and venv read-only over 9p, so it finds the same module, and
+# nothing is compiled at run time. Without a compiler the log is walked in Python.
+NATIVE_SOURCES := devicemapper/_lognative.c devicemapper/_lognative.h \
+	devicemapper/_lognative_plan.c setup.py
+$(STAMPS)/native: $(NATIVE_SOURCES) | $(STAMPS)/venv
+	@if $(BIN)/python -W ignore setup.py -q build_ext --inplace; then touch $@; \
+	else echo "powercut setup: could not build devicemapper/_lognative (gcc, python3-dev); the log is walked in Python"; fi
 
 # actionlint checks the GitHub Actions example (tests/unit/test_ci_examples.py); it is a Go
 # program, built from the Go module proxy where Go is installed (the test says why it
@@ -84,4 +95,4 @@ kernels:
 	echo "installed: $$pkg (use --kernel-release $${pkg#linux-image-})"
 
 clean:
-	rm -rf $(VENV) $(STAMPS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(STAMPS) .pytest_cache .mypy_cache .ruff_cache build devicemapper/_lognative*.so

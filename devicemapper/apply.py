@@ -18,6 +18,7 @@ devicemapper/native.py runs the same loop in C; this is the reference.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import enum
 import errno
@@ -26,7 +27,7 @@ import logging
 import os
 import stat
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from devicemapper.logformat import LogEntry, LogReader
@@ -70,6 +71,20 @@ class ApplyStats:
     entries_applied: int
     bytes_written: int
     bytes_discarded: int
+
+
+def beyond_any_device(target_name: str, index: int, offset: int) -> ReplayError:
+    """Entry ``index`` writes past any device (off_t is signed 64-bit)."""
+    return ReplayError(f"{target_name}: entry {index}: write at byte {offset} is beyond any device")
+
+
+def write_failed(
+    target_name: str, index: int, total: int, offset: int, strerror: str | None
+) -> ReplayError:
+    """Writing a run of ``total`` bytes that starts with entry ``index`` failed."""
+    return ReplayError(
+        f"{target_name}: entry {index}: writing {total} bytes at byte {offset} failed: {strerror}"
+    )
 
 
 def _fallocate_punch(fd: int, offset: int, length: int) -> bool:
@@ -198,6 +213,35 @@ class _Applier:
         # cache (a dm-snapshot over the device).
         self.entries_applied += 1
 
+    def add_latest(self, entries: Sequence[LogEntry], pieces: Iterable[Piece]) -> None:
+        """Apply ``entries`` (consecutive, in log order) as ``latest_pieces`` planned them:
+        each target block once, as the latest of them left it."""
+        if entries:
+            self.extend_to(max((e.byte_offset + e.byte_length for e in entries if e.is_write),
+                               default=0))
+        first = entries[0].index if entries else 0
+        for index, sector, nr_sectors, is_discard in pieces:
+            entry = entries[index - first]
+            size = entry.sectorsize
+            if is_discard:
+                self.flush()
+                self._discard((entry.sector + sector) * size, nr_sectors * size, index)
+            else:
+                self._enqueue(entry.payload_offset + sector * size, nr_sectors * size,
+                              (entry.sector + sector) * size, index)
+        self.entries_applied += len(entries)
+
+    def extend_to(self, end: int) -> None:
+        """Grow a file target to ``end`` bytes, as the writes of a planned range would have:
+        a write left out because a later discard covers it still made the file longer."""
+        if not self.is_block and end > self._target_size():
+            try:
+                os.ftruncate(self.fd, end)
+            except OSError as exc:
+                raise ReplayError(
+                    f"{self.target_name}: growing the file to {end} bytes failed: {exc.strerror}"
+                ) from exc
+
     def _enqueue(self, log_off: int, length: int, target_off: int, index: int) -> None:
         cap = len(self._buf)
         if length > cap:
@@ -252,9 +296,7 @@ class _Applier:
     def _writev(self, pieces: list[memoryview], offset: int, index: int) -> None:
         total = sum(len(p) for p in pieces)
         if offset + total > MAX_OFFSET:
-            raise ReplayError(
-                f"{self.target_name}: entry {index}: write at byte {offset} is beyond any device"
-            )
+            raise beyond_any_device(self.target_name, index, offset)
         try:
             written = os.pwritev(self.fd, pieces, offset)
             if written < total:
@@ -266,10 +308,7 @@ class _Applier:
                         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                     rest = rest[n:]
         except OSError as exc:
-            raise ReplayError(
-                f"{self.target_name}: entry {index}: writing {total} bytes at byte {offset} "
-                f"failed: {exc.strerror}"
-            ) from exc
+            raise write_failed(self.target_name, index, total, offset, exc.strerror) from exc
         self.bytes_written += total
 
     # -- discards --------------------------------------------------------
@@ -383,6 +422,46 @@ class _Applier:
                     "wrote nothing"
                 )
             done += written
+
+
+Piece = tuple[int, int, int, bool]
+"""(entry index, first sector within the entry, sectors, is a discard)."""
+
+
+def latest_pieces(entries: Iterable[LogEntry], *, discard: bool = True) -> list[Piece]:
+    """The parts of ``entries`` that no later one among them overwrites, in log order.
+
+    Applied in any order they leave the target as applying every entry in order does:
+    they are disjoint, and each holds what the latest entry covering it wrote (a
+    discard overwrites too, when discards are applied, with zeros). What a range of a
+    replay writes is then each target block once. The file size is the one thing they
+    do not carry: ``_Applier.add_latest`` grows a file first.
+    """
+    # Walked from the last entry back, keeping the union of what later entries cover
+    # as sorted disjoint [start, end) sector intervals.
+    starts: list[int] = []
+    ends: list[int] = []
+    out: list[Piece] = []
+    for entry in reversed(list(entries)):
+        if not entry.nr_sectors or (entry.is_discard and not discard):
+            continue
+        lo, hi = entry.sector, entry.sector + entry.nr_sectors
+        pos = lo
+        for k in range(bisect.bisect_right(ends, lo), len(starts)):
+            if starts[k] >= hi:
+                break
+            if starts[k] > pos:
+                out.append((entry.index, pos - lo, starts[k] - pos, entry.is_discard))
+            pos = max(pos, ends[k])
+        if pos < hi:
+            out.append((entry.index, pos - lo, hi - pos, entry.is_discard))
+        # Cover [lo, hi), merging with every interval it touches.
+        i, j = bisect.bisect_left(ends, lo), bisect.bisect_right(starts, hi)
+        if i < j:
+            lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+        starts[i:j], ends[i:j] = [lo], [hi]
+    out.sort()
+    return out
 
 
 def apply_entry(

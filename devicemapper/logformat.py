@@ -236,7 +236,9 @@ class LogReader:
         try:
             return _pread_exact(self._fd, length, offset)
         except OSError as exc:
-            raise self._error(f"read failed: {exc.strerror}", index=index, offset=offset) from exc
+            if index is None:
+                raise self._error(f"read failed: {exc.strerror}", index=None, offset=offset) from exc
+            raise self.read_failed(index, offset, exc.strerror) from exc
 
     def _read_super(self) -> LogSuper:
         raw = self._pread(SUPER.size, 0, index=None)
@@ -440,16 +442,20 @@ class LogReader:
             try:
                 n = os.preadv(self._fd, [view[got:]], offset + got)
             except OSError as exc:
-                raise self._error(
-                    f"read failed: {exc.strerror}", index=index, offset=offset + got
-                ) from exc
+                raise self.read_failed(index, offset + got, exc.strerror) from exc
             if n <= 0:
-                raise self._error(
-                    f"truncated payload ({got} of {total} bytes readable)",
-                    index=index,
-                    offset=offset + got,
-                )
+                raise self.short_read(index, offset + got, got, total)
             got += n
+
+    def read_failed(self, index: int, offset: int, strerror: str | None) -> LogFormatError:
+        """A read of entry ``index``'s header or payload failed at ``offset``."""
+        return self._error(f"read failed: {strerror}", index=index, offset=offset)
+
+    def short_read(self, index: int, offset: int, got: int, total: int) -> LogFormatError:
+        """The log ended at ``offset``, ``got`` bytes into a ``total``-byte read of payload."""
+        return self._error(
+            f"truncated payload ({got} of {total} bytes readable)", index=index, offset=offset
+        )
 
     def iter_payload(self, entry: LogEntry, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
         """The payload of one entry in chunks of at most ``chunk_bytes``."""

@@ -28,16 +28,21 @@ from collections.abc import Callable
 from types import TracebackType
 
 from devicemapper.apply import (
+    _IOV_MAX,
     DEFAULT_BUFFER_BYTES,
+    MAX_SPAN_GAP_BYTES,
     ApplyStats,
     ReplayError,
     _Applier,
     apply_entries,
     apply_entry,
+    latest_pieces,
     zero_target,
 )
-from devicemapper.logformat import LogEntry, LogReader
-from framework.core.errors import ScratchDeviceError
+from devicemapper.logformat import LogEntry, LogFlag, LogReader
+from devicemapper.logindex import LogIndex
+from devicemapper.native import apply_error, library
+from framework.core.errors import LogFormatError, ScratchDeviceError
 
 __all__ = [
     "ApplyStats",
@@ -59,13 +64,19 @@ def _after(index: int) -> str:
     return " in the log" if index < 0 else f" after entry {index}"
 
 
-
 class Replayer:
     """Replays a log onto a target, forward only, remembering its position.
 
     Positions are entry indices and inclusive: ``replay_to(5)`` leaves the
     target as the disk was after entry 5. Going backwards is an error:
     start a new Replayer on a fresh target instead.
+
+    ``native`` chooses the compiled walk and replay loop (devicemapper/native.py:
+    None uses it when built, unless POWERCUT_NATIVE=0); ``index`` shares the header
+    index of another Replayer or reader of the same log. ``latest``: each replay call
+    writes every target block once, as the last entry of its range that covers it left
+    it, and leaves out what a later entry of the range overwrites (the image is the
+    same; a call with a stop rule, ``until``, applies every entry).
     """
 
     def __init__(
@@ -76,7 +87,11 @@ class Replayer:
         discard: bool = True,
         sync: bool | None = None,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        native: bool | None = None,
+        latest: bool = False,
+        index: LogIndex | None = None,
     ) -> None:
+        self._lib = library(native)
         self.reader = LogReader(log_path)
         self.target_path = os.fspath(target_path)
         # sync: the target is never power-cut itself, so the order of its
@@ -110,6 +125,10 @@ class Replayer:
             self.close()
             raise
         self.sync: bool = self._applier.is_block if sync is None else sync
+        self.latest = latest
+        self._index: LogIndex | None = None
+        if self._lib is not None:
+            self._index = index if index is not None else LogIndex(self.reader, native_walk=True)
         self._next_index = 0
         self._next_offset = self.reader.first_entry_offset
         self.last_entry: LogEntry | None = None
@@ -191,13 +210,21 @@ class Replayer:
             if self._seen_index >= self.reader.nr_entries:
                 return None
             # Scan on in chunks so a hit near the frontier stops early.
-            for scanned, entry in enumerate(
-                self.reader.iter_entries(self._seen_index, self._seen_offset), 1
-            ):
-                self._note(entry)
-                self._keep_ahead(entry)
-                if scanned >= 256:
-                    break
+            try:
+                for scanned, entry in enumerate(
+                    self.reader.iter_entries(self._seen_index, self._seen_offset), 1
+                ):
+                    self._note(entry)
+                    self._keep_ahead(entry)
+                    if scanned >= 256:
+                        break
+            except LogFormatError:
+                # A bad header is reported only if the search had to read past it.
+                found = known() if callable(known) else known
+                i = bisect.bisect_right(found, after)
+                if i < len(found):
+                    return found[i]
+                raise
 
     def _keep_ahead(self, entry: LogEntry) -> None:
         expected = self._ahead[-1].index + 1 if self._ahead else self._next_index
@@ -240,6 +267,12 @@ class Replayer:
                 f"{self.reader.path}: bad entry range {start}..{stop} "
                 f"(the log has {self.reader.nr_entries} entries)"
             )
+        if self._index is not None:
+            self._index.extend_to(start)
+            if start > self._next_index:
+                self._next_index, self._next_offset = start, self._index.payload_end(start - 1)
+            self._advance(stop, until)
+            return self.last_entry
         # Walk (headers only) over the entries being skipped.
         while self._ahead and self._ahead[0].index < start:
             entry = self._ahead.popleft()
@@ -255,19 +288,27 @@ class Replayer:
 
     def replay_to_mark(self, name: str, *, after: int = -1) -> LogEntry:
         """Replay through the first mark ``name`` with an index above ``after``."""
-        return self._replay_first(lambda: self._marks.get(name, []), after, f"mark {name!r}")
+        if self._index is not None:
+            return self._replay_first(self._index.find_mark(name, after), after, f"mark {name!r}")
+        found = self._scan_for(lambda: self._marks.get(name, []), after)
+        return self._replay_first(found, after, f"mark {name!r}")
 
     def replay_next_fua(self, after: int) -> LogEntry:
         """Replay through the first FUA entry with an index above ``after``."""
-        return self._replay_first(self._fuas, after, "FUA entry")
+        if self._index is not None:
+            return self._replay_first(self._index.find(LogFlag.FUA, after), after, "FUA entry")
+        return self._replay_first(self._scan_for(self._fuas, after), after, "FUA entry")
 
     def replay_next_flush(self, after: int) -> LogEntry:
         """Replay through the first flush entry with an index above ``after``."""
-        return self._replay_first(self._flushes, after, "flush entry")
+        if self._index is not None:
+            found = self._index.find(LogFlag.FLUSH, after)
+        else:
+            found = self._scan_for(self._flushes, after)
+        return self._replay_first(found, after, "flush entry")
 
-    def _replay_first(self, found: list[int] | Callable[[], list[int]], after: int, what: str) -> LogEntry:
-        """Replay through the first entry ``found`` lists above ``after``."""
-        index = self._scan_for(found, after)
+    def _replay_first(self, index: int | None, after: int, what: str) -> LogEntry:
+        """Replay through entry ``index``, the first ``what`` above ``after`` if not None."""
         if index is None:
             raise ReplayError(f"{self.reader.path}: no {what}{_after(after)}")
         entry = self.replay_to(index)
@@ -283,6 +324,12 @@ class Replayer:
                 "an unknown state; replay onto a fresh target"
             )
         if stop <= self._next_index:
+            return
+        if self._index is not None:
+            self._advance_native(stop, until)
+            return
+        if self.latest and until is None:
+            self._advance_latest(stop)
             return
         add = self._applier.add
         last: LogEntry | None = None
@@ -316,6 +363,118 @@ class Replayer:
                 self.last_entry = last
                 self._next_index = last.index + 1
                 self._next_offset = last.payload_end
+
+
+    def _advance_latest(self, stop: int) -> None:
+        """The Python path of ``latest``: the range's headers, then its planned pieces."""
+        entries: list[LogEntry] = []
+        try:
+            while self._ahead and self._ahead[0].index < stop:
+                entries.append(self._ahead.popleft())
+            offset = entries[-1].payload_end if entries else self._next_offset
+            if self._next_index + len(entries) < stop:
+                for entry in self.reader.iter_entries(self._next_index + len(entries), offset):
+                    self._note(entry)
+                    entries.append(entry)
+                    if entry.index + 1 >= stop:
+                        break
+            self._applier.add_latest(entries, latest_pieces(entries, discard=self._applier.discard))
+            self._applier.flush()
+            if self.sync:
+                os.fsync(self._fd)
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            if entries:
+                self.last_entry = entries[-1]
+                self._next_index = entries[-1].index + 1
+                self._next_offset = entries[-1].payload_end
+
+    def _advance_native(self, stop: int, until: Callable[[LogEntry], bool] | None) -> None:
+        """The compiled path of ``_advance``: index the range, then write it in C."""
+        index = self._index
+        assert index is not None and self._lib is not None
+        start = self._next_index
+        try:
+            bad_header: LogFormatError | None = None
+            try:
+                if until is None:
+                    index.extend_to(stop)
+                else:
+                    stop = self._stop_rule(index, start, stop, until)
+            except LogFormatError as exc:
+                if self.latest and until is None:
+                    raise  # the Python path reads the range's headers first, too
+                # The Python path writes what it flushes before it reads the bad header
+                # (a write error there comes first), then raises.
+                bad_header, stop = exc, len(index)
+            if self.latest and until is None:
+                self._apply_latest_native(index, start, stop)
+            else:
+                i = start
+                while i < stop:
+                    i = self._apply_native(index, i, stop, final_flush=bad_header is None)
+                    if i < stop:
+                        self._applier.add(index.entry(i))  # a discard: the Python side's job
+                        i += 1
+            if bad_header is not None:
+                raise bad_header
+            if self.sync:
+                os.fsync(self._fd)
+        except BaseException:
+            self._failed = True
+            raise
+        self._next_index = stop
+        self._next_offset = index.payload_end(stop - 1)
+        self.last_entry = index.entry(stop - 1)
+
+    @staticmethod
+    def _stop_rule(
+        index: LogIndex, start: int, stop: int, until: Callable[[LogEntry], bool]
+    ) -> int:
+        """Where ``until`` stops a range, asking about each entry once, in order; a bad
+        header raises only if the range reaches it (the entries before it are indexed)."""
+        i = start
+        while i < stop:
+            error: LogFormatError | None = None
+            try:
+                index.extend_to(min(stop, i + 256))
+            except LogFormatError as exc:
+                error = exc
+            for k in range(i, min(stop, len(index))):
+                if until(index.entry(k)):
+                    return k + 1
+            if error is not None:
+                raise error
+            i = min(stop, len(index))
+        return stop
+
+    def _apply_native(self, index: LogIndex, start: int, stop: int, *,
+                      final_flush: bool = True, pieces: bytes | None = None) -> int:
+        """Entries ``start..stop-1`` (or ``pieces``) written in C, up to the first discard;
+        where it stopped."""
+        assert self._lib is not None
+        applier = self._applier
+        next_index, entries, written, failure = self._lib.apply(
+            self.reader.fileno(), self._fd, index.records, self.reader.sectorsize, start, stop,
+            applier._buf, _IOV_MAX, MAX_SPAN_GAP_BYTES, applier.discard, final_flush, pieces)
+        applier.entries_applied += entries
+        applier.bytes_written += written
+        if failure is not None:
+            raise apply_error(self.reader, self.target_path, failure)
+        return int(next_index)
+
+    def _apply_latest_native(self, index: LogIndex, start: int, stop: int) -> None:
+        assert self._lib is not None
+        applier = self._applier
+        writes, discards, max_end = self._lib.plan(index.records, start, stop, applier.discard)
+        size = self.reader.sectorsize
+        applier.extend_to(max_end * size)
+        self._apply_native(index, start, start, pieces=writes)
+        for i, sector, nr_sectors in discards:
+            applier._discard((index.entry(i).sector + sector) * size, nr_sectors * size, i)
+        applier.entries_applied += stop - start
 
 
 def require_unused(target: str | os.PathLike[str]) -> None:
