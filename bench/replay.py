@@ -13,35 +13,47 @@ then on the same disk:
   generic/482 does), and reports both times and bytes written.
 
 ``--log PATH`` takes a recorded log (e.g. a crash run's log.img) instead of
-the synthetic one. ``--replay-log PATH`` (fstests' src/log-writes/replay-log)
-adds it to the race, as a command, next to powercut's in-process Replayer
-and ``powercut log replay-log`` as a command, prints the ratios and checks
-that every method leaves the same image. replay-log fsyncs its target at
-the end; powercut fsyncs only a block device (a file's readers all go
-through its page cache), so the race also times the in-process replay
-with that fsync, which is what a block-device target costs.
+the synthetic one. Then, on a regular file and (as root, through ``losetup``)
+on a loop block device, best of ``--reps``, the race: powercut in process on
+the Python path (``native=False``, the reference), on the compiled path, and
+on the compiled path with ``latest`` (each block written once per call);
+``powercut log replay-log`` as a command, compiled and with
+``POWERCUT_NATIVE=0``; and, with ``--replay-log PATH`` (fstests'
+src/log-writes/replay-log), replay-log itself. Every method must leave the
+same image, byte for byte. replay-log fsyncs its target at the end; powercut
+fsyncs a block device at the end and leaves a file to its page cache (every
+reader of a file goes through it), so on a file the race also times the
+compiled replay with that fsync.
 
 Usage: python bench/replay.py [--size-mib 256] [--marks 8] [--dir DIR]
-                              [--log PATH] [--replay-log PATH]
+                              [--log PATH] [--replay-log PATH] [--no-block]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import contextlib
+import fcntl
+import hashlib
 import math
 import os
 import random
+import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
 
+from devicemapper import native
 from devicemapper.logformat import LogFlag, LogReader, LogSummary, LogWriter, summarize
+from devicemapper.logindex import LogIndex
 from devicemapper.replay import Replayer
 
 MIB = 1 << 20
@@ -111,7 +123,8 @@ def build_log(
 def settle(*paths: Path) -> None:
     """Remove scratch files and write everything back, outside any timing."""
     for path in paths:
-        path.unlink(missing_ok=True)
+        if not path.is_block_device():
+            path.unlink(missing_ok=True)
     os.sync()
 
 
@@ -140,13 +153,18 @@ def plain_copy(src: Path, dst: Path, nbytes: int) -> float:
 
 
 def full_replay(log: Path, target: Path, device_bytes: int, last: int,
-                sync: bool | None = None) -> float:
+                sync: bool | None = None, *, native_loop: bool | None = None,
+                latest: bool = False, fresh: Callable[[], None] | None = None) -> float:
     """Seconds of one whole replay in process; ``sync`` as Replayer takes it (None: a file
-    target is not fsynced, True: one fsync at the end, as replay-log does)."""
+    target is not fsynced, a block device is; True: one fsync at the end, as replay-log
+    does); ``fresh`` empties the target (default: a new sparse file)."""
     evict(log)
-    fresh_sparse(target, device_bytes)
+    if fresh is None:
+        fresh_sparse(target, device_bytes)
+    else:
+        fresh()
     t0 = time.perf_counter()
-    with Replayer(log, target, sync=sync) as rp:
+    with Replayer(log, target, sync=sync, native=native_loop, latest=latest) as rp:
         rp.replay_to(last)
     return time.perf_counter() - t0
 
@@ -199,6 +217,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a recorded log to replay instead of the synthetic one")
     parser.add_argument("--replay-log", type=Path, default=None, metavar="PATH",
                         help="fstests' replay-log binary, to race against")
+    parser.add_argument("--no-block", action="store_true",
+                        help="race on a regular file only (the loop device needs root)")
     args = parser.parse_args(argv)
     for what, path, ok in (("--dir", args.dir, Path.is_dir), ("--log", args.log, Path.is_file),
                            ("--replay-log", args.replay_log, Path.is_file)):
@@ -214,47 +234,125 @@ def device_bytes_of(log: Path) -> int:
                    default=reader.sectorsize)
 
 
-def command_replay(argv: list[str], log: Path, target: Path, device_bytes: int) -> float:
+def command_replay(argv: list[str], log: Path, target: Path, device_bytes: int,
+                   fresh: Callable[[], None] | None = None,
+                   env: dict[str, str] | None = None) -> float:
     """Seconds one replay command takes end to end (process start and its fsync included)."""
     evict(log)
-    fresh_sparse(target, device_bytes)
+    if fresh is None:
+        fresh_sparse(target, device_bytes)
+    else:
+        fresh()
     t0 = time.perf_counter()
-    subprocess.run([*argv, "--log", os.fspath(log), "--replay", os.fspath(target)], check=True)
+    subprocess.run([*argv, "--log", os.fspath(log), "--replay", os.fspath(target)], check=True,
+                   env=env)
     return time.perf_counter() - t0
 
 
-def against_replay_log(log: Path, replay_log: Path, work: Path, device_bytes: int, last: int,
-                       reps: int) -> None:
-    """powercut in process and as a command against replay-log: times and the images."""
+BLKDISCARD = 0x1277  # _IO(0x12, 119)
+
+
+@contextlib.contextmanager
+def loop_device(backing: Path, size_bytes: int) -> Iterator[Path]:
+    """A loop block device over a new sparse file, detached on the way out."""
+    fresh_sparse(backing, size_bytes)
+    dev = subprocess.run(["losetup", "--find", "--show", os.fspath(backing)], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    try:
+        yield Path(dev)
+    finally:
+        subprocess.run(["losetup", "--detach", dev], check=False)
+        backing.unlink(missing_ok=True)
+
+
+def discard_device(dev: Path) -> None:
+    """Empty a loop device: BLKDISCARD punches its backing file and drops its cache."""
+    fd = os.open(dev, os.O_WRONLY)
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        fcntl.ioctl(fd, BLKDISCARD, struct.pack("=QQ", 0, size))
+    finally:
+        os.close(fd)
+
+
+def digest(path: Path, chunk: int = 8 * MIB) -> str:
+    """A hash of a file's or device's whole content."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            h.update(data)
+    return h.hexdigest()
+
+
+def race_methods(log: Path, target: Path, device_bytes: int, last: int, reps: int,
+                 replay_log: Path | None, fresh: Callable[[], None] | None,
+                 block: bool) -> dict[str, list[float]]:
+    """Every replay method onto ``target`` (a file, or a block device ``fresh`` empties),
+    best of ``reps``; prints the times and checks that all leave the same image."""
     powercut = [sys.executable, "-m", "framework.cli", "log", "replay-log"]
-    images = {name: work / f"{name}.img"
-              for name in ("replay-log", "command", "in-process", "+fsync")}
-    runs = race({
-        "replay-log": lambda: command_replay([os.fspath(replay_log)], log, images["replay-log"],
-                                             device_bytes),
-        "command": lambda: command_replay(powercut, log, images["command"], device_bytes),
-        "in-process": lambda: full_replay(log, images["in-process"], device_bytes, last),
-        # What a block-device target costs: the same replay with replay-log's final fsync.
-        "+fsync": lambda: full_replay(log, images["+fsync"], device_bytes, last, sync=True),
-    }, reps, work / "unused.img")
+    python_env = {**os.environ, "POWERCUT_NATIVE": "0"}
+    # The command starts as an installed one does, from compiled bytecode: where
+    # PYTHONDONTWRITEBYTECODE is set, every start would compile every module it imports.
+    root = Path(__file__).resolve().parent.parent
+    for package in ("framework", "devicemapper", "crashcases", "recovery"):
+        compileall.compile_dir(root / package, quiet=1)
+    jobs: dict[str, Callable[[], float]] = {}
+    if replay_log is not None:
+        jobs["replay-log"] = lambda: command_replay([os.fspath(replay_log)], log, target,
+                                                    device_bytes, fresh)
+    jobs["command"] = lambda: command_replay(powercut, log, target, device_bytes, fresh)
+    jobs["command, Python"] = lambda: command_replay(powercut, log, target, device_bytes, fresh,
+                                                     python_env)
+    jobs["Python"] = lambda: full_replay(log, target, device_bytes, last, native_loop=False,
+                                         fresh=fresh)
+    jobs["compiled"] = lambda: full_replay(log, target, device_bytes, last, native_loop=True,
+                                           fresh=fresh)
+    jobs["compiled, latest"] = lambda: full_replay(log, target, device_bytes, last,
+                                                   native_loop=True, latest=True, fresh=fresh)
+    if not block:
+        # What replay-log's final fsync costs on a file.
+        jobs["compiled + fsync"] = lambda: full_replay(log, target, device_bytes, last, sync=True,
+                                                       native_loop=True, fresh=fresh)
+    images: dict[str, str] = {}
+
+    def keeping_image(name: str, job: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            seconds = job()
+            if name not in images:  # the first run's image, hashed outside the timing
+                images[name] = digest(target)
+            return seconds
+        return run
+
+    runs = race({name: keeping_image(name, job) for name, job in jobs.items()}, reps,
+                target if not block else Path("/nonexistent"))
+    anchor = "replay-log" if "replay-log" in runs else "Python"
     best = {name: min(ts) for name, ts in runs.items()}
     for name, ts in runs.items():
-        print(f"{name:<11} best {best[name]:.3f} s, median {statistics.median(ts):.3f} s  "
+        print(f"  {name:<17} best {best[name]:.3f} s, median {statistics.median(ts):.3f} s, "
+              f"{best[anchor] / best[name]:5.2f}x {anchor}'s speed  "
               f"(runs, s: {', '.join(f'{t:.3f}' for t in ts)})")
-    print(f"replay-log / powercut in process: {best['replay-log'] / best['in-process']:.2f}x "
-          f"(best of {reps}); replay-log / powercut command: "
-          f"{best['replay-log'] / best['command']:.2f}x; replay-log / in process with "
-          f"fsync (a block-device target): {best['replay-log'] / best['+fsync']:.2f}x")
-    # One more replay each, kept, to compare the images byte for byte.
-    command_replay([os.fspath(replay_log)], log, images["replay-log"], device_bytes)
-    command_replay(powercut, log, images["command"], device_bytes)
-    evict(log)
-    fresh_sparse(images["in-process"], device_bytes)
-    with Replayer(log, images["in-process"]) as rp:
-        rp.replay_to(last)
-    same = [same_content(images["replay-log"], images[n]) for n in ("command", "in-process")]
-    print(f"images identical to replay-log's: command {same[0]}, in process {same[1]}")
-    settle(*images.values())
+    different = [name for name in images if images[name] != images[anchor]]
+    print(f"  images identical to {anchor}'s: "
+          f"{'all' if not different else 'NOT ' + ', '.join(different)}")
+    return runs
+
+
+def against_replay_log(log: Path, replay_log: Path | None, work: Path, device_bytes: int,
+                       last: int, reps: int, block: bool) -> None:
+    """The race on a regular file and on a loop block device."""
+    target = work / "race.img"
+    print(f"replay of the whole log onto a regular file, best of {reps}:")
+    race_methods(log, target, device_bytes, last, reps, replay_log, None, block=False)
+    settle(target)
+    if not block:
+        return
+    if os.geteuid() != 0 or shutil.which("losetup") is None:
+        print("no block-device race: it needs root and losetup (or pass --no-block)")
+        return
+    with loop_device(work / "loop-backing.img", device_bytes) as dev:
+        print(f"replay of the whole log onto a loop block device ({dev}), best of {reps}:")
+        race_methods(log, dev, device_bytes, last, reps, replay_log,
+                     lambda: discard_device(dev), block=True)
 
 
 def same_content(a: Path, b: Path, chunk: int = 8 * MIB) -> bool:
@@ -273,6 +371,11 @@ def describe_log(log: Path, t_build: float) -> tuple[LogSummary, int]:
         summary = summarize(reader)
         last = reader.nr_entries - 1
         t_scan = timed(lambda: sum(1 for _ in reader))
+        t_index = {
+            walk: min(timed(lambda w=walk: LogIndex(reader, native_walk=w).extend_to(last + 1))
+                      for _ in range(3))
+            for walk in ((False, True) if native.available() else (False,))
+        }
     print(
         f"log: {log.stat().st_size / MIB:.1f} MiB, {summary.entries} entries, "
         f"{summary.writes} writes, {summary.flushes} flushes, {summary.fuas} FUAs, "
@@ -280,7 +383,9 @@ def describe_log(log: Path, t_build: float) -> tuple[LogSummary, int]:
     )
     print(
         f"header scan (headers only): {t_scan * 1000:.0f} ms "
-        f"({summary.entries / t_scan / 1000:.0f}k entries/s)"
+        f"({summary.entries / t_scan / 1000:.0f}k entries/s); header index, best of 3: "
+        + ", ".join(f"{'compiled' if walk else 'Python'} {t * 1000:.1f} ms"
+                    for walk, t in t_index.items())
     )
     return summary, last
 
@@ -392,8 +497,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         summary, last = describe_log(log, t_build)
         payload = summary.payload_bytes
-        if args.replay_log is not None:
-            against_replay_log(log, args.replay_log, work, device_bytes, last, args.reps)
+        against_replay_log(log, args.replay_log, work, device_bytes, last, args.reps,
+                           block=not args.no_block)
 
         out = work / "out.img"
         runs = race(

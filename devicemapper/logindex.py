@@ -15,12 +15,13 @@ reads no later header, and a corrupt header is reported only once something need
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
 from devicemapper import native
-from devicemapper.logformat import _MEMBERS, HEADER_WINDOW_BYTES, LogEntry, LogReader
+from devicemapper.logformat import _DISCARD, _MEMBERS, HEADER_WINDOW_BYTES, LogEntry, LogReader
 from framework.core.errors import LogFormatError
 
 GROW_ENTRIES = 4096
@@ -123,13 +124,21 @@ class LogIndex(Sequence[LogEntry]):
     def __iter__(self) -> Iterator[LogEntry]:
         return (self.entry(i) for i in range(len(self)))
 
+    def content_changes(self) -> list[int]:
+        """``out[i]``: how many of the first ``i`` entries change the disk (writes and
+        discards); two prefixes hold the same bytes when their counts are equal."""
+        records, fields = self.records, native.FIELDS
+        changes = (nr > 0 or flags & _DISCARD != 0 for nr, flags in zip(
+            records[native.NR_SECTORS :: fields], records[native.FLAGS :: fields]))
+        return list(itertools.accumulate(changes, initial=0))
+
     def payload_end(self, i: int) -> int:
         """Byte offset just past entry ``i``: where entry ``i + 1``'s header starts."""
         base = i * native.FIELDS
         nr, flags = self.records[base + native.NR_SECTORS], self.records[base + native.FLAGS]
         size = self.reader.sectorsize
         end = self.records[base + native.HEADER_OFFSET] + size
-        return end if flags & 4 else end + nr * size  # a discard carries no payload
+        return end if flags & _DISCARD else end + nr * size  # a discard carries no payload
 
     # -- searching ---------------------------------------------------------
 

@@ -36,6 +36,7 @@ from crashcases.vocabulary import Outcome
 from crashcases.workload.ops import Workload
 from devicemapper.delay import delayed_path
 from devicemapper.logformat import LogEntry, LogReader
+from devicemapper.logindex import LogIndex
 from devicemapper.logwrites import LogWritesDevice, recording
 from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
@@ -311,15 +312,25 @@ class _Disk:
                  replay_dev: str, cow_dev: str, name: str, *, like: _Disk | None = None) -> None:
         """``like``: a disk replaying the same log, whose header index this one shares."""
         self.log_dev, self.replay_dev = log_dev, replay_dev
-        self.rep = Replayer(log_dev, replay_dev)
-        stack.callback(lambda: self.rep.close())
         self.reader = stack.enter_context(LogReader(log_dev))
+        # Headers only (five integers each, walked in C when it is built): payloads stay on
+        # the log disk. A second lane, and every Replayer, reuses the first's.
+        self.index: Sequence[LogEntry]
+        self.changes: list[int]
+        if like is not None:
+            self.index, self.changes = like.index, like.changes
+        else:
+            index = LogIndex(self.reader)
+            index.extend_to(self.reader.nr_entries)
+            self.index, self.changes = index, index.content_changes()
+        self.rep = self._replayer()
+        stack.callback(lambda: self.rep.close())
         self.slot = stack.enter_context(SnapshotSlot(runner, replay_dev, cow_dev, name=name))
-        # Headers only: payloads stay on the log disk. A second lane reuses the first's.
-        self.index: list[LogEntry] = like.index if like is not None else list(self.reader)
-        self.changes: list[int] = (like.changes if like is not None
-                                   else content_changes(self.index))
         self.rewinds = 0
+
+    def _replayer(self) -> Replayer:
+        index = self.index if isinstance(self.index, LogIndex) else None
+        return Replayer(self.log_dev, self.replay_dev, index=index)
 
     def same_bytes(self, a: DiskRecipe, b: DiskRecipe) -> bool:
         """Whether two recipes leave this disk holding the same bytes: the same extra
@@ -335,7 +346,7 @@ class _Disk:
             # start again from a zeroed disk, as the recording did.
             self.rep.close()
             zero_target(self.replay_dev)
-            self.rep = Replayer(self.log_dev, self.replay_dev)
+            self.rep = self._replayer()
             self.rewinds += 1
         if base >= self.rep.position:
             self.rep.replay_to(base)

@@ -7,6 +7,7 @@ per replay call), and the same one-line errors on corrupt or truncated logs.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import tempfile
@@ -101,8 +102,12 @@ def test_both_paths_index_and_replay_alike(
         assert c.native and not py.native
         assert c.records == py.records and c.marks == py.marks
         with LogReader(log) as reader:
-            assert list(c) == list(reader)
+            entries = list(reader)
+            assert list(c) == entries
             n = reader.nr_entries
+        changes = list(itertools.accumulate((e.is_write or e.is_discard for e in entries),
+                                            initial=0))
+        assert c.content_changes() == py.content_changes() == changes
         steps = sorted({min(n - 1, int(f * n)) for f in cuts})
         rng = random.Random(seed)
         size = {"random": DISK_SECTORS * sectorsize, "empty": 0,
