@@ -217,13 +217,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a recorded log to replay instead of the synthetic one")
     parser.add_argument("--replay-log", type=Path, default=None, metavar="PATH",
                         help="fstests' replay-log binary, to race against")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                        help="another powercut tree (e.g. before a change) whose "
+                             "`powercut log replay-log` joins the race")
     parser.add_argument("--no-block", action="store_true",
                         help="race on a regular file only (the loop device needs root)")
     args = parser.parse_args(argv)
     for what, path, ok in (("--dir", args.dir, Path.is_dir), ("--log", args.log, Path.is_file),
-                           ("--replay-log", args.replay_log, Path.is_file)):
+                           ("--replay-log", args.replay_log, Path.is_file),
+                           ("--baseline", args.baseline, Path.is_dir)):
         if path is not None and not ok(path):
-            parser.error(f"{what} {path}: no such {'directory' if what == '--dir' else 'file'}")
+            kind = "directory" if what in ("--dir", "--baseline") else "file"
+            parser.error(f"{what} {path}: no such {kind}")
     return args
 
 
@@ -236,7 +241,7 @@ def device_bytes_of(log: Path) -> int:
 
 def command_replay(argv: list[str], log: Path, target: Path, device_bytes: int,
                    fresh: Callable[[], None] | None = None,
-                   env: dict[str, str] | None = None) -> float:
+                   env: dict[str, str] | None = None, cwd: Path | None = None) -> float:
     """Seconds one replay command takes end to end (process start and its fsync included)."""
     evict(log)
     if fresh is None:
@@ -245,7 +250,7 @@ def command_replay(argv: list[str], log: Path, target: Path, device_bytes: int,
         fresh()
     t0 = time.perf_counter()
     subprocess.run([*argv, "--log", os.fspath(log), "--replay", os.fspath(target)], check=True,
-                   env=env)
+                   env=env, cwd=cwd)
     return time.perf_counter() - t0
 
 
@@ -286,7 +291,7 @@ def digest(path: Path, chunk: int = 8 * MIB) -> str:
 
 def race_methods(log: Path, target: Path, device_bytes: int, last: int, reps: int,
                  replay_log: Path | None, fresh: Callable[[], None] | None,
-                 block: bool) -> dict[str, list[float]]:
+                 block: bool, baseline: Path | None) -> dict[str, list[float]]:
     """Every replay method onto ``target`` (a file, or a block device ``fresh`` empties),
     best of ``reps``; prints the times and checks that all leave the same image."""
     powercut = [sys.executable, "-m", "framework.cli", "log", "replay-log"]
@@ -303,6 +308,13 @@ def race_methods(log: Path, target: Path, device_bytes: int, last: int, reps: in
     jobs["command"] = lambda: command_replay(powercut, log, target, device_bytes, fresh)
     jobs["command, Python"] = lambda: command_replay(powercut, log, target, device_bytes, fresh,
                                                      python_env)
+    if baseline is not None:
+        # `python -m` looks in its working directory first: the baseline tree's modules.
+        base_env = {**os.environ, "PYTHONPATH": os.fspath(baseline)}
+        jobs["command, baseline"] = lambda: command_replay(powercut, log, target, device_bytes,
+                                                           fresh, base_env, baseline)
+        for package in ("framework", "devicemapper", "crashcases", "recovery"):
+            compileall.compile_dir(baseline / package, quiet=1)
     jobs["Python"] = lambda: full_replay(log, target, device_bytes, last, native_loop=False,
                                          fresh=fresh)
     jobs["compiled"] = lambda: full_replay(log, target, device_bytes, last, native_loop=True,
@@ -338,11 +350,12 @@ def race_methods(log: Path, target: Path, device_bytes: int, last: int, reps: in
 
 
 def against_replay_log(log: Path, replay_log: Path | None, work: Path, device_bytes: int,
-                       last: int, reps: int, block: bool) -> None:
+                       last: int, reps: int, block: bool, baseline: Path | None) -> None:
     """The race on a regular file and on a loop block device."""
     target = work / "race.img"
     print(f"replay of the whole log onto a regular file, best of {reps}:")
-    race_methods(log, target, device_bytes, last, reps, replay_log, None, block=False)
+    race_methods(log, target, device_bytes, last, reps, replay_log, None, block=False,
+                 baseline=baseline)
     settle(target)
     if not block:
         return
@@ -352,7 +365,7 @@ def against_replay_log(log: Path, replay_log: Path | None, work: Path, device_by
     with loop_device(work / "loop-backing.img", device_bytes) as dev:
         print(f"replay of the whole log onto a loop block device ({dev}), best of {reps}:")
         race_methods(log, dev, device_bytes, last, reps, replay_log,
-                     lambda: discard_device(dev), block=True)
+                     lambda: discard_device(dev), block=True, baseline=baseline)
 
 
 def same_content(a: Path, b: Path, chunk: int = 8 * MIB) -> bool:
@@ -497,8 +510,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         summary, last = describe_log(log, t_build)
         payload = summary.payload_bytes
-        against_replay_log(log, args.replay_log, work, device_bytes, last, args.reps,
-                           block=not args.no_block)
+        against_replay_log(log.resolve(), args.replay_log, work.resolve(), device_bytes, last,
+                           args.reps, block=not args.no_block,
+                           baseline=None if args.baseline is None else args.baseline.resolve())
 
         out = work / "out.img"
         runs = race(

@@ -115,6 +115,11 @@ struct walk {
     int fd;
     uint64_t size, sectorsize, nr_entries, window;
     uint64_t index, offset, stop;
+    /* The read-ahead window over the log, as LogReader keeps one. */
+    unsigned char *win;
+    uint64_t win_off;
+    size_t win_len;
+    int large_gap;
     struct u64s records;
     struct u64s marks; /* (index, offset into text, length) */
     unsigned char *text;
@@ -141,86 +146,121 @@ static int keep_mark(struct walk *w, uint64_t index, const unsigned char *p, siz
     return u64s_push(&w->marks, mark, 3);
 }
 
-/* Mirrors LogReader.read_entry and its read-ahead window; stops at the first entry it
- * cannot accept, which Python then parses to raise the reference error. */
-static void walk_entries(struct walk *w)
+/* Index entry w->index, whose header is at w->offset, and move w->offset past it: 0, or
+ * -1 when it cannot be accepted (or memory ran out). Mirrors LogReader.read_entry and
+ * its read-ahead window; Python parses a rejected header again to raise the reference
+ * error. */
+static int walk_one(struct walk *w)
 {
     const uint64_t S = w->sectorsize;
-    const size_t want_window = w->window > S ? w->window : S;
-    unsigned char *win = malloc(want_window);
-    uint64_t win_off = 0;
-    size_t win_len = 0;
-    int large_gap = 0;
-    if (!win) {
+    const uint64_t off = w->offset;
+    if (w->index >= w->nr_entries || off >= w->size) {
+        fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
+        return -1;
+    }
+    const unsigned char *block;
+    size_t have;
+    if (w->win_len && off >= w->win_off && off - w->win_off + S <= w->win_len) {
+        block = w->win + (off - w->win_off);
+        have = S;
+    } else {
+        /* After a large payload the next header is read alone, so big entries are not
+         * read twice; small entries share one window. */
+        size_t got;
+        int err = pread_full(w->fd, w->win, w->large_gap ? S : w->window, off, &got);
+        if (err) {
+            fail(&w->failure, E_READ, w->index, off, err, 0, 0);
+            return -1;
+        }
+        w->win_off = off;
+        w->win_len = got;
+        block = w->win;
+        have = got < S ? got : S;
+    }
+    if (have < S) {
+        fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
+        return -1;
+    }
+    const uint64_t sector = le64_at(block), nr = le64_at(block + 8);
+    const uint64_t flags = le64_at(block + 16), data_len = le64_at(block + 24);
+    if ((flags & ~(uint64_t)F_KNOWN) || (flags == 0 && nr == 0) || data_len > S - ENTRY_BYTES) {
+        fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
+        return -1;
+    }
+    /* Only a mark's data_len counts text; the rest of the block must be zero. */
+    for (uint64_t i = ENTRY_BYTES + ((flags & F_MARK) ? data_len : 0); i < S; i++) {
+        if (block[i]) {
+            fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
+            return -1;
+        }
+    }
+    const uint64_t payload_off = off + S; /* <= size: the whole block was read */
+    uint64_t payload_len = 0;
+    if (!(flags & F_DISCARD)) {
+        if (nr > (w->size - payload_off) / S) {
+            fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
+            return -1;
+        }
+        payload_len = nr * S;
+    }
+    w->large_gap = payload_len >= w->window / 8;
+    const uint64_t record[R_FIELDS] = {sector, nr, flags, data_len, off};
+    if (u64s_push(&w->records, record, R_FIELDS) ||
+        ((flags & F_MARK) && keep_mark(w, w->index, block + ENTRY_BYTES, data_len))) {
         w->oom = 1;
-        return;
+        return -1;
     }
-    for (; w->index < w->stop; w->index++) {
-        const uint64_t off = w->offset;
-        if (w->index >= w->nr_entries || off >= w->size) {
-            fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
-            break;
-        }
-        const unsigned char *block;
-        size_t have;
-        if (win_len && off >= win_off && off - win_off + S <= win_len) {
-            block = win + (off - win_off);
-            have = S;
-        } else {
-            size_t got;
-            int err = pread_full(w->fd, win, large_gap ? S : want_window, off, &got);
-            if (err) {
-                fail(&w->failure, E_READ, w->index, off, err, 0, 0);
-                break;
-            }
-            win_off = off;
-            win_len = got;
-            block = win;
-            have = got < S ? got : S;
-        }
-        if (have < S) {
-            fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
-            break;
-        }
-        const uint64_t sector = le64_at(block), nr = le64_at(block + 8);
-        const uint64_t flags = le64_at(block + 16), data_len = le64_at(block + 24);
-        if ((flags & ~(uint64_t)F_KNOWN) || (flags == 0 && nr == 0) ||
-            data_len > S - ENTRY_BYTES) {
-            fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
-            break;
-        }
-        /* Only a mark's data_len counts text; the rest of the block must be zero. */
-        const uint64_t text_end = ENTRY_BYTES + ((flags & F_MARK) ? data_len : 0);
-        int dirty = 0;
-        for (uint64_t i = text_end; i < S; i++) {
-            if (block[i]) {
-                dirty = 1;
-                break;
-            }
-        }
-        if (dirty) {
-            fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
-            break;
-        }
-        const uint64_t payload_off = off + S; /* <= size: the whole block was read */
-        uint64_t payload_len = 0;
-        if (!(flags & F_DISCARD)) {
-            if (nr > (w->size - payload_off) / S) {
-                fail(&w->failure, E_HEADER, w->index, off, 0, 0, 0);
-                break;
-            }
-            payload_len = nr * S;
-        }
-        large_gap = payload_len >= w->window / 8;
-        const uint64_t record[R_FIELDS] = {sector, nr, flags, data_len, off};
-        if (u64s_push(&w->records, record, R_FIELDS) ||
-            ((flags & F_MARK) && keep_mark(w, w->index, block + ENTRY_BYTES, data_len))) {
-            w->oom = 1;
-            break;
-        }
-        w->offset = payload_off + payload_len;
+    w->offset = payload_off + payload_len;
+    return 0;
+}
+
+static int walk_begin(struct walk *w)
+{
+    if (w->sectorsize < 512 || w->sectorsize > 65536 || (w->sectorsize & (w->sectorsize - 1))) {
+        PyErr_SetString(PyExc_ValueError, "bad sectorsize");
+        return -1;
     }
-    free(win);
+    if (w->window < w->sectorsize)
+        w->window = w->sectorsize;
+    w->win = malloc(w->window);
+    if (!w->win) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void walk_end(struct walk *w)
+{
+    free(w->win);
+    free(w->records.v);
+    free(w->marks.v);
+    free(w->text);
+}
+
+/* The records as bytes and the marks as [(index, text bytes)]; 0 or -1 (exception set). */
+static int walk_results(struct walk *w, PyObject **records, PyObject **marks)
+{
+    if (w->oom) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *records = PyBytes_FromStringAndSize((const char *)w->records.v,
+                                         (Py_ssize_t)(w->records.len * sizeof(uint64_t)));
+    *marks = PyList_New(0);
+    if (!*records || !*marks)
+        return -1;
+    for (size_t i = 0; i < w->marks.len; i += 3) {
+        PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)w->marks.v[i],
+                                       (const char *)w->text + w->marks.v[i + 1],
+                                       (Py_ssize_t)w->marks.v[i + 2]);
+        if (!item || PyList_Append(*marks, item)) {
+            Py_XDECREF(item);
+            return -1;
+        }
+        Py_DECREF(item);
+    }
+    return 0;
 }
 
 PyDoc_STRVAR(walk_doc,
@@ -237,43 +277,22 @@ static PyObject *py_walk(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "iKKKKKKK", &w.fd, &w.size, &w.sectorsize, &w.nr_entries,
                           &w.index, &w.offset, &w.stop, &w.window))
         return NULL;
-    if (w.sectorsize < 512 || w.sectorsize > 65536 || (w.sectorsize & (w.sectorsize - 1))) {
-        PyErr_SetString(PyExc_ValueError, "bad sectorsize");
+    if (walk_begin(&w))
         return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
-    walk_entries(&w);
+    for (; w.index < w.stop; w.index++) {
+        if (walk_one(&w))
+            break;
+    }
     Py_END_ALLOW_THREADS
     PyObject *out = NULL, *records = NULL, *marks = NULL, *failure = NULL;
-    if (w.oom) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    records = PyBytes_FromStringAndSize((const char *)w.records.v,
-                                        (Py_ssize_t)(w.records.len * sizeof(uint64_t)));
-    marks = PyList_New(0);
-    failure = failure_tuple(&w.failure);
-    if (!records || !marks || !failure)
-        goto done;
-    for (size_t i = 0; i < w.marks.len; i += 3) {
-        PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)w.marks.v[i],
-                                       (const char *)w.text + w.marks.v[i + 1],
-                                       (Py_ssize_t)w.marks.v[i + 2]);
-        if (!item || PyList_Append(marks, item)) {
-            Py_XDECREF(item);
-            goto done;
-        }
-        Py_DECREF(item);
-    }
-    out = Py_BuildValue("(OOKKO)", records, marks, (unsigned long long)w.index,
-                        (unsigned long long)w.offset, failure);
-done:
+    if (!walk_results(&w, &records, &marks) && (failure = failure_tuple(&w.failure)))
+        out = Py_BuildValue("(OOKKO)", records, marks, (unsigned long long)w.index,
+                            (unsigned long long)w.offset, failure);
     Py_XDECREF(records);
     Py_XDECREF(marks);
     Py_XDECREF(failure);
-    free(w.records.v);
-    free(w.marks.v);
-    free(w.text);
+    walk_end(&w);
     return out;
 }
 
@@ -552,6 +571,99 @@ done:
     return out;
 }
 
+/* ---- the walk and the replay in one pass ----------------------------------------------- */
+
+/* Entries w->index..w->stop-1 indexed and written as the Python path does it: each
+ * header read, then its payload queued (a queue that fills writes what it holds), so
+ * the log is read once, in order, and a bad header stops the replay after the writes
+ * the Python path makes before it, no more. Stops after indexing a discard, which
+ * Python applies: *discard_at is then its index. */
+static void walk_and_apply(struct walk *w, struct applier *a, int discard, int64_t *discard_at,
+                           uint64_t *entries)
+{
+    const uint64_t S = w->sectorsize;
+    for (; w->index < w->stop; w->index++) {
+        if (walk_one(w))
+            return;
+        const uint64_t *rec = w->records.v + w->records.len - R_FIELDS;
+        if (rec[R_FLAGS] & F_DISCARD) {
+            if (discard) {
+                if (!flush(a))
+                    *discard_at = (int64_t)w->index++;
+                return;
+            }
+        } else if (rec[R_NR]) {
+            if (enqueue(a, rec[R_HEADER] + S, rec[R_NR] * S, (u128)rec[R_SECTOR] * S, w->index))
+                return;
+        }
+        (*entries)++;
+    }
+    flush(a);
+}
+
+PyDoc_STRVAR(walk_apply_doc,
+             "walk_apply(log_fd, target_fd, size, sectorsize, nr_entries, index, offset, stop,\n"
+             "           window, buffer, iov_max, gap, discard)\n"
+             "-> (records, marks, index, offset, discard_at, entries, bytes_written, failure)\n\n"
+             "walk() and apply() in one pass over entries index..stop-1: each header is\n"
+             "indexed, then its payload written. With discard, stop after indexing the first\n"
+             "discard (discard_at is its index, else -1), which the caller applies.");
+
+static PyObject *py_walk_apply(PyObject *self, PyObject *args)
+{
+    struct walk w;
+    struct applier a;
+    Py_buffer buffer;
+    int discard;
+    memset(&w, 0, sizeof w);
+    memset(&a, 0, sizeof a);
+    if (!PyArg_ParseTuple(args, "iiKKKKKKKw*iKp", &w.fd, &a.target_fd, &w.size, &w.sectorsize,
+                          &w.nr_entries, &w.index, &w.offset, &w.stop, &w.window, &buffer,
+                          &a.iov_max, &a.gap, &discard))
+        return NULL;
+    a.log_fd = w.fd;
+    a.buf = buffer.buf;
+    a.cap = (uint64_t)buffer.len;
+    PyObject *out = NULL, *records = NULL, *marks = NULL, *failure = NULL;
+    if (a.cap < w.sectorsize || a.iov_max < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad buffer or iov_max");
+        goto done;
+    }
+    if (walk_begin(&w))
+        goto done;
+    a.iov = malloc((size_t)a.iov_max * sizeof *a.iov);
+    if (!a.iov) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t discard_at = -1;
+    uint64_t entries = 0;
+    Py_BEGIN_ALLOW_THREADS
+    walk_and_apply(&w, &a, discard, &discard_at, &entries);
+    Py_END_ALLOW_THREADS
+    if (a.oom) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (walk_results(&w, &records, &marks))
+        goto done;
+    failure = failure_tuple(w.failure.code != E_OK ? &w.failure : &a.failure);
+    if (failure)
+        out = Py_BuildValue("(OOKKLKKO)", records, marks, (unsigned long long)w.index,
+                            (unsigned long long)w.offset, (long long)discard_at,
+                            (unsigned long long)entries, (unsigned long long)a.bytes_written,
+                            failure);
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(marks);
+    Py_XDECREF(failure);
+    walk_end(&w);
+    free(a.iov);
+    free(a.queue);
+    PyBuffer_Release(&buffer);
+    return out;
+}
+
 /* ---- searching ------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(find_flags_doc,
@@ -582,6 +694,7 @@ static PyObject *py_find_flags(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"walk", py_walk, METH_VARARGS, walk_doc},
     {"apply", py_apply, METH_VARARGS, apply_doc},
+    {"walk_apply", py_walk_apply, METH_VARARGS, walk_apply_doc},
     {"plan", lognative_plan, METH_VARARGS, lognative_plan_doc},
     {"find_flags", py_find_flags, METH_VARARGS, find_flags_doc},
     {NULL, NULL, 0, NULL},

@@ -20,7 +20,7 @@
 
 /* Bumped whenever a signature or the record layout changes: devicemapper/native.py
  * refuses a module built from other sources (a stale build falls back to Python). */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 enum { R_SECTOR, R_NR, R_FLAGS, R_DATALEN, R_HEADER, R_FIELDS };
 

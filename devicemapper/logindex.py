@@ -82,13 +82,23 @@ class LogIndex(Sequence[LogEntry]):
         records, marks, _, offset, failure = self._lib.walk(
             r.fileno(), r.size_bytes, r.sectorsize, r.nr_entries, len(self), self._next_offset,
             stop, HEADER_WINDOW_BYTES)
+        self.absorb(records, marks, offset)
+        if failure is not None:
+            raise native.walk_error(r, failure)
+
+    @property
+    def next_offset(self) -> int:
+        """Where the header of the first entry not indexed yet starts."""
+        return self._next_offset
+
+    def absorb(self, records: bytes, marks: list[tuple[int, bytes]], next_offset: int) -> None:
+        """Add what a compiled walk indexed after the last entry: its records, its marks
+        and where it stopped."""
         self.records.frombytes(records)
         for index, text in marks:
             # surrogateescape, as LogReader decodes marks: any bytes round-trip.
             self._add_mark(index, text.decode("utf-8", "surrogateescape"))
-        self._next_offset = offset
-        if failure is not None:
-            raise native.walk_error(r, failure)
+        self._next_offset = next_offset
 
     def _add_mark(self, index: int, text: str) -> None:
         self.marks[index] = text

@@ -49,7 +49,7 @@ from framework.core.errors import LogFormatError, MissingPrerequisite
 
 log = logging.getLogger(__name__)
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 """The version of devicemapper/_lognative.c this module speaks."""
 FIELDS = 5
 """uint64 per entry in an index: sector, nr_sectors, flags, data_len, header offset."""
@@ -126,8 +126,10 @@ def walk_error(reader: LogReader, failure: Failure) -> LogFormatError:
 def apply_error(
     reader: LogReader, target_name: str, failure: Failure
 ) -> LogFormatError | ReplayError:
-    """The error the Python applier raises for what stopped the compiled replay."""
+    """The error the Python path raises for what stopped the compiled replay."""
     code, index, offset, err, a, b = failure
+    if code == E_HEADER:
+        return walk_error(reader, failure)
     if code == E_READ:
         return reader.read_failed(index, offset, os.strerror(err))
     if code == E_SHORT:

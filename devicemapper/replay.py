@@ -39,7 +39,7 @@ from devicemapper.apply import (
     latest_pieces,
     zero_target,
 )
-from devicemapper.logformat import LogEntry, LogFlag, LogReader
+from devicemapper.logformat import HEADER_WINDOW_BYTES, LogEntry, LogFlag, LogReader
 from devicemapper.logindex import LogIndex
 from devicemapper.native import apply_error, library
 from framework.core.errors import LogFormatError, ScratchDeviceError
@@ -127,6 +127,11 @@ class Replayer:
         self.sync: bool = self._applier.is_block if sync is None else sync
         self.latest = latest
         self._index: LogIndex | None = None
+        if index is not None and (index.reader.nr_entries, index.reader.sectorsize) != (
+            self.reader.nr_entries, self.reader.sectorsize):
+            self.close()
+            raise ReplayError(f"{self.reader.path}: the index given is of another log "
+                              f"({index.reader.path})")
         if self._lib is not None:
             self._index = index if index is not None else LogIndex(self.reader, native_walk=True)
         self._next_index = 0
@@ -392,34 +397,16 @@ class Replayer:
                 self._next_offset = entries[-1].payload_end
 
     def _advance_native(self, stop: int, until: Callable[[LogEntry], bool] | None) -> None:
-        """The compiled path of ``_advance``: index the range, then write it in C."""
+        """The compiled path of ``_advance``."""
         index = self._index
         assert index is not None and self._lib is not None
         start = self._next_index
         try:
-            bad_header: LogFormatError | None = None
-            try:
-                if until is None:
-                    index.extend_to(stop)
-                else:
-                    stop = self._stop_rule(index, start, stop, until)
-            except LogFormatError as exc:
-                if self.latest and until is None:
-                    raise  # the Python path reads the range's headers first, too
-                # The Python path writes what it flushes before it reads the bad header
-                # (a write error there comes first), then raises.
-                bad_header, stop = exc, len(index)
             if self.latest and until is None:
+                index.extend_to(stop)  # the Python path reads the range's headers first too
                 self._apply_latest_native(index, start, stop)
             else:
-                i = start
-                while i < stop:
-                    i = self._apply_native(index, i, stop, final_flush=bad_header is None)
-                    if i < stop:
-                        self._applier.add(index.entry(i))  # a discard: the Python side's job
-                        i += 1
-            if bad_header is not None:
-                raise bad_header
+                stop = self._apply_in_order(index, start, stop, until)
             if self.sync:
                 os.fsync(self._fd)
         except BaseException:
@@ -428,6 +415,34 @@ class Replayer:
         self._next_index = stop
         self._next_offset = index.payload_end(stop - 1)
         self.last_entry = index.entry(stop - 1)
+
+    def _apply_in_order(self, index: LogIndex, start: int, stop: int,
+                        until: Callable[[LogEntry], bool] | None) -> int:
+        """Entries from ``start`` in log order, as the Python path writes them: indexed
+        ones from the index, the rest indexed and written in one pass over the log; where
+        the range ends (``until`` may end it early)."""
+        bad_header: LogFormatError | None = None
+        if until is not None:
+            try:
+                stop = self._stop_rule(index, start, stop, until)
+            except LogFormatError as exc:
+                # The Python path writes what it flushes before it reads the bad header
+                # (so a write error there comes first), then raises.
+                bad_header, stop = exc, len(index)
+        # A queue of writes does not carry over from the indexed entries to the rest (a
+        # failed write there may name another run than the Python path does).
+        known = min(stop, len(index))
+        i = start
+        while i < known:
+            i = self._apply_native(index, i, known, final_flush=bad_header is None)
+            if i < known:
+                self._applier.add(index.entry(i))  # a discard: the Python side's job
+                i += 1
+        if bad_header is not None:
+            raise bad_header
+        while i < stop:
+            i = self._walk_apply_native(index, i, stop)
+        return stop
 
     @staticmethod
     def _stop_rule(
@@ -464,6 +479,25 @@ class Replayer:
         if failure is not None:
             raise apply_error(self.reader, self.target_path, failure)
         return int(next_index)
+
+    def _walk_apply_native(self, index: LogIndex, start: int, stop: int) -> int:
+        """Entries ``start..stop-1`` (the first not indexed yet) indexed and written in one
+        pass in C, up to and including the first discard; where it stopped."""
+        assert self._lib is not None and start == len(index)
+        applier, reader = self._applier, self.reader
+        records, marks, _, offset, discard_at, entries, written, failure = self._lib.walk_apply(
+            reader.fileno(), self._fd, reader.size_bytes, reader.sectorsize, reader.nr_entries,
+            start, index.next_offset, stop, HEADER_WINDOW_BYTES, applier._buf, _IOV_MAX,
+            MAX_SPAN_GAP_BYTES, applier.discard)
+        index.absorb(records, marks, offset)
+        applier.entries_applied += entries
+        applier.bytes_written += written
+        if failure is not None:
+            raise apply_error(reader, self.target_path, failure)
+        if discard_at < 0:
+            return stop
+        applier.add(index.entry(discard_at))
+        return int(discard_at) + 1
 
     def _apply_latest_native(self, index: LogIndex, start: int, stop: int) -> None:
         assert self._lib is not None
