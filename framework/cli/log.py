@@ -111,8 +111,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a log onto a device or file up to an entry, mark, FUA or flush."""
     require_unused(args.target)
-    # latest: one replay call writes each block once, as the last entry covering it left it.
-    with Replayer(args.log, args.target, discard=not args.no_discard, latest=True) as replayer:
+    with Replayer(args.log, args.target, discard=not args.no_discard) as replayer:
         if args.to is not None:
             entry = replayer.replay_to(args.to)
         elif args.to_mark is not None:
@@ -197,7 +196,7 @@ def cmd_replay_log(args: argparse.Namespace) -> int:
             print(f"Log version={REPLAY_LOG_VERSION}, sectorsize={sectorsize}, entries={total}")
             return 0
     require_unused(args.replay)
-    with Replayer(args.log, args.replay, discard=not args.no_discard, latest=True) as replayer:
+    with Replayer(args.log, args.replay, discard=not args.no_discard) as replayer:
         # The stop rule runs as the entries are applied: one pass over the log.
         until: Callable[[LogEntry], bool] | None = None
         if args.limit or stop_flags:
