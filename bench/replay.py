@@ -8,6 +8,8 @@ then on the same disk:
 * replays it whole onto a fresh sparse file and compares the rate with a
   plain sequential copy of the same number of bytes (both start with the
   source evicted from the page cache and end with fsync);
+* replays to every FUA entry in turn from one header index, as the checking
+  guest does, on the Python path and the compiled one;
 * visits ``--marks`` marks incrementally with one Replayer, and from
   entry 0 for every mark onto a fresh file each time (what xfstests'
   generic/482 does), and reports both times and bytes written.
@@ -448,6 +450,36 @@ def choose_marks(summary: LogSummary, count: int) -> list[str]:
     return marks[step - 1 :: step][:count]
 
 
+def every_fua(log: Path, work: Path, device_bytes: int, reps: int) -> None:
+    """The checking guest's pattern: one header index, then a replay to every FUA entry
+    in turn (no fsync, so the figures are the replay's own), Python against compiled."""
+    with LogReader(log) as reader:
+        index = LogIndex(reader)
+        index.extend_to(reader.nr_entries)
+        fuas = [e.index for e in index if e.is_fua]
+        if not fuas:
+            print("the log has no FUA entries to visit")
+            return
+        target = work / "fua.img"
+
+        def visit(**options: bool) -> Callable[[], float]:
+            def run() -> float:
+                fresh_sparse(target, device_bytes)
+                t0 = time.perf_counter()
+                with Replayer(log, target, sync=False, index=index, **options) as rp:
+                    for k in fuas:
+                        rp.replay_to(k)
+                return time.perf_counter() - t0
+            return run
+
+        jobs = {"Python": visit(native=False), "compiled": visit(native=True)}
+        if native.available():
+            jobs["compiled, latest"] = visit(native=True, latest=True)
+        runs = race(jobs, reps, target)
+    print(f"a replay to each of {len(fuas)} FUA entries in turn, one index, best of {reps}: "
+          + ", ".join(f"{name} {min(ts):.3f} s" for name, ts in runs.items()))
+
+
 def visit_incrementally(
     log: Path, target: Path, device_bytes: int, marks: list[str]
 ) -> tuple[float, int]:
@@ -527,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print_rates(runs, payload)
 
+        every_fua(log, work, device_bytes, args.reps)
         chosen = choose_marks(summary, args.marks)
         if not chosen:
             print("the log has no marks to visit")
