@@ -15,20 +15,23 @@ then on the same disk:
   generic/482 does), and reports both times and bytes written.
 
 ``--log PATH`` takes a recorded log (e.g. a crash run's log.img) instead of
-the synthetic one. Then, on a regular file and (as root, through ``losetup``)
+the synthetic one. First, on a regular file and (as root, through ``losetup``)
 on a loop block device, best of ``--reps``, the race: powercut in process on
 the Python path (``native=False``, the reference), on the compiled path, and
 on the compiled path with ``latest`` (each block written once per call);
 ``powercut log replay-log`` as a command, compiled and with
-``POWERCUT_NATIVE=0``; and, with ``--replay-log PATH`` (fstests'
-src/log-writes/replay-log), replay-log itself. Every method must leave the
+``POWERCUT_NATIVE=0``; with ``--baseline DIR``, the command of another
+powercut tree (a checkout from before a change); and, with ``--replay-log
+PATH`` (fstests' src/log-writes/replay-log), replay-log itself. Every method
+must leave the
 same image, byte for byte. replay-log fsyncs its target at the end; powercut
 fsyncs a block device at the end and leaves a file to its page cache (every
 reader of a file goes through it), so on a file the race also times the
 compiled replay with that fsync.
 
 Usage: python bench/replay.py [--size-mib 256] [--marks 8] [--dir DIR]
-                              [--log PATH] [--replay-log PATH] [--no-block]
+                              [--log PATH] [--replay-log PATH] [--baseline DIR]
+                              [--no-block]
 """
 
 from __future__ import annotations
