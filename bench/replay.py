@@ -23,11 +23,10 @@ on the compiled path with ``latest`` (each block written once per call);
 ``POWERCUT_NATIVE=0``; with ``--baseline DIR``, the command of another
 powercut tree (a checkout from before a change); and, with ``--replay-log
 PATH`` (fstests' src/log-writes/replay-log), replay-log itself. Every method
-must leave the
-same image, byte for byte. replay-log fsyncs its target at the end; powercut
-fsyncs a block device at the end and leaves a file to its page cache (every
-reader of a file goes through it), so on a file the race also times the
-compiled replay with that fsync.
+must leave the same image, byte for byte. replay-log fsyncs its target at the
+end; powercut fsyncs a block device at the end and leaves a file to its page
+cache (every reader of a file goes through it), so on a file the race also
+times the compiled replay with that fsync.
 
 Usage: python bench/replay.py [--size-mib 256] [--marks 8] [--dir DIR]
                               [--log PATH] [--replay-log PATH] [--baseline DIR]

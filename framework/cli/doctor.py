@@ -170,6 +170,15 @@ def check_python() -> list[Check]:
             checks.append(Check("python", dep, True, importlib.metadata.version(dep)))
         except importlib.metadata.PackageNotFoundError:
             checks.append(Check("python", dep, False, "not installed", "run 'make setup'"))
+    from devicemapper import native
+
+    if native.available():
+        checks.append(Check("python", "compiled log walker", True, "built", required=False))
+    else:
+        checks.append(Check("python", "compiled log walker", False,
+                            "not built: logs are walked and replayed in Python (slower)",
+                            "run 'make setup' (installs Debian packages gcc, python3-dev)",
+                            required=False))
     return checks
 
 

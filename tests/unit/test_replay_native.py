@@ -289,3 +289,27 @@ def test_the_guest_finds_the_module_in_the_source_tree() -> None:
     assert lib is not None
     assert Path(lib.__file__).parent == Path(native.__file__).parent
     assert os.path.basename(lib.__file__).startswith("_lognative.")
+
+
+def test_doctor_says_whether_the_compiled_walker_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framework.cli.doctor import check_python
+
+    def walker() -> tuple[bool, str]:
+        check = next(c for c in check_python() if c.name == "compiled log walker")
+        return check.ok, check.fix
+
+    assert walker() == (True, "")
+    monkeypatch.setattr(native, "_lib", None)  # as if it were not built
+    ok, fix = walker()
+    assert not ok and "make setup" in fix and "gcc" in fix
+
+
+def test_an_index_of_another_log_is_refused(tmp_path: Path) -> None:
+    one, other = tmp_path / "one.log", tmp_path / "other.log"
+    _small_log(one)
+    with LogWriter(other, sectorsize=4096) as w:
+        w.write(0, bytes(4096))
+    target = tmp_path / "t.img"
+    target.write_bytes(bytes(8192))
+    with LogReader(other) as reader, pytest.raises(ReplayError, match="of another log"):
+        Replayer(one, target, index=LogIndex(reader))
