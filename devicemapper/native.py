@@ -71,7 +71,7 @@ def _load() -> ModuleType | None:
     if not _checked:
         _checked = True
         try:
-            from devicemapper import _lognative  # type: ignore[attr-defined]
+            from devicemapper import _lognative
         except ImportError:
             log.debug("devicemapper._lognative is not built (make setup); walking in Python")
         else:
