@@ -23,7 +23,6 @@ from framework.report.compare import (
     Comparison,
     FindingChange,
     StateChange,
-    StateKey,
     StateStatus,
     Verdict,
     compare_results,
@@ -201,8 +200,9 @@ def rerun(number: int, finding: FindingChange, times: int, kernel: Sequence[str]
     return Rerun(number, finding, state, times, failed)
 
 
-def finding_labels(c: Comparison, reruns: Sequence[Rerun]) -> dict[StateKey, str]:
-    """Per crash state of B: "finding N" and, where it was checked again, "fails f/t"."""
+def finding_labels(c: Comparison, reruns: Sequence[Rerun]) -> dict[tuple[str, str, str], str]:
+    """Per crash state of B (target, case, key): "finding N" and, where it was checked
+    again, "fails f/t"."""
     rates = {id(r.finding): r.label for r in reruns}
     out = {}
     for n, f in enumerate(c.findings, 1):
@@ -210,12 +210,13 @@ def finding_labels(c: Comparison, reruns: Sequence[Rerun]) -> dict[StateKey, str
             continue
         label = f"finding {n}" + (f", {rates[id(f)]}" if id(f) in rates else "")
         for s in f.finding.states:
-            out[(s.target, s.case, s.seed, s.last_mark, s.variant)] = label
+            out[(s.target, s.case, s.key)] = label
     return out
 
 
-def state_key(s: StateChange) -> StateKey:
-    return (s.target, s.case, s.seed, s.last_mark, s.variant)
+def state_key(s: StateChange) -> tuple[str, str, str]:
+    """The state a StateChange shows, as finding_labels names it."""
+    return (s.target, s.case, s.state)
 
 
 def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, object]],

@@ -124,13 +124,12 @@ def render(c: Comparison, out: Console) -> None:
     out.print(f"crash states: {counts[StateStatus.NEW]} new in B, {counts[StateStatus.GONE]} "
               f"gone in B, {counts[StateStatus.STILL]} still failing, "
               f"{counts[StateStatus.KNOWN]} known")
-    by_key = {(s.target, s.case, s.seed, s.last_mark, s.variant): n
-              for n, f in enumerate(c.findings, 1) if f.status is not StateStatus.GONE
-              for s in f.finding.states}
+    by_key = {(s.target, s.case, s.key): n for n, f in enumerate(c.findings, 1)
+              if f.status is not StateStatus.GONE for s in f.finding.states}
     for s in failing:
         if s.status is StateStatus.KNOWN:
             continue
-        n = by_key.get((s.target, s.case, s.seed, s.last_mark, s.variant))
+        n = by_key.get((s.target, s.case, s.state))
         out.print(f"  {s.status.value.upper():<13} {f'[{n}] ' if n else ''}{s.target} {s.case} "
                   f"{s.last_mark} {s.variant}: {s.outcome_b}"
                   f"{': ' + s.findings if s.findings else ''}", markup=False)

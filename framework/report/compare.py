@@ -110,13 +110,14 @@ class StateChange:
     reproducer: str | None  # B's (A's for a state gone in B)
     findings: str = ""
     known: tuple[str, ...] = ()
+    state: str = ""  # the key of the state shown (B's; A's for a state gone in B)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "case": self.case, "seed": self.seed,
                 "last_mark": self.last_mark, "variant": self.variant,
                 "status": self.status.value, "outcome_a": self.outcome_a,
                 "outcome_b": self.outcome_b, "reproducer": self.reproducer,
-                "findings": self.findings, "known": list(self.known)}
+                "findings": self.findings, "known": list(self.known), "state": self.state}
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,9 +450,9 @@ def _states(r: Results) -> dict[StateKey, dict[str, Any]]:
         known = tuple(row["known"]) if failing and row["known"] is not None else ()
         entry = out.setdefault(key, {"fails": False, "unknown": False,
                                      "outcome": row["outcome"], "reproducer": row["reproducer"],
-                                     "findings": "", "known": ()})
+                                     "findings": "", "known": (), "state": row["state"]})
         example = {"outcome": row["outcome"], "reproducer": row["reproducer"],
-                   "findings": _findings_text(row["findings"])}
+                   "findings": _findings_text(row["findings"]), "state": row["state"]}
         if failing and not entry["fails"]:
             entry.update(fails=True, **example)
         if failing:
@@ -501,7 +502,8 @@ def _state_changes(a: Results, b: Results) -> Iterable[StateChange]:
                           outcome_a=None if ea is None else str(ea["outcome"]),
                           outcome_b=None if eb is None else str(eb["outcome"]),
                           reproducer=shown["reproducer"], findings=shown["findings"],
-                          known=tuple(eb["known"]) if eb is not None else ())
+                          known=tuple(eb["known"]) if eb is not None else (),
+                          state=str(shown["state"]))
 
 
 def _finding_changes(a: Results, b: Results,

@@ -97,11 +97,6 @@ def _crash(r: Results, report: Report) -> None:
         report.data["missing"].append("crash states: this run checked none (no crash step)")
         report.data["crash"] = None
         return
-    matrix = []
-    for (target, case), rows in c.groupby(["target", "case"], sort=False):
-        counts = Counter(r.labels(rows))
-        matrix.append({"target": target, "case": case, "states": len(rows),
-                       "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER}})
     fired: Counter[str] = Counter()
     control_runs = controls(r)
     for row in r.failing_checks().to_dict("records"):
@@ -110,6 +105,15 @@ def _crash(r: Results, report: Report) -> None:
     # Findings first, states second: each failing state (known ones apart) names its finding.
     runs = [x.id for x in r.runs if x.id not in control_runs]
     found = findings_of(r, runs)
+    # States against findings per target and case (a finding may span cases).
+    every = findings_of(r) if control_runs else found
+    matrix = []
+    for (target, case), rows in c.groupby(["target", "case"], sort=False):
+        counts = Counter(r.labels(rows))
+        matrix.append({"target": target, "case": case, "states": len(rows),
+                       "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER},
+                       "findings": sum(1 for f in every if f.target == target
+                                       and any(s.case == case for s in f.states))})
     number = {s.id: n for n, f in enumerate(found, 1) for s in f.states}
     failing: list[dict[str, Any]] = []
     for s in failing_states(r, runs):

@@ -128,11 +128,9 @@ def test_states_with_the_same_cause_are_one_finding_in_the_report(
     assert "  [1] data-loss   ext4/ordered hand:new-ops 20/prefix: why 20/prefix" in out
 
 
-def test_a_planted_flaky_checker_reaches_the_report_as_fails_1_of_3(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Positive control: crash --reruns 2 with a checker that fails the state only the first
-    time: the report (terminal, JSON, HTML) says "fails 1/3, flaky 33%"; one that always
-    fails says "fails 3/3, reliable"."""
+def planted_flaky(tmp_path: Path) -> tuple[Path, int]:
+    """A crash run with --reruns 2 whose checker fails the missing-name finding only the
+    first time (rerun by the engine's own rerun_findings, in no guest)."""
     results = five_failing()
     db = tmp_path / "r.db"
     with Store(db) as store:
@@ -164,6 +162,15 @@ def test_a_planted_flaky_checker_reaches_the_report_as_fails_1_of_3(
             engine.rerun_findings(run, holder)  # type: ignore[arg-type]
         finally:
             mp.undo()
+    return db, run_id
+
+
+def test_a_planted_flaky_checker_reaches_the_report_as_fails_1_of_3(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Positive control: crash --reruns 2 with a checker that fails the state only the first
+    time: the report (terminal, JSON, HTML) says "fails 1/3, flaky 33%"; one that always
+    fails says "fails 3/3, reliable"."""
+    db, run_id = planted_flaky(tmp_path)
     assert main(["report", str(run_id), "--db", str(db), "--json", "-o",
                  str(tmp_path / "r.html")]) == 0
     crash = json.loads(capsys.readouterr().out)["crash"]
@@ -247,3 +254,25 @@ def test_states_stored_without_signatures_are_signed_from_the_run_directory_or_b
     assert f.representative.explanation.startswith("data-loss: ")
     (g,) = by_kind
     assert g.words == "ext4: missing name (by kind alone: stored without its operations)"
+
+
+def test_the_findings_report_opens_in_chromium(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed (Debian package chromium; 'make setup' installs it)")
+    db, run_id = planted_flaky(tmp_path)
+    html = tmp_path / "report.html"
+    assert main(["report", str(run_id), "--db", str(db), "-o", str(html)]) == 0
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--dump-dom", html.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    page = dom.stdout
+    assert 'id="findings">Findings: 4 findings (5 states) new' in page
+    table = page[page.index('<table class="findings">'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 5  # a header and four findings
+    assert "fails 1/3, flaky 33%" in table and "fails 3/3, reliable" in table
+    assert page.index('class="findings"') < page.index("Failing states (5)")
