@@ -53,6 +53,11 @@ PROMISE_KINDS = {
 }
 
 
+#: The durability op of a signature made without the run's workload and oracle (a state
+#: stored before signatures were kept, whose run directory is gone): by kind alone.
+BY_KIND = "?"
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
     fstype: str
@@ -61,12 +66,19 @@ class Signature:
     ops: tuple[str, ...]  # the ops since the durable point before it, normalised
 
     def words(self) -> str:
+        if self.durability == BY_KIND:
+            return f"{self.fstype}: {self.promise} (by kind alone: stored without its operations)"
         since = "; ".join(self.ops) if self.ops else "nothing"
         return f"{self.fstype}: {self.promise} after {self.durability or 'no durability op'} (ops since the durable point before: {since})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"fstype": self.fstype, "promise": self.promise, "durability": self.durability,
                 "ops": list(self.ops)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Signature:
+        return cls(str(d["fstype"]), str(d["promise"]), str(d.get("durability") or ""),
+                   tuple(str(op) for op in d.get("ops") or ()))
 
 
 @dataclass(slots=True)
@@ -138,25 +150,10 @@ class Grouper:
         return records[k].kind, ops
 
     def signature(self, result: CheckResult, last_mark: str | None) -> Signature:
-        findings = [Finding.from_dict(f) for f in result.findings]
-        if findings:
-            promised = [f for f in findings if f.mark is not None and f.op is not None]
-            primary = min(promised, key=lambda f: (f.op or 0, f.path)) if promised else findings[0]
-            kind = self._promise_kind(primary)
-            durability, ops = self._span(primary.mark)
-        else:
-            kind = {Outcome.UNMOUNTABLE: "unmountable", Outcome.HANG: "hang"}.get(
-                result.outcome, "fsck error")
-            durability, ops = self._span(last_mark)
-        return Signature(self.fstype, kind, durability, normalise(ops))
-
-    @staticmethod
-    def _promise_kind(f: Finding) -> str:
-        if f.broken is Broken.BLOCK:
-            return "zeros" if f.found == "zeros" else "old data"
-        if f.broken is None:
-            return f.kind.value
-        return PROMISE_KINDS[f.broken]
+        first = primary(result.findings)
+        durability, ops = self._span(first.mark if first is not None else last_mark)
+        return Signature(self.fstype, promise_kind(result.outcome, first), durability,
+                         normalise(ops))
 
     def length(self, last_mark: str | None) -> int:
         """Workload ops up to the crash point at ``last_mark`` (the whole run without one)."""
@@ -168,20 +165,54 @@ class Grouper:
             return len(self.workload.ops)
 
 
+def primary(findings: Sequence[dict[str, Any]]) -> Finding | None:
+    """The finding that stands for a state: the one whose promise is the earliest."""
+    parsed = [Finding.from_dict(f) for f in findings]
+    promised = [f for f in parsed if f.mark is not None and f.op is not None]
+    if promised:
+        return min(promised, key=lambda f: (f.op or 0, f.path))
+    return parsed[0] if parsed else None
+
+
+def promise_kind(outcome: Outcome | str, finding: Finding | None) -> str:
+    """The kind of broken promise of a state whose primary finding is ``finding`` (None:
+    it has none, so what failed is the mount, fsck or a deadline)."""
+    if finding is None:
+        return {Outcome.UNMOUNTABLE: "unmountable", Outcome.HANG: "hang"}.get(
+            Outcome(outcome), "fsck error")
+    if finding.broken is Broken.BLOCK:
+        return "zeros" if finding.found == "zeros" else "old data"
+    if finding.broken is None:
+        return finding.kind.value
+    return PROMISE_KINDS[finding.broken]
+
+
+def signature_by_kind(fstype: str, outcome: Outcome | str,
+                      findings: Sequence[dict[str, Any]]) -> Signature:
+    """A state's signature from its outcome and findings alone (see BY_KIND)."""
+    return Signature(fstype, promise_kind(outcome, primary(findings)), BY_KIND, ())
+
+
 def group_states(states: Sequence[tuple[str, str | None, CheckResult]],
                  signature: Callable[[CheckResult, str | None], Signature],
                  length: Callable[[str | None], int]) -> list[FindingGroup]:
     """``states`` (key, last mark, result; in run order, failing only) by signature, the
     group with the most states first."""
+    return group_signed([(key, signature(result, mark), length(mark), result.explanation)
+                         for key, mark, result in states])
+
+
+def group_signed(states: Sequence[tuple[str, Signature, int, str]]) -> list[FindingGroup]:
+    """``states`` already signed (key, signature, ops up to the crash point, explanation; in
+    run order) by signature, the group with the most states first. Reports group the
+    signatures the store kept this way."""
     groups: dict[Signature, FindingGroup] = {}
-    for key, mark, result in states:
-        sig = signature(result, mark)
+    for key, sig, n, explanation in states:
         group = groups.setdefault(sig, FindingGroup(sig))
         group.states.append(key)
-        n = length(mark)
         if not group.representative or n < group.length:
             group.representative, group.length = key, n
-            group.explanation = result.explanation
+            group.explanation = explanation
     return sorted(groups.values(), key=lambda g: (-len(g.states), g.states[0]))
 
 

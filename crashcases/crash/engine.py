@@ -527,11 +527,17 @@ class StoreSink:
 
     def __init__(self, store: Store, run_id: int, plan: CrashPlan, run_dir: Path) -> None:
         self.store, self.run_id, self.plan, self.run_dir = store, run_id, plan, run_dir
+        self.target = plan.spec
         self.recording_id: int | None = None
         self.states: dict[str, CrashState] = {}
         self.known: KnownMatcher | None = None
+        self.grouper: Grouper | None = None
 
-    def recorded(self, info: dict[str, Any], states: list[CrashState]) -> None:
+    def recorded(self, info: dict[str, Any], states: list[CrashState],
+                 grouper: Grouper | None = None) -> None:
+        """The recording is made and its states planned; ``grouper`` signs failing states
+        (the store keeps each one's signature, so reports group them without the oracle)."""
+        self.grouper = grouper
         self.recording_id = self.store.add_recording(
             self.run_id, self.plan.target, case_spec=self.plan.case, seed=self.plan.seed,
             log_path=os.fspath(self.run_dir / rundir.LOG), entries=int(info["entries"]),
@@ -546,6 +552,10 @@ class StoreSink:
                                         kind=state.point.kind, last_mark=state.point.last_mark)
         if self.known is not None:
             self.known.judge(result.key, result.outcome, result, state.variant.kind.value)
+        signature = ops_to_crash = None
+        if self.grouper is not None and fails(result.outcome, self.target):
+            signature = self.grouper.signature(result, state.point.last_mark).to_dict()
+            ops_to_crash = self.grouper.length(state.point.last_mark)
         self.store.add_check(
             cp, variant=state.variant.kind, variant_seed=state.variant.seed, outcome=result.outcome,
             mount_s=result.mount_s, fsck_s=result.fsck_check_s,
@@ -553,7 +563,9 @@ class StoreSink:
                            "repair_s": result.fsck_repair_s, "replay": result.replay_messages,
                            "notes": result.notes},
             findings=result.findings, reproducer=reproducer_command(self.run_dir, result.key),
-            known=self.known.known_ids(result.key) if self.known is not None else None)
+            known=self.known.known_ids(result.key) if self.known is not None else None,
+            state=result.key, signature=signature, ops_to_crash=ops_to_crash,
+            explanation=result.explanation or None)
 
 
 def run_spec(plan: CrashPlan) -> RunSpec:
@@ -611,7 +623,8 @@ def run_crash(plan: CrashPlan, run: Run, factory: MachineFactory,
         result.states = engine.plan_states(entries)
         result.unexplored = dict(engine.unexplored)
         if sink is not None:
-            sink.recorded(info, result.states)
+            sink.recorded(info, result.states, Grouper(
+                checked[0].fstype, checked[1], OracleLog.load(engine.oracle_path)))
         if on_planned:
             on_planned(len(result.states))
         todo = result.states

@@ -12,13 +12,22 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
+from crashcases.vocabulary import Rate
 from framework.cli import add_machine_options
-from framework.cli.compare import add_rule_options, render, rule_of
+from framework.cli.compare import add_rule_options, render, rule_of, verdict_words
 from framework.cli.run import kernel_argv
 from framework.core import junit, rundir
 from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.store import Store
-from framework.report.compare import Comparison, StateChange, Verdict, compare_results
+from framework.report.compare import (
+    Comparison,
+    FindingChange,
+    StateChange,
+    StateStatus,
+    Verdict,
+    compare_results,
+)
+from framework.report.findings import FailingState
 from framework.report.results import Results, load
 from framework.study.engine import load_study, missing_shards
 
@@ -34,13 +43,15 @@ kernel and judge it against a baseline:
 3. powercut compare judges the candidate against the baseline (metrics
    with intervals, crash states by mark, power cuts; the known-behaviour
    list the runs were judged with);
-4. every crash state that fails anew is checked again up to --reruns times
-   on the candidate: it is reliable if it fails every time, flaky if only
-   sometimes;
+4. the failing states are grouped into findings (by signature) and every
+   new finding, and every finding the baseline had that fails in more states
+   now, is checked again up to --reruns times on the candidate (its representative, or its first new state when the
+   baseline had the finding): "fails f/t", the first check included,
+   reliable only at t/t with t at least 3, flaky otherwise;
 5. a JUnit file and a markdown summary are written.
 
-Exit status: 0 no regression; 1 regression (new failing states, named with
-their reproducers and whether they are flaky, slower metrics, a positive
+Exit status: 0 no regression; 1 regression (new failing states, named by
+their findings first, with reproducers and "fails f/t", slower metrics, a positive
 control of the study that stopped firing); 2 harness error (bad options, a
 kernel that is missing or does not boot, a step that could not run).
 """
@@ -55,19 +66,23 @@ examples:
 
 @dataclass(frozen=True, slots=True)
 class Rerun:
-    state: StateChange
+    """A finding with states failing anew, one of them checked again ``runs`` times on the
+    candidate: its representative, or for a finding the baseline had, its first new state."""
+
+    number: int  # the finding's number in the comparison
+    finding: FindingChange
+    state: FailingState
     runs: int
     failed: int
 
     @property
+    def rate(self) -> Rate | None:
+        """The first check counts: "fails 4/4, reliable" after 3 reruns that all failed."""
+        return Rate(1 + self.failed, 1 + self.runs) if self.runs else None
+
+    @property
     def label(self) -> str:
-        if self.runs == 0:
-            return "not rerun"
-        if self.failed == self.runs:
-            return f"reliable ({self.failed}/{self.runs} reruns fail)"
-        if self.failed == 0:
-            return f"did not reproduce (0/{self.runs} reruns fail)"
-        return f"flaky ({self.failed}/{self.runs} reruns fail)"
+        return self.rate.words() if self.rate is not None else "not checked again"
 
 
 def cmd_ci(args: argparse.Namespace) -> int:
@@ -141,8 +156,10 @@ def judge_kernel(args: argparse.Namespace) -> int:
     steps = json.loads((Path(top.environment["run_dir"]) / rundir.STEPS).read_text())
     expect = {i: s.expect for i, s in enumerate(study.steps, 1)}
     quiet = [s for s in steps if expect.get(s["step"]) == "fail" and s["status"] != 1]
-    reruns = [rerun(s, args.reruns, kernel_argv(args.kernel, args.modules, args.kernel_release), powercut)
-              for s in comparison.new_states[:args.max_reruns]]
+    numbers = {id(f): n for n, f in enumerate(comparison.findings, 1)}
+    reruns = [rerun(numbers[id(f)], f, args.reruns,
+                    kernel_argv(args.kernel, args.modules, args.kernel_release), powercut)
+              for f in comparison.regressing_findings[:args.max_reruns]]
     regressed = comparison.regressed or bool(quiet)
     out = Console()
     render(comparison, out)
@@ -150,8 +167,8 @@ def judge_kernel(args: argparse.Namespace) -> int:
         out.print(f"  CONTROL QUIET step {s['step']}: powercut {shlex.join(s['argv'])} found "
                   "nothing on the candidate (it must fail)", markup=False)
     for r in reruns:
-        out.print(f"  {r.state.target} {r.state.case} {r.state.last_mark} {r.state.variant}: "
-                  f"{r.label}", markup=False)
+        out.print(f"  finding {r.number} ({r.finding.finding.words}), checked again as "
+                  f"{r.state.case} {r.state.key}: {r.label}", markup=False)
     summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / rundir.CI_SUMMARY
     summary.write_text(markdown(comparison, reruns, quiet, regressed))
     junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / rundir.CI_JUNIT
@@ -162,20 +179,44 @@ def judge_kernel(args: argparse.Namespace) -> int:
     kci.write_text(json.dumps(junit.kcidb(
         cases, origin="powercut", run=top.uuid,
         missing=[f"powercut.ci.step.{i}" for i in expect if i not in ran]), indent=1))
-    print(f"verdict: {'REGRESSION' if regressed else 'no regression'}; summary: {summary}; "
+    quiet_words = f"; {len(quiet)} positive controls quiet" if quiet else ""
+    print(f"verdict: {'REGRESSION' if regressed else 'no regression'} "
+          f"({verdict_words(comparison)}{quiet_words}); summary: {summary}; "
           f"junit: {junit_path}; kcidb: {kci}")
     return 1 if regressed else 0
 
 
-def rerun(state: StateChange, times: int, kernel: Sequence[str], powercut: object) -> Rerun:
-    """Check a new failing state again ``times`` times on the candidate kernel."""
+def rerun(number: int, finding: FindingChange, times: int, kernel: Sequence[str],
+          powercut: object) -> Rerun:
+    """Check a finding with states failing anew again ``times`` times on the candidate."""
+    rep = finding.finding.representative
+    state = rep if finding.status is StateStatus.NEW or not finding.new else finding.new[0]
     if times == 0 or not state.reproducer:
-        return Rerun(state, 0, 0)
+        return Rerun(number, finding, state, 0, 0)
     words = shlex.split(state.reproducer)  # powercut recheck RUN_DIR KEY
     assert callable(powercut)
     failed = sum(1 for _ in range(times)
                  if powercut(["recheck", *words[2:], *kernel], nested=True) == 1)
-    return Rerun(state, times, failed)
+    return Rerun(number, finding, state, times, failed)
+
+
+def finding_labels(c: Comparison, reruns: Sequence[Rerun]) -> dict[tuple[str, str, str], str]:
+    """Per crash state of B (target, case, key): "finding N" and, where it was checked
+    again, "fails f/t"."""
+    rates = {id(r.finding): r.label for r in reruns}
+    out = {}
+    for n, f in enumerate(c.findings, 1):
+        if f.status is StateStatus.GONE:
+            continue
+        label = f"finding {n}" + (f", {rates[id(f)]}" if id(f) in rates else "")
+        for s in f.finding.states:
+            out[(s.target, s.case, s.key)] = label
+    return out
+
+
+def state_key(s: StateChange) -> tuple[str, str, str]:
+    """The state a StateChange shows, as finding_labels names it."""
+    return (s.target, s.case, s.state)
 
 
 def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, object]],
@@ -188,14 +229,30 @@ def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, o
              f"- baseline: run {c.a.top.id}, kernel {env_a.get('kernel', '?')}, "
              f"{checked(c.a)}; {c.a.top.environment.get('run_dir', '?')}",
              f"- significant: {c.rule.describe()}", ""]
+    lines += [f"Verdict: {'regression' if regressed else 'no regression'} "
+              f"({verdict_words(c)}{f'; {len(quiet)} positive controls quiet' if quiet else ''})",
+              ""]
+    regressing = [(n, f) for n, f in enumerate(c.findings, 1) if f in c.regressing_findings]
+    if regressing:
+        rates = {id(r.finding): r.label for r in reruns}
+        lines += ["## New findings, and findings failing in more states", "",
+                  "| # | finding | target | status | states (new) | fails | example | reproducer |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for n, f in regressing:
+            rep = f.finding.representative
+            lines.append(f"| {n} | {f.finding.words} | {f.target} | {f.status.value} | "
+                         f"{f.states_b} ({f.new_states}) | "
+                         f"{rates.get(id(f), 'not checked again')} | "
+                         f"{rep.case} {rep.key}: {rep.explanation[:200]} | `{rep.reproducer}` |")
+        lines.append("")
     if c.new_states:
         lines += ["## New failing crash states", "",
-                  "| target | case | mark | variant | outcome | reruns | reproducer |",
+                  "| target | case | mark | variant | outcome | finding | reproducer |",
                   "|---|---|---|---|---|---|---|"]
-        labels = {id(r.state): r.label for r in reruns}
+        labels = finding_labels(c, reruns)
         for s in c.new_states:
             lines.append(f"| {s.target} | {s.case} | {s.last_mark} | {s.variant} | "
-                         f"{s.outcome_b} | {labels.get(id(s), 'not rerun')} | "
+                         f"{s.outcome_b} | {labels.get(state_key(s), '-')} | "
                          f"`{s.reproducer}` |")
         lines.append("")
     changed = [m for m in c.metrics if m.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)]
@@ -240,12 +297,12 @@ def junit_cases(c: Comparison, reruns: Sequence[Rerun],
                 f"{m.verdict.value}")
         cases.append(junit.Case(f"{m.target}: {m.metric}", f"powercut.ci.{m.group}", 0.0,
                                 text if m.verdict is Verdict.REGRESSION else None, text))
-    labels = {id(r.state): r.label for r in reruns}
+    labels = finding_labels(c, reruns)
     for s in c.states:
         failure = None
         if s.status.value == "new":
-            failure = (f"{s.outcome_b}, new in the candidate; {labels.get(id(s), 'not rerun')}; "
-                       f"reproduce: {s.reproducer}")
+            failure = (f"{s.outcome_b}, new in the candidate; "
+                       f"{labels.get(state_key(s), 'no finding')}; reproduce: {s.reproducer}")
         cases.append(junit.Case(f"{s.target} {s.case} {s.last_mark} {s.variant}",
                                 "powercut.ci.crash", 0.0, failure,
                                 f"{s.status.value}: {s.findings}",
@@ -277,10 +334,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline-targets-file", metavar="FILE",
                    help="your own targets for the baseline kernel's run of the study")
     p.add_argument("--reruns", type=int, default=3, metavar="N",
-                   help="check each new failing state again N times on the candidate to call it "
-                        "reliable or flaky (default: 3)")
+                   help="check each finding with new failing states again N times on the "
+                        "candidate to call it reliable or flaky (default: 3)")
     p.add_argument("--max-reruns", type=int, default=10, metavar="N",
-                   help="rerun at most N new failing states (default: 10)")
+                   help="rerun at most N findings (default: 10)")
     add_rule_options(p)
     p.add_argument("--db", metavar="PATH",
                    help="results database the runs go to (default: ci.sqlite in the --results "

@@ -13,6 +13,7 @@ from framework.cli import print_json
 from framework.core import rundir
 from framework.core.store import Store, StoreError
 from framework.report.compare import Comparison, Rule, StateStatus, Verdict, compare_results
+from framework.report.findings import words
 from framework.report.results import load
 
 DESCRIPTION = """\
@@ -32,15 +33,21 @@ say what changed:
   rule. Under an emulated CPU the machine's speed drifts from run to run;
   the ratio cancels that drift, the absolute figures do not. --bench
   relative judges only the ratios, --bench absolute only the figures.
-- crash states, matched by target, case, seed, last mark and variant (log
-  entry numbers differ between recordings, marks do not): new in B (fails
-  in B, passed or was not checked in A), gone in B, still failing, and
-  known (explained by the known-behaviour list the run was judged with).
+- crash findings first: the failing states of each run grouped by
+  signature (filesystem, kind of broken promise, durability operation, the
+  operations since the durable point before, names normalised), matched by
+  target and signature: new in B, gone in B, still there (with how many
+  states, how many of them new, "fails f/t" where B checked one again), and
+  known. Then the crash states, matched by target, case, seed, last mark
+  and variant (log entry numbers differ between recordings, marks do not):
+  new in B (fails in B, passed or was not checked in A), gone in B, still
+  failing, and known (explained by the known-behaviour list the run was
+  judged with), each with the number of its finding.
 - power-cut trials per target: failing in B where A had none.
 
-Exit status: 0 no regression, 1 a regression (a metric, a new failing
-state or new failing power cuts), 2 bad input (an unknown run, runs of
-different studies without --force).
+Exit status: 0 no regression, 1 a regression (a metric, a new finding, a
+new failing state or new failing power cuts), 2 bad input (an unknown run,
+runs of different studies without --force).
 """
 
 EPILOG = """\
@@ -110,18 +117,22 @@ def render(c: Comparison, out: Console) -> None:
         out.print(table)
     else:
         out.print("metrics: no benchmark or power-cut metric in both runs")
+    print_findings(c, out)
     failing = [s for s in c.states if s.status is not StateStatus.GONE]
     gone = [s for s in c.states if s.status is StateStatus.GONE]
     counts = {st: sum(1 for s in c.states if s.status is st) for st in StateStatus}
     out.print(f"crash states: {counts[StateStatus.NEW]} new in B, {counts[StateStatus.GONE]} "
               f"gone in B, {counts[StateStatus.STILL]} still failing, "
               f"{counts[StateStatus.KNOWN]} known")
+    by_key = {(s.target, s.case, s.key): n for n, f in enumerate(c.findings, 1)
+              if f.status is not StateStatus.GONE for s in f.finding.states}
     for s in failing:
         if s.status is StateStatus.KNOWN:
             continue
-        out.print(f"  {s.status.value.upper():<13} {s.target} {s.case} {s.last_mark} "
-                  f"{s.variant}: {s.outcome_b}{': ' + s.findings if s.findings else ''}",
-                  markup=False)
+        n = by_key.get((s.target, s.case, s.state))
+        out.print(f"  {s.status.value.upper():<13} {f'[{n}] ' if n else ''}{s.target} {s.case} "
+                  f"{s.last_mark} {s.variant}: {s.outcome_b}"
+                  f"{': ' + s.findings if s.findings else ''}", markup=False)
         if s.reproducer:
             out.print(f"                reproduce: {s.reproducer}", markup=False)
     for s in gone[:10]:
@@ -133,9 +144,43 @@ def render(c: Comparison, out: Console) -> None:
             out.print(f"  {mark}power cuts on {cut.target}: {cut.failing_a}/{cut.trials_a} "
                       f"failing in A, {cut.failing_b}/{cut.trials_b} in B "
                       f"({cut.known_b} known)", markup=False)
-    verdict = "REGRESSION" if c.regressed else "no regression"
-    out.print(f"verdict: {verdict} ({len(c.regressions)} metrics, {len(c.new_states)} new "
-              f"failing states, {len(c.new_cut_failures)} targets with new failing power cuts)")
+    out.print(f"verdict: {'REGRESSION' if c.regressed else 'no regression'} "
+              f"({verdict_words(c)})")
+
+
+def verdict_words(c: Comparison) -> str:
+    """What the verdict rests on, findings first: "1 finding (2 states) new, 3 new failing
+    states; 0 metrics; 0 targets with new failing power cuts"."""
+    new = [f.finding for f in c.new_findings]
+    more = [f for f in c.regressing_findings if f.status is StateStatus.STILL]
+    return (f"{words(new)} new"
+            + (f", {len(more)} finding{'' if len(more) == 1 else 's'} of A failing in more "
+               "states" if more else "")
+            + f", {len(c.new_states)} new failing states; {len(c.regressions)} metrics; "
+            f"{len(c.new_cut_failures)} targets with new failing power cuts")
+
+
+def print_findings(c: Comparison, out: Console) -> None:
+    """Findings first: new in B, still there, gone in B (by target and signature)."""
+    by = {st: [f.finding for f in c.findings if f.status is st] for st in StateStatus}
+    out.print(f"findings: {words(by[StateStatus.NEW])} new in B"
+              + "".join(f", {words(by[st])} {what}" for st, what in (
+                  (StateStatus.STILL, "still there"), (StateStatus.GONE, "gone in B"),
+                  (StateStatus.KNOWN, "known")) if by[st]), markup=False)
+    for n, f in enumerate(c.findings, 1):
+        if f.status is StateStatus.KNOWN:
+            continue
+        rep = f.finding.representative
+        label = {StateStatus.NEW: "NEW", StateStatus.STILL: "STILL",
+                 StateStatus.GONE: "GONE"}[f.status]
+        out.print(f"  {n}. {label:<5} {f.finding.words}", markup=False)
+        states = (f"A {f.states_a}, B {f.states_b} states"
+                  + (f" ({f.new_states} new)" if f.new_states else ""))
+        rate = f", {f.finding.rate.words()}" if f.finding.rate is not None else ""
+        out.print(f"     {f.target}: {states}{rate}, e.g. {rep.case} {rep.key}: "
+                  f"{rep.explanation[:300]}", markup=False)
+        if rep.reproducer and f.status is not StateStatus.GONE:
+            out.print(f"     reproduce: {rep.reproducer}", markup=False)
 
 
 def add_rule_options(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -23,8 +24,10 @@ target (overhead of the bench's primary metric against its baseline with
 its Fieller interval; recovery after power cuts as median, p90 and max; the
 crash verdict as the marker), recovery-time distributions, recovery against
 the data in flight at the cut, throughput with intervals and the ANOVA
-table, the crash outcome matrix (target x case) with every failing state and
-its reproducer, and the environment. A summary of the same goes to the
+table, the crash outcome matrix (target x case), the distinct findings (failing
+states grouped by signature, each with its states, "fails f/t" where it was
+checked again, its representative and reproducer), then every failing state
+with its finding, and the environment. A summary of the same goes to the
 terminal; --json prints the report's data instead.
 """
 
@@ -99,18 +102,16 @@ def summary(d: dict[str, object], out: Console) -> None:
     crash = d.get("crash")
     if isinstance(crash, dict):
         t = Table(title="crash states")
-        for col in ("target", "case", "states", "ok", "recovered", "known", "failing"):
+        for col in ("target", "case", "states", "ok", "recovered", "known", "failing",
+                    "findings"):
             t.add_column(col, no_wrap=col == "target")  # names are never cut short
         for m in crash["matrix"]:
             c = m["counts"]
             bad = sum(n for o, n in c.items() if o not in ("ok", "recovered", "known"))
             t.add_row(m["target"], m["case"], str(m["states"]), str(c["ok"]),
-                      str(c["recovered"]), str(c["known"]), str(bad))
+                      str(c["recovered"]), str(c["known"]), str(bad), str(m["findings"]))
         out.print(t)
-        for f in crash["failing"][:10]:
-            out.print(f"  {f['outcome']:<11} {f['target']} {f['state']}: {f['findings'][:200]}",
-                      markup=False)
-            out.print(f"              reproduce: {f['reproducer']}", markup=False)
+        print_findings(crash, out)
     cut = d.get("cut")
     if isinstance(cut, list):
         t = Table(title="power cuts")
@@ -122,6 +123,32 @@ def summary(d: dict[str, object], out: Console) -> None:
                       ", ".join(f"{o} {n}" for o, n in c["counts"].items()),
                       *(f"{r[k]:.3g}" if r else "-" for k in ("median", "p90", "max")))
         out.print(t)
+
+
+def print_findings(crash: dict[str, Any], out: Console, most: int = 10) -> None:
+    """Findings first ("2 findings (5 states) new, ..."), each with its states, how reliably
+    it fails and its representative; then the failing states, each with its finding."""
+    out.print(f"findings: {crash['summary']}", markup=False)
+    for f in crash["findings"][:most]:
+        rep = f["representative"]
+        out.print(f"  {f['number']}. {f['words']}" + (" (known)" if f["known"] else ""),
+                  markup=False)
+        out.print(f"     {f['target']}: {f['states']} state{'' if f['states'] == 1 else 's'}"
+                  + (f", {f['fails']['words']}" if f["fails"] else "")
+                  + f", e.g. {rep['case']} {rep['state']} (run {rep['run_id']}): "
+                  f"{f['explanation'][:300]}", markup=False)
+        out.print(f"     reproduce: {f['reproducer']}", markup=False)
+    if len(crash["findings"]) > most:
+        out.print(f"  ... and {len(crash['findings']) - most} more findings (see the report)")
+    failing = crash["failing"]
+    if failing:
+        out.print(f"failing states ({len(failing)}), by finding:", markup=False)
+    for s in failing[:most]:
+        out.print(f"  [{s['finding']}] {s['outcome']:<11} {s['target']} {s['case']} {s['state']}"
+                  + (f" ({s['fails']})" if s["fails"] else "")
+                  + f": {s['explanation'][:200]}", markup=False)
+    if len(failing) > most:
+        out.print(f"  ... and {len(failing) - most} more states (see the report)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

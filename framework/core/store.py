@@ -202,6 +202,18 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (run_id, key, attempt)
     );
     """,
+    # 6 -> 7: what reports need to speak in findings. ``state``: the crash state's key as
+    # results.json and reruns name it; ``signature``: the JSON of a failing state's finding
+    # signature (crashcases.group), made when it was checked, with the workload and oracle at
+    # hand; ``ops_to_crash``: the workload ops up to its crash point (the shortest state
+    # stands for its finding); ``explanation``: why it is not ok, in words. NULL in rows
+    # from before: reports derive what they can (the key from entry and variant).
+    """
+    ALTER TABLE checks ADD COLUMN state TEXT;
+    ALTER TABLE checks ADD COLUMN signature TEXT;
+    ALTER TABLE checks ADD COLUMN ops_to_crash INTEGER;
+    ALTER TABLE checks ADD COLUMN explanation TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -249,6 +261,10 @@ class CheckRow:
     image_path: str | None
     known: list[str] | None = None  # entries that explain it (then reported as known)
     created_at: str = ""  # when it was checked (UTC, ISO 8601)
+    state: str | None = None  # the crash state's key (None: stored before keys were kept)
+    signature: dict[str, Any] | None = None  # a failing state's finding signature, as JSON
+    ops_to_crash: int | None = None  # workload ops up to the crash point
+    explanation: str | None = None  # why it is not ok, in words
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,18 +646,24 @@ class Store:
                   outcome: str, mount_s: float | None = None,
                   fsck_s: float | None = None, fsck_verdicts: Mapping[str, Any] | None = None,
                   findings: Sequence[Any] = (), reproducer: str | None = None,
-                  image_path: str | None = None, known: Sequence[str] | None = None) -> int:
+                  image_path: str | None = None, known: Sequence[str] | None = None,
+                  state: str | None = None, signature: Mapping[str, Any] | None = None,
+                  ops_to_crash: int | None = None, explanation: str | None = None) -> int:
         """One checked crash state; checking the same state again replaces the result.
 
-        ``known``: the known-behaviour entries that explain it (``outcome`` stays raw)."""
+        ``known``: the known-behaviour entries that explain it (``outcome`` stays raw).
+        ``state``, ``signature``, ``ops_to_crash``, ``explanation``: see migration 6 -> 7."""
         with self.transaction() as db:
             cur = db.execute(
                 "INSERT OR REPLACE INTO checks (crash_point_id, variant, variant_seed, outcome,"
                 " mount_s, fsck_s, fsck_verdicts, findings, reproducer, image_path, created_at,"
-                " known) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " known, state, signature, ops_to_crash, explanation)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (crash_point_id, str(variant), variant_seed, str(outcome),
                  mount_s, fsck_s, _json(dict(fsck_verdicts or {})), _json(list(findings)),
-                 reproducer, image_path, clock.timestamp(), _known_json(known)))
+                 reproducer, image_path, clock.timestamp(), _known_json(known), state,
+                 None if signature is None else _json(dict(signature)), ops_to_crash,
+                 explanation))
             return int(cur.lastrowid or 0)
 
     def add_rerun(self, run_id: int, key: str, *, attempt: int, outcome: str, failed: bool,
@@ -677,7 +699,9 @@ class Store:
                      r["kind"], r["last_mark"], r["variant"],
                      r["variant_seed"], r["outcome"], r["mount_s"], r["fsck_s"],
                      json.loads(r["fsck_verdicts"]), json.loads(r["findings"]),
-                     r["reproducer"], r["image_path"], _known_ids(r["known"]), r["created_at"])
+                     r["reproducer"], r["image_path"], _known_ids(r["known"]), r["created_at"],
+                     r["state"], None if r["signature"] is None else json.loads(r["signature"]),
+                     r["ops_to_crash"], r["explanation"])
             for r in rows
         ]
 
@@ -900,11 +924,12 @@ class Store:
                     db.execute(
                         "INSERT OR IGNORE INTO checks (crash_point_id, variant, variant_seed,"
                         " outcome, mount_s, fsck_s, fsck_verdicts, findings, reproducer,"
-                        " image_path, created_at, known)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " image_path, created_at, known, state, signature, ops_to_crash,"
+                        " explanation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (point_id, c["variant"], c["variant_seed"], c["outcome"],
                          c["mount_s"], c["fsck_s"], c["fsck_verdicts"], c["findings"],
-                         c["reproducer"], c["image_path"], c["created_at"], c["known"]))
+                         c["reproducer"], c["image_path"], c["created_at"], c["known"],
+                         c["state"], c["signature"], c["ops_to_crash"], c["explanation"]))
         for v in src.execute("SELECT v.*, t.name AS target FROM recoveries v JOIN targets t"
                              " ON v.target_id = t.id WHERE t.run_id = ?", (src_run,)):
             db.execute(

@@ -10,6 +10,8 @@ change for the worse is a regression.
 Crash states are matched by (target, case, seed, last mark, variant): the index of a
 log entry depends on the recording, the marks do not. A key fails when any of its
 checked states fails; a failing key whose states known behaviour explains is known.
+Findings (framework.report.findings) are matched by target and signature: new in B,
+gone in B, still there, or known; a finding is said first, its states second.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import Any
 
 import pandas as pd
 
+from crashcases.group import Signature
 from framework.core.errors import ConfigError
 from framework.core.stats import StatsError, overhead, summarize
 from framework.core.stats import compare as welch
+from framework.report.findings import FailingState, TargetFinding, findings_of
 from framework.report.results import SETUP_METRICS, BenchPlan, Results, primary_metric
 
 
@@ -106,13 +110,43 @@ class StateChange:
     reproducer: str | None  # B's (A's for a state gone in B)
     findings: str = ""
     known: tuple[str, ...] = ()
+    state: str = ""  # the key of the state shown (B's; A's for a state gone in B)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "case": self.case, "seed": self.seed,
                 "last_mark": self.last_mark, "variant": self.variant,
                 "status": self.status.value, "outcome_a": self.outcome_a,
                 "outcome_b": self.outcome_b, "reproducer": self.reproducer,
-                "findings": self.findings, "known": list(self.known)}
+                "findings": self.findings, "known": list(self.known), "state": self.state}
+
+
+@dataclass(frozen=True, slots=True)
+class FindingChange:
+    """One finding in A, B or both (by target and signature); ``finding`` is B's (A's for
+    a finding gone in B); ``new``: its states in B that fail anew there."""
+
+    status: StateStatus
+    finding: TargetFinding
+    states_a: int
+    states_b: int
+    new: tuple[FailingState, ...] = ()
+
+    @property
+    def new_states(self) -> int:
+        return len(self.new)
+
+    @property
+    def target(self) -> str:
+        return self.finding.target
+
+    @property
+    def signature(self) -> Signature:
+        return self.finding.signature
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.finding.to_dict(), "status": self.status.value,
+                "states_a": self.states_a, "states_b": self.states_b,
+                "new_states": self.new_states}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +212,7 @@ class Comparison:
     cuts: tuple[CutChange, ...] = field(default_factory=tuple)
     #: The trade-off figure's configurations in both runs (see trade_off_moves).
     moves: tuple[TradeOffMove, ...] = field(default_factory=tuple)
+    findings: tuple[FindingChange, ...] = field(default_factory=tuple)
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -188,12 +223,24 @@ class Comparison:
         return [s for s in self.states if s.status is StateStatus.NEW]
 
     @property
+    def new_findings(self) -> list[FindingChange]:
+        return [f for f in self.findings if f.status is StateStatus.NEW]
+
+    @property
+    def regressing_findings(self) -> list[FindingChange]:
+        """New findings, and findings A had with states failing anew in B (what ci checks
+        again)."""
+        return [f for f in self.findings if f.status is StateStatus.NEW
+                or (f.status is StateStatus.STILL and f.new_states)]
+
+    @property
     def new_cut_failures(self) -> list[CutChange]:
         return [c for c in self.cuts if c.new_failures]
 
     @property
     def regressed(self) -> bool:
-        return bool(self.regressions or self.new_states or self.new_cut_failures)
+        return bool(self.regressions or self.new_states or self.new_findings
+                    or self.new_cut_failures)
 
     def to_dict(self) -> dict[str, Any]:
         def run(r: Results) -> dict[str, Any]:
@@ -203,6 +250,9 @@ class Comparison:
         return {"a": run(self.a), "b": run(self.b), "rule": self.rule.describe(),
                 "regressed": self.regressed,
                 "counts": {"regressions": len(self.regressions),
+                           **{f"{st.value.replace(' ', '_')}_findings": sum(
+                               1 for f in self.findings if f.status is st)
+                              for st in StateStatus},
                            "improvements": sum(1 for m in self.metrics
                                                if m.verdict is Verdict.IMPROVEMENT),
                            "new_states": len(self.new_states),
@@ -212,6 +262,7 @@ class Comparison:
                                                if s.status is StateStatus.KNOWN),
                            "new_cut_failures": len(self.new_cut_failures)},
                 "metrics": [m.to_dict() for m in self.metrics],
+                "findings": [f.to_dict() for f in self.findings],
                 "states": [s.to_dict() for s in self.states],
                 "cuts": [c.to_dict() for c in self.cuts],
                 "trade_off": [m.to_dict() for m in self.moves]}
@@ -231,8 +282,9 @@ def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
                *_recovery_changes(a, b, rule)]
     moves = tuple(trade_off_moves(a, b)) if not (a.recoveries.empty or b.recoveries.empty
                                                   or a.bench.empty or b.bench.empty) else ()
-    return Comparison(a, b, rule, tuple(metrics), tuple(_state_changes(a, b)),
-                      tuple(_cut_changes(a, b)), moves)
+    states = tuple(_state_changes(a, b))
+    return Comparison(a, b, rule, tuple(metrics), states, tuple(_cut_changes(a, b)), moves,
+                      tuple(_finding_changes(a, b, states)))
 
 
 # ---- metrics -------------------------------------------------------------------------
@@ -398,9 +450,9 @@ def _states(r: Results) -> dict[StateKey, dict[str, Any]]:
         known = tuple(row["known"]) if failing and row["known"] is not None else ()
         entry = out.setdefault(key, {"fails": False, "unknown": False,
                                      "outcome": row["outcome"], "reproducer": row["reproducer"],
-                                     "findings": "", "known": ()})
+                                     "findings": "", "known": (), "state": row["state"]})
         example = {"outcome": row["outcome"], "reproducer": row["reproducer"],
-                   "findings": _findings_text(row["findings"])}
+                   "findings": _findings_text(row["findings"]), "state": row["state"]}
         if failing and not entry["fails"]:
             entry.update(fails=True, **example)
         if failing:
@@ -450,7 +502,32 @@ def _state_changes(a: Results, b: Results) -> Iterable[StateChange]:
                           outcome_a=None if ea is None else str(ea["outcome"]),
                           outcome_b=None if eb is None else str(eb["outcome"]),
                           reproducer=shown["reproducer"], findings=shown["findings"],
-                          known=tuple(eb["known"]) if eb is not None else ())
+                          known=tuple(eb["known"]) if eb is not None else (),
+                          state=str(shown["state"]))
+
+
+def _finding_changes(a: Results, b: Results,
+                     states: Sequence[StateChange]) -> Iterable[FindingChange]:
+    """B's findings, new, still there or known, then A's that are gone; each matched by
+    target and signature."""
+    fa = {(f.target, f.signature): f for f in findings_of(a)}
+    fb = findings_of(b)
+    new = {(s.target, s.case, s.seed, s.last_mark, s.variant) for s in states
+           if s.status is StateStatus.NEW}
+
+    def is_new(s: FailingState) -> bool:
+        return (s.target, s.case, s.seed, s.last_mark, s.variant) in new
+
+    for f in fb:
+        before = fa.get((f.target, f.signature))
+        status = (StateStatus.KNOWN if f.known else
+                  StateStatus.STILL if before is not None else StateStatus.NEW)
+        yield FindingChange(status, f, len(before.states) if before else 0, len(f.states),
+                            tuple(s for s in f.states if is_new(s)))
+    seen = {(f.target, f.signature) for f in fb}
+    for key, f in fa.items():
+        if key not in seen:
+            yield FindingChange(StateStatus.GONE, f, len(f.states), 0)
 
 
 def _cut_changes(a: Results, b: Results) -> Iterable[CutChange]:

@@ -21,6 +21,7 @@ from crashcases.cut.summary import percentile
 from framework.bench.engine import one_factor_design
 from framework.core.stats import StatsError, overhead, quantile_interval, summarize
 from framework.report import figures, tradeoff
+from framework.report.findings import failing_states, findings_of, rate_of, summary_words
 from framework.report.results import Results, controls, primary_metric
 
 OUTCOME_ORDER = ("ok", "recovered", "known", "data-loss", "corrupt", "unmountable", "hang")
@@ -96,32 +97,43 @@ def _crash(r: Results, report: Report) -> None:
         report.data["missing"].append("crash states: this run checked none (no crash step)")
         report.data["crash"] = None
         return
-    matrix = []
-    for (target, case), rows in c.groupby(["target", "case"], sort=False):
-        counts = Counter(r.labels(rows))
-        matrix.append({"target": target, "case": case, "states": len(rows),
-                       "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER}})
-    failing: list[dict[str, Any]] = []
     fired: Counter[str] = Counter()
     control_runs = controls(r)
     for row in r.failing_checks().to_dict("records"):
         if row["run_id"] in control_runs:
             fired[f"{row['target']} {row['case']}"] += 1
+    # Findings first, states second: each failing state (known ones apart) names its finding.
+    runs = [x.id for x in r.runs if x.id not in control_runs]
+    found = findings_of(r, runs)
+    # States against findings per target and case (a finding may span cases).
+    every = findings_of(r) if control_runs else found
+    matrix = []
+    for (target, case), rows in c.groupby(["target", "case"], sort=False):
+        counts = Counter(r.labels(rows))
+        matrix.append({"target": target, "case": case, "states": len(rows),
+                       "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER},
+                       "findings": sum(1 for f in every if f.target == target
+                                       and any(s.case == case for s in f.states))})
+    number = {s.id: n for n, f in enumerate(found, 1) for s in f.states}
+    failing: list[dict[str, Any]] = []
+    for s in failing_states(r, runs):
+        if s.known is not None:
             continue
-        findings = row["findings"] or []
-        text = "; ".join(f"{f.get('kind')}: {f.get('path')}: {f.get('detail')}"
-                         for f in findings[:3] if isinstance(f, dict))
-        failing.append({"target": row["target"], "case": row["case"],
-                        "state": f"{row['entry']}/{row['variant']}", "mark": row["last_mark"],
-                        "outcome": row["outcome"], "findings": text or "(no finding: see its "
-                        "fsck output with the reproducer)", "reproducer": row["reproducer"]})
+        rate = rate_of(r, s)
+        failing.append({"target": s.target, "case": s.case, "state": s.key, "mark": s.last_mark,
+                        "outcome": s.outcome, "finding": number[s.id],
+                        "explanation": s.explanation, "reproducer": s.reproducer,
+                        "fails": rate.words() if rate is not None else None})
     explained: Counter[str] = Counter()
     for ids in r.known_checks()["known"]:
         explained.update(ids)
     times = {t: {"mount_s": _spread(list(rows["mount_s"].dropna())),
                  "fsck_s": _spread(list(rows["fsck_s"].dropna()))}
              for t, rows in c.groupby("target", sort=False)}
-    report.data["crash"] = {"matrix": matrix, "failing": failing, "known": dict(explained),
+    report.data["crash"] = {"matrix": matrix, "summary": summary_words(found),
+                            "findings": [{"number": n, **f.to_dict()}
+                                         for n, f in enumerate(found, 1)],
+                            "failing": failing, "known": dict(explained),
                             "controls": dict(fired), "verdicts": crash_verdicts(r),
                             "times": times}
     mounts = {_label(r, str(t)): list(rows["mount_s"].dropna())

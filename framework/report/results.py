@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from crashcases.vocabulary import fails
+from crashcases.crash.points import Variant
+from crashcases.vocabulary import VariantKind, fails
 from framework.core import rundir
 from framework.core.errors import ConfigError
 from framework.core.store import Run, Store
@@ -26,7 +27,7 @@ PASSING = ("ok", "recovered")
 
 CHECK_COLUMNS = ["run_id", "target", "case", "seed", "entry", "point_kind", "last_mark",
                  "variant", "variant_seed", "outcome", "known", "mount_s", "fsck_s",
-                 "findings", "reproducer"]
+                 "findings", "reproducer", "fsck_verdicts", "state", "signature", "ops_to_crash", "explanation"]
 RECOVERY_COLUMNS = ["run_id", "target", "trial", "seed", "outcome", "known", "mount_s",
                     "fsck_s", "recovery_s", "in_flight_bytes", "in_flight_ops"]
 #: What every bench repetition also records about itself (framework.bench.engine.StoreRecorder).
@@ -59,6 +60,8 @@ class Results:
     benches: tuple[BenchPlan, ...]
     #: target name -> its configuration as the store keeps it (Target.to_dict())
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (run id, state key) -> whether each check again failed, in order (crash --reruns)
+    reruns: dict[tuple[int, str], list[bool]] = field(default_factory=dict)
 
     @property
     def is_study(self) -> bool:
@@ -100,6 +103,10 @@ class Results:
         known = self._failing(frame) & frame["known"].notna()
         return frame["outcome"].astype(str).where(~known, "known")
 
+    def all_failing_checks(self) -> pd.DataFrame:
+        """Checked crash states that fail, those known behaviour explains included."""
+        return self.checks[self._failing(self.checks)]
+
     def failing_checks(self) -> pd.DataFrame:
         """Checked crash states that fail and no known behaviour explains."""
         c = self.checks
@@ -122,13 +129,18 @@ def load(store: Store, ref: str) -> Results:
     runs = tuple(store.children(top.id)) if top.kind == "study" else (top,)
     checks, recoveries, bench, benches = [], [], [], []
     targets: dict[str, dict[str, Any]] = {}
+    reruns: dict[tuple[int, str], list[bool]] = {}
     for run in runs:
         targets.update(store.targets(run.id))
+        for key, rows in store.reruns(run.id).items():
+            reruns[(run.id, key)] = [failed for _, failed in rows]
         for c in store.checks(run.id):
             checks.append([run.id, c.target, c.case_spec, c.seed, c.entry_index, c.kind,
                            c.last_mark, c.variant, c.variant_seed, c.outcome,
                            tuple(c.known) if c.known is not None else None, c.mount_s,
-                           c.fsck_s, c.findings, c.reproducer])
+                           c.fsck_s, c.findings, c.reproducer, c.fsck_verdicts,
+                           c.state or state_key(c.entry_index, c.variant, c.variant_seed),
+                           c.signature, c.ops_to_crash, c.explanation])
         for v in store.recoveries(run.id):
             total = None if v.mount_s is None else v.mount_s + (v.fsck_s or 0.0)
             recoveries.append([run.id, v.target, v.trial, v.seed, v.outcome,
@@ -151,7 +163,16 @@ def load(store: Store, ref: str) -> Results:
                    pd.DataFrame(checks, columns=CHECK_COLUMNS),
                    pd.DataFrame(recoveries, columns=RECOVERY_COLUMNS),
                    pd.DataFrame(bench, columns=BENCH_COLUMNS),
-                   tuple(benches), targets)
+                   tuple(benches), targets, reruns)
+
+
+def state_key(entry: int, variant: str, seed: int) -> str:
+    """A state's key from its stored parts, for rows stored before keys were kept (a
+    variant on the journal disk of such a row reads as one on the data disk)."""
+    try:
+        return f"{entry}/{Variant(VariantKind(variant), seed).spec}"
+    except ValueError:
+        return f"{entry}/{variant}"
 
 
 def _primary_of(run: Run) -> str | None:

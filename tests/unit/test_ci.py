@@ -116,18 +116,29 @@ def test_a_kernel_that_breaks_a_promise_is_a_regression_named_with_its_reproduce
         ci, tmp_path: Path, capsys) -> None:
     assert ci("--kernel-release", "broken", "--baseline-kernel-release", "good") == 1
     out = capsys.readouterr().out
-    assert "NEW" in out and "ext4/ordered gen:seq1 pc-1 prefix: reliable (3/3 reruns fail)" in out
+    # Findings first: the new one, checked again (the first check counts: 1 + 3 reruns).
+    assert "findings: 1 finding (1 state) new in B, 1 finding (1 state) still there" in out
+    assert "NEW   ext4: " in out and "ext4/ordered: A 0, B 1 states (1 new)" in out
+    assert "checked again as gen:seq1 16/prefix: fails 4/4, reliable" in out
+    assert "verdict: REGRESSION (1 finding (1 state) new, 1 new failing states;" in out
+    assert "NEW           [1] ext4/ordered gen:seq1 pc-1 prefix: data-loss" in out
     assert len(ci.rechecks) == 3
     assert all(r[r.index("--kernel-release") + 1] == "broken" for r in ci.rechecks)
     (candidate,) = [p.parent for p in (tmp_path / "r").glob("study-*/ci.md")]
     summary = (candidate / "ci.md").read_text()
-    assert "| ext4/ordered | gen:seq1 | pc-1 | prefix | data-loss | reliable (3/3 reruns fail)" in (
+    assert "Verdict: regression (1 finding (1 state) new, 1 new failing states;" in summary
+    assert summary.index("## New findings, and findings failing in more states") < summary.index(
+        "## New failing crash states")
+    assert "| 1 | ext4: " in summary and "| ext4/ordered | new | 1 (1) | fails 4/4, reliable |" in (
         summary)
+    assert "| ext4/ordered | gen:seq1 | pc-1 | prefix | data-loss | finding 1, fails 4/4, " \
+           "reliable |" in summary
     assert "`powercut recheck " in summary
     assert "kernel broken, 6 crash states (data-loss 2, ok 4)" in summary
     suite = ET.parse(candidate / "ci.xml").getroot()
     failures = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
     assert [tc.get("name") for tc in failures] == ["ext4/ordered gen:seq1 pc-1 prefix"]
+    assert "finding 1, fails 4/4, reliable" in failures[0].find("failure").get("message", "")
 
 
 def test_flaky_states_and_a_database_as_baseline(ci, tmp_path: Path, capsys) -> None:
@@ -136,7 +147,8 @@ def test_flaky_states_and_a_database_as_baseline(ci, tmp_path: Path, capsys) -> 
     (tmp_path / "ci.sqlite").rename(base)
     capsys.readouterr()
     assert ci("--kernel-release", "flaky", "--baseline", str(base), "--reruns", "4") == 1
-    assert "flaky (2/4 reruns fail)" in capsys.readouterr().out
+    # Two of four reruns fail, and the first check: "fails 3/5".
+    assert "fails 3/5, flaky 60%" in capsys.readouterr().out
 
 
 def test_a_positive_control_that_stops_firing_fails_the_candidate(ci, capsys) -> None:

@@ -389,6 +389,47 @@ def test_each_target_row_keeps_its_journal_placement_and_disk_profiles(tmp_path:
         assert merged.placements(2)["ext4/logdev"] == TargetPlacement("external", "hdd", "ram")
 
 
+def test_a_version_6_database_migrates_and_checks_keep_their_findings_signature(
+        tmp_path: Path) -> None:
+    """Checks of a database from before signatures read with none (reports derive the rest);
+    new checks keep their key, signature, ops to the crash point and explanation, and a
+    merge copies them."""
+    path = tmp_path / "v6.db"
+    db = sqlite3.connect(path)
+    for statement in ";".join(MIGRATIONS[:6]).split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 6")
+    db.execute("INSERT INTO runs (uuid, started_at, command_line, study, status, environment,"
+               " kind) VALUES ('u1', 't', 'powercut crash', 'crash', 'finished', '{}', 'crash')")
+    db.execute("INSERT INTO targets (run_id, name, config) VALUES (1, 'ext4', '{}')")
+    db.execute("INSERT INTO recordings (target_id, case_spec, seed, entries, marks)"
+               " VALUES (1, 'c', 0, 10, 1)")
+    db.execute("INSERT INTO crash_points (recording_id, entry_index, kind, last_mark)"
+               " VALUES (1, 7, 'mark', 'pc-0')")
+    db.execute("INSERT INTO checks (crash_point_id, variant, variant_seed, outcome,"
+               " fsck_verdicts, findings, created_at) VALUES (1, 'subset', 3, 'data-loss', '{}',"
+               " '[]', 't')")
+    db.commit()
+    db.close()
+    signature = {"fstype": "ext4", "promise": "missing name", "durability": "fsync",
+                 "ops": ["creat n1", "fsync n1"]}
+    with Store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 7
+        (old,) = store.checks(1)
+        assert (old.outcome, old.state, old.signature, old.ops_to_crash, old.explanation) == (
+            "data-loss", None, None, None, None)
+        cp = store.add_crash_point(1, entry_index=9, kind="mark", last_mark="pc-1")
+        store.add_check(cp, variant="prefix", variant_seed=0, outcome="data-loss",
+                        state="9/prefix", signature=signature, ops_to_crash=2,
+                        explanation="data-loss: f: missing")
+    merge(tmp_path / "into.db", [path])
+    with Store(tmp_path / "into.db") as merged:
+        new = merged.checks(1)[1]
+        assert (new.state, new.signature, new.ops_to_crash, new.explanation) == (
+            "9/prefix", signature, 2, "data-loss: f: missing")
+
+
 def test_two_processes_writing_one_database_at_once_both_finish_and_lose_nothing(
         tmp_path: Path) -> None:
     """Fault campaign, short form: two powercut processes store into one database at the
