@@ -21,7 +21,7 @@ a recorded 17,497-entry ext4 log the compiled walk indexes every header 12 to 24
 times faster than the Python one (docs/measurements/2026-11-26-native-replay.md).
 
 How it is found. ``make setup`` builds ``devicemapper/_lognative*.so`` into the source
-tree (setup.py, ``build_ext --inplace``); the guest runs this tree and the same venv
+tree (``python -m devicemapper.build_native``); the guest runs this tree and the same venv
 read-only over 9p, so it imports the same file. Nothing is compiled at run time. A
 module built from other sources (its ``ABI_VERSION`` differs) is ignored with a
 warning, a missing one quietly: the Python path (logformat, apply) is the reference
