@@ -4,6 +4,7 @@
     powercut zoo build                 the fixed kernel and one per entry, from one tree
     powercut zoo run [--budget-min M]  the recall run: the same general workloads on every
                                        zoo kernel and the fixed one; recall and false alarms
+    powercut zoo report ZOO_JSON       a finished run's table again
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ examples:
   powercut zoo build                      # everything, or name entries
   powercut zoo run --budget-min 15 --json
   powercut zoo run btrfs-new-name-last-log-commit --budget-min 5
+  powercut zoo run --jobs 2               # two kernels at a time (two guests)
+  powercut zoo report results/zoo/zoo.json
 """
 
 
@@ -69,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     entries = load_entries(names=tuple(args.entries))
     plan = RecallPlan(budget_s=args.budget_min * 60.0, seed=args.seed,
-                      fstests=args.fstests or None)
+                      fstests=args.fstests or None, shares=not args.no_shares, jobs=args.jobs)
     report = run_recall(entries, zoo_cache(args.cache), Path(args.results), plan,
                         say=lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(args.results) / rundir.ZOO_REPORT
@@ -80,6 +83,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(table(report))
         print(f"zoo: {out}")
     return 0 if report["false_alarms"] == 0 else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from framework.zoo.recall import load_report, table
+
+    for path in args.reports:
+        report = load_report(Path(path))
+        if args.json:
+            print_json(report)
+        else:
+            print(table(report))
+    return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -105,9 +120,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--budget-min", type=float, default=15.0, metavar="M",
                    help="minutes of checking per kernel and target (default: 15)")
     v.add_argument("--seed", type=int, default=0, help="seed of the workloads (default: 0)")
+    v.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="kernels checked at once, each in a guest of its own (default: 1); "
+                        "a guest under TCG keeps about one core busy")
+    v.add_argument("--no-shares", action="store_true",
+                   help="let each workload use all that is left of the budget instead of an "
+                        "equal share of it (the first slow workload can then starve the rest)")
     v.add_argument("--results", default="results/zoo", metavar="DIR",
                    help="where the runs and zoo.json go (default: results/zoo)")
     v.add_argument("--fstests", metavar="DIR",
                    help="a built fstests checkout: each entry's fstests test also runs on its "
                         "kernel and the fixed one (default: POWERCUT_XFSTESTS, else skipped)")
     v.set_defaults(func=cmd_run)
+    v = verbs.add_parser("report", help="the table of a recall run's zoo.json again")
+    v.add_argument("reports", nargs="+", metavar="ZOO_JSON",
+                   help="a zoo.json written by 'zoo run' (in its --results directory)")
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    v.set_defaults(func=cmd_report)

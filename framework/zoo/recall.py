@@ -21,14 +21,14 @@ and keeps what it checked.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,10 @@ WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: No step is given less than this while the budget lasts (a guest start and a recording).
+MIN_STEP_S = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class RecallPlan:
     #: Checking time per kernel (an entry's targets share it; the fixed kernel has it for
@@ -55,6 +59,17 @@ class RecallPlan:
     budget_s: float = 900.0
     seed: int = 0
     fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
+    #: Each workload may use at most an equal share of what is left of the budget (what it
+    #: does not use passes on), so one slow workload cannot starve the others; without
+    #: shares a workload may use all that is left.
+    shares: bool = True
+    jobs: int = 1  # kernels checked at once, each in a guest of its own
+
+    def step_limit(self, left: float, remaining: int) -> float:
+        """Seconds the next of ``remaining`` workloads may use, ``left`` seconds being left."""
+        if not self.shares or remaining <= 1:
+            return left
+        return min(left, max(left / remaining, MIN_STEP_S))
 
 
 @dataclass(slots=True)
@@ -155,13 +170,13 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
     db = results / rundir.ZOO_DB
     steps: list[Step] = []
     start = clock.monotonic()
-    for case, options in WORKLOADS:
+    for n, (case, options) in enumerate(WORKLOADS):
         left = plan.budget_s - (clock.monotonic() - start)
         if left < 30:
             break
         step = Step(kernel.name, target, case,
                     _crash_argv(kernel, target, case, options, plan.seed, results, db))
-        _run_step(step, results, left, say)
+        _run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say)
         steps.append(step)
         say(f"zoo: {kernel.name} {target} {case}: {step.states} states, {step.failing} failing "
             f"({step.findings} findings), {step.known} known, {step.wall_s:.0f} s"
@@ -171,11 +186,37 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
     return steps
 
 
+def _entry_row(entry: ZooEntry, kernel: Kernel, results: Path, plan: RecallPlan,
+               say: Callable[[str], None]) -> dict[str, Any]:
+    """One entry's kernel on its targets until the first unexplained failing state."""
+    steps: list[Step] = []
+    kernel_start = clock.timestamp()
+    # The budget is the kernel's: an entry on several targets shares it among them.
+    share = replace(plan, budget_s=plan.budget_s / len(entry.targets))
+    for t in entry.targets:
+        steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), share,
+                            stop_at_detection=True, say=say)
+        if any(s.failing for s in steps):
+            break
+    first = min((s.first_failure for s in steps if s.first_failure), default="")
+    return {
+        **{k: v for k, v in entry.to_dict().items() if k in (
+            "name", "filesystem", "targets", "fix", "subject", "fstests", "hand_port")},
+        "detected": any(s.failing for s in steps),
+        "time_to_first_failure_s": _seconds_between(kernel_start, first),
+        "states": sum(s.states for s in steps),
+        "failing_states": sum(s.failing for s in steps),
+        "findings": sum(s.findings for s in steps),
+        "checking_s": sum(s.wall_s for s in steps),
+        "steps": [s.to_dict() for s in steps],
+    }
+
+
 def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: RecallPlan, *,
                say: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole recall: the fixed kernel on every target any entry names, then each entry's
-    kernel on its targets. A kernel that is not built is a one-line error before anything
-    runs."""
+    kernel on its targets, ``plan.jobs`` kernels at a time. A kernel that is not built is a
+    one-line error before anything runs."""
     fixed = installed(cache, FIXED)
     kernels = {e.name: installed(cache, e.name) for e in entries}
     missing = [n for n, k in kernels.items() if k is None] + ([FIXED] if fixed is None else [])
@@ -185,32 +226,16 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
     assert fixed is not None
     started = clock.wall()
     targets = list(dict.fromkeys(t for e in entries for t in e.targets))
-    baseline = {t: run_kernel(fixed, t, results / FIXED / t.replace("/", "-"), plan,
-                              stop_at_detection=False, say=say) for t in targets}
-    rows = []
-    for entry in entries:
-        kernel = kernels[entry.name]
-        assert kernel is not None
-        steps: list[Step] = []
-        kernel_start = clock.timestamp()
-        # The budget is the kernel's: an entry on several targets shares it among them.
-        share = RecallPlan(plan.budget_s / len(entry.targets), plan.seed, plan.fstests)
-        for t in entry.targets:
-            steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), share,
-                                stop_at_detection=True, say=say)
-            if any(s.failing for s in steps):
-                break
-        first = min((s.first_failure for s in steps if s.first_failure), default="")
-        rows.append({
-            **{k: v for k, v in entry.to_dict().items() if k in (
-                "name", "filesystem", "targets", "fix", "subject", "fstests", "hand_port")},
-            "detected": any(s.failing for s in steps),
-            "time_to_first_failure_s": _seconds_between(kernel_start, first),
-            "failing_states": sum(s.failing for s in steps),
-            "findings": sum(s.findings for s in steps),
-            "checking_s": sum(s.wall_s for s in steps),
-            "steps": [s.to_dict() for s in steps],
-        })
+    with ThreadPoolExecutor(max(1, plan.jobs)) as pool:
+        base = {t: pool.submit(run_kernel, fixed, t, results / FIXED / t.replace("/", "-"),
+                               plan, stop_at_detection=False, say=say) for t in targets}
+        pending = []
+        for entry in entries:
+            kernel = kernels[entry.name]
+            assert kernel is not None
+            pending.append(pool.submit(_entry_row, entry, kernel, results, plan, say))
+        baseline = {t: f.result() for t, f in base.items()}
+        rows = [f.result() for f in pending]
     checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
     if checkout:
         for entry, row in zip(entries, rows, strict=True):
@@ -220,7 +245,7 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
     false_alarms = sum(s.failing for steps in baseline.values() for s in steps)
     detected = sum(1 for r in rows if r["detected"])
     return {
-        "budget_s": plan.budget_s, "seed": plan.seed,
+        "budget_s": plan.budget_s, "seed": plan.seed, "shares": plan.shares, "jobs": plan.jobs,
         "workloads": [{"case": c, "options": list(o)} for c, o in WORKLOADS],
         "kernels": {FIXED: fixed.to_dict(), **{n: k.to_dict() for n, k in kernels.items() if k}},
         "entries": rows,
@@ -253,23 +278,29 @@ def fstests_verdicts(entry: ZooEntry, checkout: Path, kernel: Kernel | None, fix
 
 def table(report: dict[str, Any]) -> str:
     """The per-entry table and the totals, in Markdown."""
-    lines = ["| entry | fix | fs | detected | time to first failure | failing states | "
-             "findings | fstests |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| entry | fix | fs | detected | time to first failure | states checked | "
+             "failing states | findings | fstests |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report["entries"]:
         t = r["time_to_first_failure_s"]
+        checked = r.get("states", sum(s["states"] for s in r["steps"]))
         lines.append(
             f"| {r['name']} | {r['fix'][:12]} | {r['filesystem']} | "
             f"{'yes' if r['detected'] else 'no'} | {'-' if t is None else f'{t:.0f} s'} | "
-            f"{r['failing_states']} | {r['findings']} | "
+            f"{checked} | {r['failing_states']} | {r['findings']} | "
             f"{r.get('fstests_verdict') or (r['fstests'] or '-')} |")
     rec = report["recall"]
+    rule = "" if not report.get("shares") else ", an equal share of what is left per workload"
     lines.append("")
     lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%); "
                  f"false alarms on the fixed kernel: {report['false_alarms']}; "
-                 f"budget {report['budget_s'] / 60:.0f} min per kernel and target; "
-                 f"wall {report['wall_s'] / 60:.0f} min")
+                 f"budget {report['budget_s'] / 60:.0f} min per kernel and target{rule}; "
+                 f"{report.get('jobs', 1)} at a time; wall {report['wall_s'] / 60:.0f} min")
     return "\n".join(lines)
 
 
 def load_report(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+    """A zoo.json; one that cannot be read or is not a recall report is a one-line error."""
+    data = rundir.read_json_object(path, "zoo report")
+    if not isinstance(data.get("entries"), list) or "recall" not in data:
+        raise ConfigError(f"{path}: not a zoo report (no entries or recall)")
+    return data

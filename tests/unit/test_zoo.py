@@ -9,7 +9,7 @@ import pytest
 from framework.core.errors import ConfigError
 from framework.zoo.entry import KEYS, entries_dir, load_entries, parse_entry
 from framework.zoo.kernels import APPLIED, KernelTree
-from framework.zoo.recall import table
+from framework.zoo.recall import RecallPlan, table
 
 
 def test_every_shipped_entry_loads_with_its_patch_and_targets() -> None:
@@ -98,14 +98,26 @@ def test_the_report_says_recall_and_false_alarms() -> None:
     def row(name: str, detected: bool, t: float | None) -> dict:
         return {"name": name, "fix": "0123456789abcdef", "filesystem": "btrfs",
                 "detected": detected, "time_to_first_failure_s": t,
-                "failing_states": 3 if detected else 0, "findings": 1 if detected else 0,
+                "states": 40, "failing_states": 3 if detected else 0,
+                "findings": 1 if detected else 0, "steps": [],
                 "fstests": "generic/782", "fstests_verdict": "fails on the zoo kernel, passes "
                                                               "on the fixed one"}
     report = {"entries": [row("a", True, 95.0), row("b", False, None)],
               "recall": {"detected": 1, "entries": 2, "share": 0.5}, "false_alarms": 0,
-              "budget_s": 900.0, "wall_s": 3600.0}
+              "budget_s": 900.0, "wall_s": 3600.0, "shares": True, "jobs": 2}
     text = table(report)
-    assert "| a | 0123456789ab | btrfs | yes | 95 s | 3 | 1 | fails on the zoo kernel" in text
-    assert "| b | 0123456789ab | btrfs | no | - | 0 | 0 |" in text
+    assert "| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | fails on the zoo kernel" in text
+    assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 |" in text
     assert "recall: 1/2 (50%); false alarms on the fixed kernel: 0" in text
+    assert "an equal share of what is left per workload; 2 at a time; wall 60 min" in text
     assert entries_dir().is_dir()
+
+
+def test_each_workload_gets_an_equal_share_of_what_is_left() -> None:
+    plan = RecallPlan(budget_s=900.0)
+    assert plan.step_limit(900.0, 5) == 180.0  # five workloads: a fifth each at first
+    assert plan.step_limit(800.0, 4) == 200.0  # what the first did not use passes on
+    assert plan.step_limit(90.0, 3) == 60.0  # never less than a guest start and a recording
+    assert plan.step_limit(40.0, 3) == 40.0  # ... unless less than that is left
+    assert plan.step_limit(300.0, 1) == 300.0  # the last takes all that is left
+    assert RecallPlan(shares=False).step_limit(900.0, 5) == 900.0
