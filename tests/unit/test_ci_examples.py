@@ -108,6 +108,11 @@ def recipe_image_and_kernels() -> tuple[str, set[str]]:
     return image.group(1), set(kernels.group(1).split())
 
 
+def images_named(text: str) -> set[str]:
+    """The container images a workflow's jobs or a manifest's containers run in."""
+    return set(re.findall(r"^\s*(?:image|container): (\S+)$", text, re.M))
+
+
 def test_the_examples_name_kernel_releases_debian_has_and_the_image_the_recipe_builds() -> None:
     apt = shutil.which("apt-cache")
     texts = [(EXAMPLES / n).read_text() for n in ("kernel-ci.github.yml", "kernel-ci.k8s.yml")]
@@ -117,8 +122,10 @@ def test_the_examples_name_kernel_releases_debian_has_and_the_image_the_recipe_b
     assert image == "localhost/powercut:bookworm"
     assert releases <= kernels, releases - kernels  # the image has every kernel they boot
     for text in texts:
-        named = set(re.findall(r"^\s*(?:image|container): (\S+)$", text, re.M))
-        assert named == {image}, named
+        assert images_named(text) == {image}
+    # Positive control: a job that runs in another image is seen.
+    planted = texts[0].replace("container: localhost/powercut:bookworm", "container: debian:bookworm")
+    assert images_named(planted) == {image, "debian:bookworm"}
     if apt is not None:
         for release in sorted(releases):
             shown = subprocess.run([apt, "show", f"linux-image-{release}"], capture_output=True,
