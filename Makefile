@@ -2,6 +2,7 @@
 #   make run    install what is missing, then run the default study (quick)
 #   make test   install what is missing, then run lint, types, import contracts, the docs build
 #               and the tests
+#   make image  the container image localhost/powercut:bookworm (needs podman and debootstrap)
 # Set-up is idempotent: a second call only checks (about a second).
 
 PYTHON ?= python3
@@ -20,7 +21,7 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
 KERNEL_612 = $$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64$$' \
 	| cut -d' ' -f1 | sort -V | tail -1)
 
-.PHONY: setup run test lint docs unit integration clean kernels
+.PHONY: setup run test lint docs unit integration clean kernels image
 setup: apt $(STAMPS)/venv $(STAMPS)/native $(BIN)/actionlint
 
 apt:
@@ -92,6 +93,12 @@ kernels:
 	dpkg-query -W -f='$${Status}\n' $$pkg 2>/dev/null | grep -q 'ok installed' || \
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$pkg; \
 	echo "installed: $$pkg (use --kernel-release $${pkg#linux-image-})"
+
+# The container image (.ci/container/Containerfile): Debian bookworm with this checkout and
+# `make setup` done, and the kernels the CI examples boot; built from a debootstrap base, so
+# no registry is needed. setup does not install podman and debootstrap; the script names them.
+image:
+	.ci/container/build
 
 clean:
 	rm -rf $(VENV) $(STAMPS) .pytest_cache .mypy_cache .ruff_cache build devicemapper/_lognative*.so

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import sys
@@ -12,14 +13,19 @@ from framework.core import command
 from framework.core.errors import PowercutError
 from framework.core.machine.base import project_root
 
+#: The revision of a copy without git's files (the container image sets it when it is built).
+REVISION_ENV = "POWERCUT_REVISION"
+
 
 def git_revision(root: Path | None = None) -> str | None:
     try:
         res = command.run(["git", "-C", root or project_root(), "describe", "--always", "--dirty"],
                           timeout_s=10, ok_status=None)
     except PowercutError:
-        return None
-    return res.stdout.strip() or None if res.status == 0 else None
+        res = None
+    if res is not None and res.status == 0 and res.stdout.strip():
+        return res.stdout.strip()
+    return os.environ.get(REVISION_ENV) or None
 
 
 def command_line() -> str:

@@ -1,4 +1,5 @@
-"""The CI examples in .ci/examples are valid YAML whose powercut command lines parse."""
+"""The CI examples in .ci/examples are valid YAML whose powercut command lines parse, and run
+the image .ci/container builds."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import yaml
 from framework.cli import build_parser
 
 EXAMPLES = Path(__file__).resolve().parents[2] / ".ci" / "examples"
+RECIPE = EXAMPLES.parent / "container"
 
 
 def powercut_commands(text: str) -> list[list[str]]:
@@ -96,14 +98,36 @@ def test_the_github_workflow_passes_actionlint(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "property \"kernels\" is not defined" in bad.stdout, bad.stdout
 
 
+def recipe_image_and_kernels() -> tuple[str, set[str]]:
+    """The image name .ci/container/build gives by default and the kernels the Containerfile
+    installs by default."""
+    build = (RECIPE / "build").read_text()
+    image = re.search(r"^image=\$\{POWERCUT_IMAGE:-([^}]+)\}$", build, re.M)
+    kernels = re.search(r'^ARG KERNELS="([^"]*)"$', (RECIPE / "Containerfile").read_text(), re.M)
+    assert image and kernels
+    return image.group(1), set(kernels.group(1).split())
+
+
+def images_named(text: str) -> set[str]:
+    """The container images a workflow's jobs or a manifest's containers run in."""
+    return set(re.findall(r"^\s*(?:image|container): (\S+)$", text, re.M))
+
+
 def test_the_examples_name_kernel_releases_debian_has_and_the_image_the_recipe_builds() -> None:
     apt = shutil.which("apt-cache")
     texts = [(EXAMPLES / n).read_text() for n in ("kernel-ci.github.yml", "kernel-ci.k8s.yml")]
     releases = set(re.findall(r"\b6\.1\.0-\d+-amd64|\b6\.12\.\d+\+deb12-amd64", "\n".join(texts)))
     assert releases
+    image, kernels = recipe_image_and_kernels()
+    assert image == "localhost/powercut:bookworm"
+    assert releases <= kernels, releases - kernels  # the image has every kernel they boot
+    for text in texts:
+        assert images_named(text) == {image}
+    # Positive control: a job that runs in another image is seen.
+    planted = texts[0].replace("container: localhost/powercut:bookworm", "container: debian:bookworm")
+    assert images_named(planted) == {image, "debian:bookworm"}
     if apt is not None:
         for release in sorted(releases):
             shown = subprocess.run([apt, "show", f"linux-image-{release}"], capture_output=True,
                                    text=True, timeout=120)
             assert shown.returncode == 0 and "Package:" in shown.stdout, release
-    assert "image: localhost/powercut:bookworm" in texts[1]
