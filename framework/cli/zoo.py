@@ -4,13 +4,14 @@
     powercut zoo build                 the fixed kernel and one per entry, from one tree
     powercut zoo run [--budget-min M]  the recall run: the same general workloads on every
                                        zoo kernel and the fixed one; recall and false alarms
+    powercut zoo complete ZOO_JSON     confirm a finished run's detections, add fstests verdicts
     powercut zoo report ZOO_JSON       a finished run's table again
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,10 +74,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     entries = load_entries(names=tuple(args.entries))
     plan = RecallPlan(budget_s=args.budget_min * 60.0, seed=args.seed,
                       fstests=args.fstests or None, shares=not args.no_shares, jobs=args.jobs)
-    report = run_recall(entries, zoo_cache(args.cache), Path(args.results), plan,
-                        say=lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(args.results) / rundir.ZOO_REPORT
-    out.write_text(json.dumps(report, indent=1, default=str))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = run_recall(entries, zoo_cache(args.cache), Path(args.results), plan,
+                        say=lambda line: print(line, file=sys.stderr, flush=True), out=out)
     if args.json:
         print_json(report)
     else:
@@ -95,6 +96,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             print(table(report))
     return 0
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    from framework.core.rundir import write_json_atomic
+    from framework.zoo.recall import complete, load_report, table
+
+    path = Path(args.report)
+    report = load_report(path)
+    fstests = args.fstests or os.environ.get("POWERCUT_XFSTESTS")
+    report = complete(report, load_entries(), zoo_cache(args.cache), path.parent,
+                      fstests=Path(fstests) if fstests else None,
+                      say=lambda line: print(line, file=sys.stderr, flush=True))
+    write_json_atomic(path, report)
+    if args.json:
+        print_json(report)
+    else:
+        print(table(report))
+        print(f"zoo: {path}")
+    return 0 if report["false_alarms"] == 0 else 1
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -132,6 +152,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a built fstests checkout: each entry's fstests test also runs on its "
                         "kernel and the fixed one (default: POWERCUT_XFSTESTS, else skipped)")
     v.set_defaults(func=cmd_run)
+    v = verbs.add_parser("complete", help="add to a finished run what it lacks: each "
+                         "detection confirmed alone on both kernels, fstests verdicts")
+    v.add_argument("report", metavar="ZOO_JSON", help="the zoo.json of a finished 'zoo run'")
+    v.add_argument("--cache", metavar="DIR", help="where the kernels are (as for 'zoo run')")
+    v.add_argument("--fstests", metavar="DIR",
+                   help="a built fstests checkout (default: POWERCUT_XFSTESTS, else none)")
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    v.set_defaults(func=cmd_complete)
     v = verbs.add_parser("report", help="the table of a recall run's zoo.json again")
     v.add_argument("reports", nargs="+", metavar="ZOO_JSON",
                    help="a zoo.json written by 'zoo run' (in its --results directory)")

@@ -26,6 +26,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -64,6 +65,7 @@ class RecallPlan:
     #: shares a workload may use all that is left.
     shares: bool = True
     jobs: int = 1  # kernels checked at once, each in a guest of its own
+    confirm: bool = True  # run each detection's sequence alone on both kernels (zoo.confirm)
 
     def step_limit(self, left: float, remaining: int) -> float:
         """Seconds the next of ``remaining`` workloads may use, ``left`` seconds being left."""
@@ -87,6 +89,7 @@ class Step:
     known: int = 0  # failing states known behaviour explains
     findings: int = 0  # distinct findings among the unexplained failing states
     first_failure: str = ""  # timestamp of the first unexplained failing state
+    representative: str = ""  # the first new finding's representative state
     interrupted: bool = False  # the budget ended it
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,6 +146,7 @@ def _read_step(step: Step, run_dir: Path) -> None:
     step.known = sum(len(f["states"]) for f in findings if f.get("known"))
     if failing:
         step.first_failure = _first_check(run_dir, failing)
+        step.representative = str(new[0].get("representative") or "")
 
 
 def _first_check(run_dir: Path, keys: set[str]) -> str:
@@ -186,8 +190,8 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
     return steps
 
 
-def _entry_row(entry: ZooEntry, kernel: Kernel, results: Path, plan: RecallPlan,
-               say: Callable[[str], None]) -> dict[str, Any]:
+def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
+               plan: RecallPlan, say: Callable[[str], None]) -> dict[str, Any]:
     """One entry's kernel on its targets until the first unexplained failing state."""
     steps: list[Step] = []
     kernel_start = clock.timestamp()
@@ -199,7 +203,7 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, results: Path, plan: RecallPlan,
         if any(s.failing for s in steps):
             break
     first = min((s.first_failure for s in steps if s.first_failure), default="")
-    return {
+    row = {
         **{k: v for k, v in entry.to_dict().items() if k in (
             "name", "filesystem", "targets", "fix", "subject", "fstests", "hand_port")},
         "detected": any(s.failing for s in steps),
@@ -210,10 +214,30 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, results: Path, plan: RecallPlan,
         "checking_s": sum(s.wall_s for s in steps),
         "steps": [s.to_dict() for s in steps],
     }
+    detecting = next((s for s in steps if s.failing and s.representative), None)
+    if plan.confirm and detecting is not None:
+        row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan, say)
+    return row
+
+
+def confirm_detection(entry: ZooEntry, step: Step, kernel: Kernel, fixed: Kernel,
+                      results: Path, plan: RecallPlan,
+                      say: Callable[[str], None]) -> dict[str, Any]:
+    """The detecting state's sequence alone on both kernels (framework.zoo.confirm); a
+    confirmation that cannot run says why instead of ending the recall."""
+    from framework.zoo.confirm import confirm
+
+    try:
+        return confirm(Path(step.run_dir), step.representative, step.target, kernel, fixed,
+                       results / entry.name / "confirm", plan.seed, say)
+    except ConfigError as exc:
+        say(f"zoo: {entry.name}: no confirmation: {exc}")
+        return {"state": step.representative, "error": str(exc), "confirmed": False,
+                "false_alarm": False}
 
 
 def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: RecallPlan, *,
-               say: Callable[[str], None] = print) -> dict[str, Any]:
+               say: Callable[[str], None] = print, out: Path | None = None) -> dict[str, Any]:
     """The whole recall: the fixed kernel on every target any entry names, then each entry's
     kernel on its targets, ``plan.jobs`` kernels at a time. A kernel that is not built is a
     one-line error before anything runs."""
@@ -226,35 +250,66 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
     assert fixed is not None
     started = clock.wall()
     targets = list(dict.fromkeys(t for e in entries for t in e.targets))
+    baseline: dict[str, list[Step]] = {}
+    rows: list[dict[str, Any] | None] = [None] * len(entries)
+    lock = threading.Lock()
+
+    def report(final: bool) -> dict[str, Any]:
+        done = [r for r in rows if r is not None]
+        false_alarms = sum(s.failing for steps in baseline.values() for s in steps)
+        false_alarms += sum(r["confirm"]["fixed"]["failing"] for r in done
+                            if r.get("confirm", {}).get("fixed"))
+        detected = sum(1 for r in done if r["detected"])
+        return {
+            "budget_s": plan.budget_s, "seed": plan.seed, "shares": plan.shares,
+            "jobs": plan.jobs, "complete": final,
+            "workloads": [{"case": c, "options": list(o)} for c, o in WORKLOADS],
+            "kernels": {FIXED: fixed.to_dict(),
+                        **{n: k.to_dict() for n, k in kernels.items() if k}},
+            "entries": done,
+            "fixed": {t: [s.to_dict() for s in steps] for t, steps in baseline.items()},
+            "recall": {"detected": detected, "entries": len(done),
+                       "share": detected / len(done) if done else 0.0},
+            "false_alarms": false_alarms,
+            "wall_s": clock.wall() - started,
+        }
+
+    def keep(update: Callable[[], None]) -> None:
+        """Record one finished kernel and write what is finished so far: a run killed
+        half-way keeps its finished kernels in zoo.json ("complete": false)."""
+        with lock:
+            update()
+            if out is not None:
+                rundir.write_json_atomic(out, report(final=False))
+
+    def fixed_target(t: str) -> None:
+        steps = run_kernel(fixed, t, results / FIXED / t.replace("/", "-"), plan,
+                           stop_at_detection=False, say=say)
+        keep(lambda: baseline.__setitem__(t, steps))
+
+    def entry_row(i: int, entry: ZooEntry, kernel: Kernel) -> None:
+        row = _entry_row(entry, kernel, fixed, results, plan, say)
+        keep(lambda: rows.__setitem__(i, row))
+
     with ThreadPoolExecutor(max(1, plan.jobs)) as pool:
-        base = {t: pool.submit(run_kernel, fixed, t, results / FIXED / t.replace("/", "-"),
-                               plan, stop_at_detection=False, say=say) for t in targets}
-        pending = []
-        for entry in entries:
+        futures = [pool.submit(fixed_target, t) for t in targets]
+        for i, entry in enumerate(entries):
             kernel = kernels[entry.name]
             assert kernel is not None
-            pending.append(pool.submit(_entry_row, entry, kernel, results, plan, say))
-        baseline = {t: f.result() for t, f in base.items()}
-        rows = [f.result() for f in pending]
+            futures.append(pool.submit(entry_row, i, entry, kernel))
+        for f in futures:
+            f.result()
+    baseline = {t: baseline[t] for t in targets}  # in the targets' order, not finishing order
     checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
     if checkout:
         for entry, row in zip(entries, rows, strict=True):
-            if entry.fstests:
+            if entry.fstests and row is not None:
                 row.update(fstests_verdicts(entry, Path(checkout), kernels[entry.name], fixed,
                                             results / "fstests", say))
-    false_alarms = sum(s.failing for steps in baseline.values() for s in steps)
-    detected = sum(1 for r in rows if r["detected"])
-    return {
-        "budget_s": plan.budget_s, "seed": plan.seed, "shares": plan.shares, "jobs": plan.jobs,
-        "workloads": [{"case": c, "options": list(o)} for c, o in WORKLOADS],
-        "kernels": {FIXED: fixed.to_dict(), **{n: k.to_dict() for n, k in kernels.items() if k}},
-        "entries": rows,
-        "fixed": {t: [s.to_dict() for s in steps] for t, steps in baseline.items()},
-        "recall": {"detected": detected, "entries": len(rows),
-                   "share": detected / len(rows) if rows else 0.0},
-        "false_alarms": false_alarms,
-        "wall_s": clock.wall() - started,
-    }
+    final = report(final=True)
+    if out is not None:
+        rundir.write_json_atomic(out, final)
+    return final
 
 
 def fstests_verdicts(entry: ZooEntry, checkout: Path, kernel: Kernel | None, fixed: Kernel,
@@ -276,17 +331,49 @@ def fstests_verdicts(entry: ZooEntry, checkout: Path, kernel: Kernel | None, fix
             "fstests_agrees": zoo.verdict == "failed" and base.verdict == "passed"}
 
 
+def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, results: Path,
+             *, fstests: Path | None, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """What a finished recall lacks, added: each detection's confirmation and, with a built
+    fstests checkout, each entry's fstests verdicts. The report's totals are made again."""
+    fixed = installed(cache, FIXED)
+    if fixed is None:
+        raise ConfigError(f"zoo kernel {FIXED!r} is not built in {cache}")
+    by_name = {e.name: e for e in entries}
+    plan = RecallPlan(report["budget_s"], report["seed"])
+    for row in report["entries"]:
+        entry, kernel = by_name.get(row["name"]), installed(cache, row["name"])
+        if entry is None or kernel is None:
+            raise ConfigError(f"zoo entry {row['name']!r} is not known or not built in {cache}")
+        steps = [Step(**{k: v for k, v in s.items() if k in Step.__slots__})
+                 for s in row["steps"]]
+        for step in steps:
+            if step.failing and not step.representative and step.run_dir:
+                _read_step(step, Path(step.run_dir))
+        detecting = next((s for s in steps if s.failing and s.representative), None)
+        if detecting is not None and not row.get("confirm", {}).get("fixed"):
+            row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan,
+                                               say)
+        if fstests is not None and entry.fstests and "fstests_runs" not in row:
+            row.update(fstests_verdicts(entry, fstests, kernel, fixed, results / "fstests", say))
+    report["false_alarms"] = (
+        sum(s["failing"] for steps in report["fixed"].values() for s in steps)
+        + sum(r["confirm"]["fixed"]["failing"] for r in report["entries"]
+              if r.get("confirm", {}).get("fixed")))
+    return report
+
+
 def table(report: dict[str, Any]) -> str:
     """The per-entry table and the totals, in Markdown."""
     lines = ["| entry | fix | fs | detected | time to first failure | states checked | "
-             "failing states | findings | fstests |", "|---|---|---|---|---|---|---|---|---|"]
+             "failing states | findings | alone on both kernels | fstests |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["entries"]:
         t = r["time_to_first_failure_s"]
         checked = r.get("states", sum(s["states"] for s in r["steps"]))
         lines.append(
             f"| {r['name']} | {r['fix'][:12]} | {r['filesystem']} | "
             f"{'yes' if r['detected'] else 'no'} | {'-' if t is None else f'{t:.0f} s'} | "
-            f"{checked} | {r['failing_states']} | {r['findings']} | "
+            f"{checked} | {r['failing_states']} | {r['findings']} | {_confirmed(r)} | "
             f"{r.get('fstests_verdict') or (r['fstests'] or '-')} |")
     rec = report["recall"]
     rule = "" if not report.get("shares") else ", an equal share of what is left per workload"
@@ -295,7 +382,23 @@ def table(report: dict[str, Any]) -> str:
                  f"false alarms on the fixed kernel: {report['false_alarms']}; "
                  f"budget {report['budget_s'] / 60:.0f} min per kernel and target{rule}; "
                  f"{report.get('jobs', 1)} at a time; wall {report['wall_s'] / 60:.0f} min")
+    if report.get("complete") is False:
+        lines.append(f"unfinished: the run stopped with {len(report['entries'])} entries and "
+                     f"{len(report['fixed'])} fixed-kernel targets done; the totals count "
+                     "only those")
     return "\n".join(lines)
+
+
+def _confirmed(row: dict[str, Any]) -> str:
+    c = row.get("confirm")
+    if not c:
+        return "-"
+    if c.get("error"):
+        return f"not run: {c['error']}"
+    zoo, fixed = c["zoo"], c["fixed"]
+    words = (f"{c['ops']} ops: {zoo['failing']} failing on the zoo kernel, "
+             f"{fixed['failing']} of {fixed['states']} on the fixed one")
+    return ("confirmed, " if c["confirmed"] else "NOT confirmed, ") + words
 
 
 def load_report(path: Path) -> dict[str, Any]:

@@ -106,8 +106,8 @@ def test_the_report_says_recall_and_false_alarms() -> None:
               "recall": {"detected": 1, "entries": 2, "share": 0.5}, "false_alarms": 0,
               "budget_s": 900.0, "wall_s": 3600.0, "shares": True, "jobs": 2}
     text = table(report)
-    assert "| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | fails on the zoo kernel" in text
-    assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 |" in text
+    assert "| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | - | fails on the zoo kernel" in text
+    assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 | - |" in text
     assert "recall: 1/2 (50%); false alarms on the fixed kernel: 0" in text
     assert "an equal share of what is left per workload; 2 at a time; wall 60 min" in text
     assert entries_dir().is_dir()
@@ -121,3 +121,79 @@ def test_each_workload_gets_an_equal_share_of_what_is_left() -> None:
     assert plan.step_limit(40.0, 3) == 40.0  # ... unless less than that is left
     assert plan.step_limit(300.0, 1) == 300.0  # the last takes all that is left
     assert RecallPlan(shares=False).step_limit(900.0, 5) == 900.0
+
+
+def test_a_detection_is_confirmed_by_its_sequence_alone_on_both_kernels(tmp_path, monkeypatch):
+    from framework.zoo import confirm as confirm_mod
+    from framework.zoo import recall
+    from framework.zoo.kernels import Kernel
+    from tests.unit.test_shrink import fake_run
+
+    run_dir = fake_run(tmp_path)  # its findings name directory c: the cut keeps c and syncs
+    cut = confirm_mod.cut_workload(run_dir, "110/prefix")
+    assert [op.describe() for op in cut.ops] == [
+        "mkdir c", "creat c/f", "write c/f 8192B", "fsync c/f", "creat c/g", "write c/g 100B"]
+
+    ran: list[tuple[str, str]] = []
+
+    def fake_step(step, results, timeout_s, say):  # one crash run of the cut, per kernel
+        ran.append((step.kernel, step.case))
+        step.states = 4
+        step.failing = 2 if step.kernel == "zoo" else fixed_failing
+
+    monkeypatch.setattr(recall, "_run_step", fake_step)
+    kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
+    fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
+    for fixed_failing, confirmed, alarm in ((0, True, False), (1, False, True)):
+        got = confirm_mod.confirm(run_dir, "110/prefix", "ext4/ordered", kernel, fixed,
+                                  tmp_path / f"confirm-{fixed_failing}", 0, lambda _: None)
+        assert (got["confirmed"], got["false_alarm"], got["ops"]) == (confirmed, alarm, 6)
+        assert Workload_from(got["workload"]).ops == cut.ops
+    assert [k for k, _ in ran] == ["zoo", "fixed", "zoo", "fixed"]
+    assert all(case.startswith("file:") for _, case in ran)
+    row = {"confirm": got}
+    assert recall._confirmed(row).startswith("NOT confirmed, 6 ops: 2 failing on the zoo kernel, "
+                                            "1 of 4 on the fixed one")
+
+
+def Workload_from(path: str):  # type: ignore[no-untyped-def]
+    from crashcases.workload.ops import Workload
+
+    return Workload.from_json(Path(path).read_text())
+
+
+def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypatch) -> None:
+    import json
+
+    from framework.zoo import recall
+    from framework.zoo.kernels import Kernel
+
+    entries = load_entries()[:2]
+
+    def kernel(name: str) -> Kernel:
+        return Kernel(name, tmp_path / name, "6.12.117", "", "y", 0.0)
+
+    monkeypatch.setattr(recall, "installed", lambda cache, name: kernel(name))
+    monkeypatch.setattr(recall, "run_kernel", lambda *a, **k: [])
+    out = tmp_path / "zoo.json"
+    seen: list[dict] = []
+
+    def entry_row(entry, *args):  # type: ignore[no-untyped-def]
+        if out.exists():
+            seen.append(json.loads(out.read_text()))
+        if entry is entries[1]:
+            raise KeyboardInterrupt  # the kill, while the second entry's kernel runs
+        return {"name": entry.name, "detected": True, "steps": [], "fix": entry.fix,
+                "filesystem": entry.filesystem, "time_to_first_failure_s": 9.0, "states": 3,
+                "failing_states": 1, "findings": 1, "fstests": ""}
+
+    monkeypatch.setattr(recall, "_entry_row", entry_row)
+    with pytest.raises(KeyboardInterrupt):
+        recall.run_recall(entries, tmp_path, tmp_path / "runs", RecallPlan(jobs=1), out=out,
+                          say=lambda _: None)
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False
+    assert [r["name"] for r in kept["entries"]] == [entries[0].name]
+    assert kept["recall"] == {"detected": 1, "entries": 1, "share": 1.0}
+    assert seen and all(s["complete"] is False for s in seen)
+    assert "unfinished: the run stopped with 1 entries" in table(kept)

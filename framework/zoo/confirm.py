@@ -1,0 +1,63 @@
+"""A detection confirmed: the failing sequence alone, on the zoo kernel and on the fixed one.
+
+The recall's false-alarm count comes from the fixed kernel's own workload steps, which a
+budget may end before they reach the sequence that failed on a zoo kernel. So each
+detection is also checked directly: the operations of the first new finding's
+representative state that touch the directories its findings name, plus every ``sync``
+(shrink's cheap cut: the packed sequence alone, without its neighbours), are written as
+a workload file and run with ``powercut crash --case file:PATH`` on the zoo kernel and on
+the fixed one. Confirmed means the zoo kernel fails it and the fixed kernel does not; a
+fixed kernel that fails it is a false alarm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crashcases.findings.shrink import cheap_cut, load_failure
+from crashcases.workload.ops import Workload
+from framework.core.rundir import write_json_atomic
+from framework.zoo.kernels import Kernel
+
+#: A confirmation run is small (one sequence); this bounds a kernel that hangs on it.
+CONFIRM_TIMEOUT_S = 900.0
+
+
+def cut_workload(run_dir: Path, key: str) -> Workload:
+    """The failing state's own sequence: shrink's cheap cut of its run's workload."""
+    failure = load_failure(run_dir, key)
+    ops = failure.workload.ops
+    kept = cheap_cut(ops, failure.signature)
+    chosen = ops if kept is None else tuple(ops[i] for i in kept)
+    return Workload(name=f"{failure.workload.name}, cut for state {key}",
+                    seed=failure.workload.seed, ops=chosen)
+
+
+def confirm(run_dir: Path, key: str, target: str, kernel: Kernel, fixed: Kernel,
+            work: Path, seed: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Run state ``key``'s sequence of ``run_dir`` on ``kernel`` and on ``fixed``."""
+    from framework.zoo.recall import Step, _crash_argv, _run_step
+
+    work.mkdir(parents=True, exist_ok=True)
+    workload = cut_workload(run_dir, key)
+    path = work / "workload.json"
+    write_json_atomic(path, json.loads(workload.to_json()))
+    runs = {}
+    for k in (kernel, fixed):
+        results = work / k.name
+        results.mkdir(parents=True, exist_ok=True)
+        step = Step(k.name, target, f"file:{path}",
+                    _crash_argv(k, target, f"file:{path}", (), seed, results,
+                                results / "confirm.sqlite"))
+        _run_step(step, results, CONFIRM_TIMEOUT_S, say)
+        say(f"zoo: confirm {key} on {k.name}: {step.states} states, {step.failing} failing, "
+            f"{step.known} known")
+        runs[k.name] = step.to_dict()
+    zoo, base = runs[kernel.name], runs[fixed.name]
+    return {"state": key, "run_dir": str(run_dir), "workload": str(path),
+            "ops": len(workload.ops), "zoo": zoo, "fixed": base,
+            "confirmed": zoo["failing"] > 0 and base["failing"] == 0 and base["states"] > 0,
+            "false_alarm": base["failing"] > 0}
