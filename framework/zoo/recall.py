@@ -60,9 +60,10 @@ class RecallPlan:
     budget_s: float = 900.0
     seed: int = 0
     fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
-    #: Each workload may use at most an equal share of what is left of the budget (what it
-    #: does not use passes on), so one slow workload cannot starve the others; without
-    #: shares a workload may use all that is left.
+    #: Each workload may check for at most an equal share of what is left of the budget
+    #: (what it does not use passes on; the share counts from the end of its recording), so
+    #: one slow workload cannot starve the others; without shares a workload may use all
+    #: that is left.
     shares: bool = True
     jobs: int = 1  # kernels checked at once, each in a guest of its own
     confirm: bool = True  # run each detection's sequence alone on both kernels (zoo.confirm)
@@ -104,16 +105,34 @@ def _crash_argv(kernel: Kernel, target: str, case: str, options: Sequence[str], 
             "--db", os.fspath(db)]
 
 
-def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None]) -> None:
-    """Run one crash command; SIGTERM when the budget ends (it keeps what it checked)."""
+def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None], *,
+              left_s: float | None = None) -> None:
+    """Run one crash command; SIGTERM when its share ends (it keeps what it checked).
+
+    The share ``timeout_s`` counts from the end of the recording (the run directory's
+    record.json), so a workload whose recording is long still gets its share of checking;
+    ``left_s`` (default: the share) bounds the whole step, recording included."""
     before = set(results.glob("crash-*")) if results.is_dir() else set()
     say("zoo: + " + shlex.join(["powercut", *step.argv[3:]]))
     start = clock.monotonic()
+    hard = max(left_s if left_s is not None else timeout_s, 1.0)
+    checking_since: float | None = None if left_s is not None else start
     with subprocess.Popen(step.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as proc:
-        try:
-            _, err = proc.communicate(timeout=max(timeout_s, 1.0))
-        except subprocess.TimeoutExpired:
+        while True:
+            now = clock.monotonic()
+            if checking_since is None and any(
+                    (d / rundir.RECORD).is_file() for d in set(results.glob("crash-*")) - before):
+                checking_since = now
+            ends = start + hard
+            if checking_since is not None:
+                ends = min(ends, checking_since + max(timeout_s, 1.0))
+            try:
+                _, err = proc.communicate(timeout=max(min(ends - now, 2.0), 0.01))
+                break
+            except subprocess.TimeoutExpired:
+                if clock.monotonic() < ends:
+                    continue
             step.interrupted = True
             proc.send_signal(signal.SIGTERM)
             try:
@@ -121,6 +140,7 @@ def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], 
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 _, err = proc.communicate()
+            break
     step.wall_s = clock.monotonic() - start
     made = sorted(set(results.glob("crash-*")) - before)
     if proc.returncode not in (0, 1) and not step.interrupted:
@@ -180,7 +200,7 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
             break
         step = Step(kernel.name, target, case,
                     _crash_argv(kernel, target, case, options, plan.seed, results, db))
-        _run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say)
+        _run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say, left_s=left)
         steps.append(step)
         say(f"zoo: {kernel.name} {target} {case}: {step.states} states, {step.failing} failing "
             f"({step.findings} findings), {step.known} known, {step.wall_s:.0f} s"

@@ -197,3 +197,23 @@ def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypat
     assert kept["recall"] == {"detected": 1, "entries": 1, "share": 1.0}
     assert seen and all(s["complete"] is False for s in seen)
     assert "unfinished: the run stopped with 1 entries" in table(kept)
+
+
+def test_a_workloads_share_counts_from_the_end_of_its_recording(tmp_path) -> None:
+    import sys
+
+    from framework.zoo.recall import Step, _run_step
+
+    # A stand-in for 'powercut crash': its recording takes 1.5 s, then it checks forever.
+    script = ("import os, sys, time; d = os.path.join(sys.argv[1], 'crash-1'); os.makedirs(d); "
+              "time.sleep(1.5); open(os.path.join(d, 'record.json'), 'w').write('{}'); "
+              "time.sleep(60)")
+    for left_s, least, most in ((20.0, 2.5, 15.0), (0.8, 0.0, 1.4)):
+        results = tmp_path / f"left-{left_s}"
+        results.mkdir()
+        step = Step("k", "ext4/ordered", "gen:seq1",
+                    [sys.executable, "-c", script, str(results)])
+        _run_step(step, results, 1.0, lambda _: None, left_s=left_s)
+        # A 1 s share after a 1.5 s recording; what is left of the budget bounds it all.
+        assert step.interrupted and least <= step.wall_s <= most, (left_s, step.wall_s)
+        assert step.run_dir.endswith("crash-1") and step.states == 0
