@@ -105,6 +105,36 @@ def _crash_argv(kernel: Kernel, target: str, case: str, options: Sequence[str], 
             "--db", os.fspath(db)]
 
 
+class _Stop:
+    """The recall is stopping (Ctrl-C, SIGTERM): no new step starts, running ones are
+    told to stop (each crash command keeps what it checked)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen[str]] = set()
+
+    def add(self, proc: subprocess.Popen[str]) -> None:
+        with self.lock:
+            self.live.add(proc)
+        if self.event.is_set():
+            proc.send_signal(signal.SIGTERM)
+
+    def discard(self, proc: subprocess.Popen[str]) -> None:
+        with self.lock:
+            self.live.discard(proc)
+
+    def stop(self) -> None:
+        self.event.set()
+        with self.lock:
+            for proc in self.live:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+
+
+_STOP = _Stop()
+
+
 def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None], *,
               left_s: float | None = None) -> None:
     """Run one crash command; SIGTERM when its share ends (it keeps what it checked).
@@ -119,6 +149,7 @@ def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], 
     checking_since: float | None = None if left_s is not None else start
     with subprocess.Popen(step.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as proc:
+        _STOP.add(proc)
         while True:
             now = clock.monotonic()
             if checking_since is None and any(
@@ -141,6 +172,9 @@ def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], 
                 os.killpg(proc.pid, signal.SIGKILL)
                 _, err = proc.communicate()
             break
+        _STOP.discard(proc)
+    if _STOP.event.is_set():
+        step.interrupted = True
     step.wall_s = clock.monotonic() - start
     made = sorted(set(results.glob("crash-*")) - before)
     if proc.returncode not in (0, 1) and not step.interrupted:
@@ -196,7 +230,7 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
     start = clock.monotonic()
     for n, (case, options) in enumerate(WORKLOADS):
         left = plan.budget_s - (clock.monotonic() - start)
-        if left < 30:
+        if left < 30 or _STOP.event.is_set():
             break
         step = Step(kernel.name, target, case,
                     _crash_argv(kernel, target, case, options, plan.seed, results, db))
@@ -298,6 +332,8 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         """Record one finished kernel and write what is finished so far: a run killed
         half-way keeps its finished kernels in zoo.json ("complete": false)."""
         with lock:
+            if _STOP.event.is_set():
+                return  # a kernel the stop cut short is not a finished one
             update()
             if out is not None:
                 rundir.write_json_atomic(out, report(final=False))
@@ -317,8 +353,17 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
             kernel = kernels[entry.name]
             assert kernel is not None
             futures.append(pool.submit(entry_row, i, entry, kernel))
-        for f in futures:
-            f.result()
+        try:
+            for f in futures:
+                f.result()
+        except BaseException:
+            # Ctrl-C or SIGTERM (or a step's error): the running crash commands stop and
+            # keep what they checked; zoo.json keeps the kernels that finished.
+            _STOP.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            _STOP.event.clear()
     baseline = {t: baseline[t] for t in targets}  # in the targets' order, not finishing order
     checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
     if checkout:

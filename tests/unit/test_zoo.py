@@ -217,3 +217,38 @@ def test_a_workloads_share_counts_from_the_end_of_its_recording(tmp_path) -> Non
         # A 1 s share after a 1.5 s recording; what is left of the budget bounds it all.
         assert step.interrupted and least <= step.wall_s <= most, (left_s, step.wall_s)
         assert step.run_dir.endswith("crash-1") and step.states == 0
+
+
+def test_a_stopped_recall_stops_its_running_steps_and_keeps_no_half_kernel(tmp_path,
+                                                                           monkeypatch) -> None:
+    import json
+    import sys
+    import time
+
+    from framework.zoo import recall
+    from framework.zoo.kernels import Kernel
+
+    entries = load_entries()[:1]
+    monkeypatch.setattr(recall, "installed",
+                        lambda cache, name: Kernel(name, tmp_path / name, "6.12.117", "", "y", 0))
+
+    def fixed_kernel(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)
+        raise KeyboardInterrupt  # SIGTERM, as the CLI turns it, while the entry's step runs
+
+    def entry_row(entry, *args):  # type: ignore[no-untyped-def]
+        step = recall.Step(entry.name, "btrfs", "gen:seq1",
+                           [sys.executable, "-c", "import time; time.sleep(120)"])
+        recall._run_step(step, tmp_path, 600.0, lambda _: None)
+        return {"name": entry.name, "detected": False, "steps": [step.to_dict()]}
+
+    monkeypatch.setattr(recall, "run_kernel", fixed_kernel)
+    monkeypatch.setattr(recall, "_entry_row", entry_row)
+    out = tmp_path / "zoo.json"
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        recall.run_recall(entries, tmp_path, tmp_path / "runs", RecallPlan(jobs=2), out=out,
+                          say=lambda _: None)
+    assert time.monotonic() - start < 30  # the two-minute step was told to stop
+    assert not out.exists() or json.loads(out.read_text())["entries"] == []
+    assert not recall._STOP.event.is_set()  # the next recall in this process starts afresh
