@@ -158,7 +158,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
     quiet = [s for s in steps if expect.get(s["step"]) == "fail" and s["status"] != 1]
     numbers = {id(f): n for n, f in enumerate(comparison.findings, 1)}
     reruns = [rerun(numbers[id(f)], f, args.reruns,
-                    kernel_argv(args.kernel, args.modules, args.kernel_release), powercut)
+                    kernel_argv(args.kernel, args.modules, args.kernel_release), powercut, db)
               for f in comparison.regressing_findings[:args.max_reruns]]
     regressed = comparison.regressed or bool(quiet)
     out = Console()
@@ -187,16 +187,18 @@ def judge_kernel(args: argparse.Namespace) -> int:
 
 
 def rerun(number: int, finding: FindingChange, times: int, kernel: Sequence[str],
-          powercut: object) -> Rerun:
-    """Check a finding with states failing anew again ``times`` times on the candidate."""
+          powercut: object, db: Path | None = None) -> Rerun:
+    """Check a finding with states failing anew again ``times`` times on the candidate;
+    with ``db`` (the candidate's store) each check is kept there as a rerun."""
     rep = finding.finding.representative
     state = rep if finding.status is StateStatus.NEW or not finding.new else finding.new[0]
     if times == 0 or not state.reproducer:
         return Rerun(number, finding, state, 0, 0)
     words = shlex.split(state.reproducer)  # powercut recheck RUN_DIR KEY
     assert callable(powercut)
+    keep = ["--db", str(db)] if db is not None else []
     failed = sum(1 for _ in range(times)
-                 if powercut(["recheck", *words[2:], *kernel], nested=True) == 1)
+                 if powercut(["recheck", *words[2:], *keep, *kernel], nested=True) == 1)
     return Rerun(number, finding, state, times, failed)
 
 

@@ -318,6 +318,10 @@ def cmd_recheck(args: argparse.Namespace) -> int:
                             kernel=guest.get("kernel"), marks=recorded_marks(oracle),
                             variants=[variant])
     verdict = matcher.judge(args.state, result.outcome, result, variant)
+    failed = fails(result.outcome, target) and not (verdict and verdict.known)
+    if args.db:
+        attempt = store_rerun(Path(args.db), Path(args.run_dir), args.state, result, failed)
+        print(f"{args.state}: kept as rerun {attempt} in {args.db}")
     print(f"{args.state}: {result.outcome.value}"
           + (f" ({KNOWN}: {', '.join(verdict.ids)})" if verdict and verdict.known else ""))
     for f in result.findings:
@@ -337,7 +341,24 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         else:
             print(f"  known entries {', '.join(verdict.ids)} explain part of it; not: "
                   f"{'; '.join(verdict.unexplained)}")
-    return 1 if fails(result.outcome, target) and not (verdict and verdict.known) else 0
+    return 1 if failed else 0
+
+
+def store_rerun(db: Path, run_dir: Path, key: str, result: CheckResult, failed: bool) -> int:
+    """Keep a recheck as the next rerun of ``key`` of the run in ``db`` whose directory is
+    ``run_dir`` (so "fails f/t" can be traced to each check); returns its attempt number.
+    A store without that run is a one-line error."""
+    with Store(db) as store:
+        want = run_dir.resolve()
+        runs = [r for r in store.runs() if r.environment.get("run_dir")
+                and Path(str(r.environment["run_dir"])).resolve() == want]
+        if not runs:
+            raise ConfigError(f"--db {db}: no run there was recorded in {run_dir}")
+        run_id = runs[-1].id
+        attempt = len(store.reruns(run_id).get(key, [])) + 1
+        store.add_rerun(run_id, key, attempt=attempt, outcome=result.outcome.value,
+                        failed=failed, findings=result.findings)
+    return attempt
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -410,5 +431,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("run_dir", help="the run directory (results/crash-...)")
     r.add_argument("state", help="the state key POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
     r.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
+    r.add_argument("--db", metavar="PATH",
+                   help="keep this check as a rerun of the state in the store that holds the "
+                        "run (its 'fails f/t' then counts it); ci does this for its reruns")
     add_machine_options(r)
     r.set_defaults(func=cmd_recheck)

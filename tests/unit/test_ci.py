@@ -124,6 +124,8 @@ def test_a_kernel_that_breaks_a_promise_is_a_regression_named_with_its_reproduce
     assert "NEW           [1] ext4/ordered gen:seq1 pc-1 prefix: data-loss" in out
     assert len(ci.rechecks) == 3
     assert all(r[r.index("--kernel-release") + 1] == "broken" for r in ci.rechecks)
+    # Each recheck is kept in the candidate's store as a rerun (powercut recheck --db).
+    assert all(r[r.index("--db") + 1] == str(tmp_path / "ci.sqlite") for r in ci.rechecks)
     (candidate,) = [p.parent for p in (tmp_path / "r").glob("study-*/ci.md")]
     summary = (candidate / "ci.md").read_text()
     assert "Verdict: regression (1 finding (1 state) new, 1 new failing states;" in summary

@@ -276,3 +276,29 @@ def test_the_findings_report_opens_in_chromium(tmp_path: Path) -> None:
     assert table.count("<tr>") == 5  # a header and four findings
     assert "fails 1/3, flaky 33%" in table and "fails 3/3, reliable" in table
     assert page.index('class="findings"') < page.index("Failing states (5)")
+
+
+def test_a_recheck_with_db_is_kept_as_the_next_rerun_and_counts_in_fails_f_of_t(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What ci's reruns go through (powercut recheck RUN_DIR KEY --db DB): each check is
+    stored as the next rerun of the state, so the report's "fails f/t" counts it."""
+    from framework.cli.crash import store_rerun
+    from framework.core.errors import ConfigError
+
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        run_id = crash_run(store, tmp_path, {"10/prefix": failing(
+            "10/prefix", missing("s0000/f", "pc-0", 3))})
+    gone = tmp_path / "gone"  # the run's directory, as crash_run stores it
+    again = failing("10/prefix", missing("s0000/f", "pc-0", 3))
+    assert store_rerun(db, gone, "10/prefix", again, True) == 1
+    ok = CheckResult(key="10/prefix", outcome=Outcome.OK, mount_ok=True)
+    assert store_rerun(db, gone, "10/prefix", ok, False) == 2
+    with Store(db) as store:
+        assert store.reruns(run_id) == {"10/prefix": [("data-loss", True), ("ok", False)]}
+    assert main(["report", str(run_id), "--db", str(db), "--json", "--no-html"]) == 0
+    crash = json.loads(capsys.readouterr().out)["crash"]
+    (finding,) = crash["findings"]
+    assert finding["fails"]["words"] == "fails 2/3, flaky 66%"
+    with pytest.raises(ConfigError, match="no run there was recorded in"):
+        store_rerun(db, tmp_path / "elsewhere", "10/prefix", ok, False)
