@@ -252,7 +252,15 @@ class CrashEngine:
                 results_path = guest_files(slot.machine(), self.oracle_path)
                 chunk = todo[:CHUNK]
                 done_before = len(parse_results(results_path))
-                lost = self._check_chunk(slot, chunk, results_path)
+                try:
+                    lost = self._check_chunk(slot, chunk, results_path)
+                except BaseException:
+                    # Ctrl-C or SIGTERM mid-chunk (a budget ending the run): keep what the
+                    # guest finished of the chunk, not only the chunks before it.
+                    for r in parse_results(results_path)[done_before:]:
+                        if r.outcome is not Outcome.ERROR and r.key not in self.results:
+                            self._store(r, total)
+                    raise
                 got = parse_results(results_path)[done_before:]
                 finished = set()
                 for r in got:

@@ -43,8 +43,10 @@ class Guests:
     stops, as the real agent does); ``stall_at`` makes the guest stop answering.
     """
 
-    def __init__(self, tmp: Path, hang_at: str = "", stall_at: str = "") -> None:
+    def __init__(self, tmp: Path, hang_at: str = "", stall_at: str = "",
+                 interrupt_at: str = "") -> None:
         self.tmp, self.hang_at, self.stall_at = tmp, hang_at, stall_at
+        self.interrupt_at = interrupt_at  # Ctrl-C or SIGTERM reaches powercut at this state
         self.booted = 0
         self.machines: list[FakeMachine] = []
 
@@ -61,6 +63,9 @@ class Guests:
             checked, hung = 0, False
             with open(task["results_path"], "a") as out:
                 for s in task["states"]:
+                    if s["key"] == self.interrupt_at:
+                        out.flush()
+                        raise KeyboardInterrupt
                     if s["key"] == self.stall_at:
                         self.stall_at = ""  # the replacement guest behaves
                         raise ConsoleTimeout("no crash state finished for 99 s")
@@ -111,6 +116,19 @@ def test_a_guest_that_stops_answering_costs_one_state(tmp_path):
     hung = eng.results["3/prefix"]
     assert hung.outcome is Outcome.HANG and "stopped answering" in hung.notes[0]
     assert sum(r.outcome is Outcome.OK for r in eng.results.values()) == 5
+
+
+def test_a_run_stopped_mid_chunk_keeps_what_its_guest_finished_of_it(tmp_path):
+    # SIGTERM while a chunk of 100 states is in the guest: the 42 it wrote results for are
+    # kept (a budget that ends a run no longer throws away up to a chunk of checks).
+    for jobs in (1, 2):
+        guests = Guests(tmp_path / f"j{jobs}", interrupt_at="42/prefix")
+        eng = engine(tmp_path / f"j{jobs}", guests, jobs=jobs)
+        with pytest.raises(KeyboardInterrupt):
+            eng.check(states(150), None)
+        kept = {s.key for s in states(42)}
+        assert kept <= set(eng.results), jobs
+        assert "42/prefix" not in eng.results
 
 
 def test_progress_watch_fires_only_after_a_stall(tmp_path, monkeypatch):
