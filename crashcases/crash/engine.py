@@ -255,8 +255,10 @@ class CrashEngine:
                 try:
                     lost = self._check_chunk(slot, chunk, results_path)
                 except BaseException:
-                    # Ctrl-C or SIGTERM mid-chunk (a budget ending the run): keep what the
-                    # guest finished of the chunk, not only the chunks before it.
+                    # Ctrl-C or SIGTERM mid-chunk (a budget ending the run): stop the guest,
+                    # then keep all it finished of the chunk, not only the chunks before it.
+                    with contextlib.suppress(Exception):
+                        slot.kill()
                     for r in parse_results(results_path)[done_before:]:
                         if r.outcome is not Outcome.ERROR and r.key not in self.results:
                             self._store(r, total)
