@@ -780,3 +780,18 @@ def test_a_file_fsck_cleared_on_ext2_is_known_only_when_fsck_repaired_the_state(
     assert not judged_known(m, clean)
     with pytest.raises(ConfigError, match='fsck: .*expected "repaired"'):
         parse_known(known(extra='fsck = "clean"'), source="mine.toml")
+
+
+def test_the_external_journal_entry_explains_ext3_and_ext4_logdev_but_not_internal_journals(
+        ) -> None:
+    """ext4-external-journal-fsync-no-data-flush: an overwrite fsynced on ext3/logdev (19 of
+    192 prefix states on 6.12.117, none with the jbd2 change) is the same missing data-disk
+    flush as on ext4/logdev; the same loss with the journal inside stays a failure."""
+    shipped = load_known(())
+    lost = finding(mark="pc-0")
+    for target, applies in (("ext3/logdev", True), ("ext4/logdev", True), ("ext3", False),
+                            ("ext4/ordered", False)):
+        m = matcher(shipped, target, kernel="6.12.117")
+        assert judged_known(m, check("5/prefix", Outcome.DATA_LOSS, lost)) is applies, target
+        if applies:
+            assert m.known_ids("5/prefix") == ("ext4-external-journal-fsync-no-data-flush",)
