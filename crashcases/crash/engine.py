@@ -197,11 +197,11 @@ class CrashEngine:
 
     @property
     def log_path(self) -> Path:
-        return self.run_dir / "vm-0" / "disks" / rundir.LOG
+        return self.run_dir / rundir.RECORDING_DISKS / rundir.LOG
 
     @property
     def journal_log_path(self) -> Path:
-        return self.run_dir / "vm-0" / "disks" / rundir.JOURNAL_LOG
+        return self.run_dir / rundir.RECORDING_DISKS / rundir.JOURNAL_LOG
 
     @property
     def oracle_path(self) -> Path:
@@ -716,9 +716,9 @@ def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, C
     plan, state = load_state(run_dir, key)
     target = plan.spec
     sizes = disk_sizes(target, plan.data_mib)
-    logs = {"log": run_dir / rundir.LOG}
+    logs = {"log": rundir.crash_log(run_dir)}
     if target.needs_journal_disk:
-        logs["journal-log"] = run_dir / rundir.JOURNAL_LOG
+        logs["journal-log"] = rundir.crash_log(run_dir, rundir.JOURNAL_LOG)
     scratch = run_dir / f"recheck-{uuid.uuid4().hex[:6]}"
     machine = factory(checker_disks(sizes, logs), scratch, (target.fstype,))
     try:

@@ -205,7 +205,9 @@ def load_checked(run_dir: Path, key: str, needs: Sequence[str] = (rundir.PLAN, r
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run directory")
     for name in needs:
-        if not (run_dir / name).is_file():
+        path = rundir.crash_log(run_dir, name) if name in (rundir.LOG, rundir.JOURNAL_LOG) \
+            else run_dir / name
+        if not path.is_file():
             raise ConfigError(f"{run_dir}: not a finished crash run directory (no {name})")
     try:
         states = json.loads((run_dir / rundir.RESULTS).read_text())["states"]
@@ -231,7 +233,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
     if not sep or not point_text.isdigit():
         raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
     variant = Variant.parse(variant_text)
-    log_path = run_dir / rundir.LOG
+    log_path = rundir.crash_log(run_dir)
     marks = OracleLog.load(run_dir / rundir.ORACLE).marks
     with LogReader(log_path) as reader:
         entries = list(reader)
@@ -243,7 +245,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
 
     point: CrashPoint = annotate(entries, [(index, PointKind.SAMPLE)], set(marks))[0]
     if plan.spec.needs_journal_disk:
-        with LogReader(run_dir / rundir.JOURNAL_LOG) as reader:
+        with LogReader(rundir.crash_log(run_dir, rundir.JOURNAL_LOG)) as reader:
             journal_entries = list(reader)
         state, why = TwoLogs(entries, journal_entries, marks).state(point, variant)
         if state is None and why is not None:

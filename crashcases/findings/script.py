@@ -264,7 +264,7 @@ def _state_image(state: ExportState, out: Path) -> None:
     if kept.is_file():
         shutil.copyfile(kept, out)
         return
-    log_path = state.run_dir / rundir.LOG
+    log_path = rundir.crash_log(state.run_dir)
     if not log_path.is_file():
         raise ExportError(f"{state.run_dir}: log.img is gone, and the run kept no image of "
                           f"{state.key}: nothing to rebuild it from")
@@ -282,7 +282,7 @@ def write_script(state: ExportState, out: Path, *, force: bool = False) -> tuple
     _fresh(out, force)
     _fresh(image, force)
     kept = state.run_dir / rundir.state_image(state.key)
-    if not kept.is_file() and not (state.run_dir / rundir.LOG).is_file():
+    if not kept.is_file() and not rundir.crash_log(state.run_dir).is_file():
         raise ExportError(f"{state.run_dir}: log.img is gone, and the run kept no image of "
                           f"{state.key}: nothing to rebuild it from")
     checks = build_checks(state, recorded_data(state.workload.seed), verify=True)

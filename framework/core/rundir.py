@@ -58,6 +58,22 @@ def state_image(key: str, disk: str = "") -> str:
             + ".img.gz")
 
 
+#: Where a crash run's recording guest keeps its disks (the logs among them) until the run
+#: ends; a run that ends keeps its logs beside its results, an interrupted one leaves them
+#: here for --resume.
+RECORDING_DISKS = "vm-0/disks"
+
+
+def crash_log(run_dir: Path, name: str = LOG) -> Path:
+    """A crash run's log (``name``: LOG or JOURNAL_LOG): beside its results once the run
+    ended, in its recording guest's disks while it was interrupted; the first if neither."""
+    final = run_dir / name
+    if final.is_file():
+        return final
+    held = run_dir / RECORDING_DISKS / name
+    return held if held.is_file() else final
+
+
 def report_for(run_id: int) -> str:
     """A report written beside the database, for a run without a directory of its own."""
     return f"report-{run_id}.html"

@@ -333,3 +333,18 @@ def test_a_bad_workload_file_is_a_one_line_error(tmp_path, text, why):
     with pytest.raises(ConfigError, match=why) as err:
         load_case(f"file:{path}", seed=0)
     assert "\n" not in str(err.value) and str(path) in str(err.value)  # one line, naming the file
+
+
+def test_an_interrupted_runs_failing_state_is_read_with_its_log_where_the_run_left_it(
+        tmp_path: Path) -> None:
+    """A run that a budget or Ctrl-C ended keeps its log in its recording guest's disks
+    (for --resume): shrink, export and recheck find it there, and say so when it is gone."""
+    run_dir = fake_run(tmp_path)
+    held = run_dir / rundir.RECORDING_DISKS / rundir.LOG
+    held.parent.mkdir(parents=True)
+    (run_dir / rundir.LOG).rename(held)
+    assert rundir.crash_log(run_dir) == held
+    assert load_failure(run_dir, "110/prefix").key == "110/prefix"
+    held.unlink()
+    with pytest.raises(ConfigError, match=r"not a finished crash run directory \(no log.img\)"):
+        load_failure(run_dir, "110/prefix")
