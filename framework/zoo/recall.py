@@ -92,6 +92,7 @@ class Step:
     first_failure: str = ""  # timestamp of the first unexplained failing state
     representative: str = ""  # the first new finding's representative state
     interrupted: bool = False  # the budget ended it
+    error: str = ""  # the crash command failed (exit 2) twice: why, in its last line
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -178,8 +179,11 @@ def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], 
     step.wall_s = clock.monotonic() - start
     made = sorted(set(results.glob("crash-*")) - before)
     if proc.returncode not in (0, 1) and not step.interrupted:
-        raise ConfigError(f"zoo step failed (exit {proc.returncode}): {shlex.join(step.argv)}"
-                          f" -- {(err or '').strip().splitlines()[-1:]}")
+        # The crash command's own error (a guest that panicked while booting, a harness
+        # error): the step is recorded with it and the recall goes on.
+        last = (err or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        step.error = f"exit {proc.returncode}: {last[0]}"
+        say(f"zoo: step failed: {shlex.join(step.argv)} -- {step.error}")
     if made:
         step.run_dir = os.fspath(made[-1])
         _read_step(step, made[-1])
@@ -235,10 +239,23 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
         step = Step(kernel.name, target, case,
                     _crash_argv(kernel, target, case, options, plan.seed, results, db))
         _run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say, left_s=left)
+        if step.error and not _STOP.event.is_set():
+            # Once more, with what is left: a guest kernel that panicked at boot under TCG
+            # booted the next time; a step that fails twice stays an error of this kernel.
+            again = Step(kernel.name, target, case, step.argv)
+            left = plan.budget_s - (clock.monotonic() - start)
+            if left >= 30:
+                _run_step(again, results, plan.step_limit(left, len(WORKLOADS) - n), say,
+                          left_s=left)
+                again.wall_s += step.wall_s
+                if again.error:
+                    again.error = f"twice: {step.error}; {again.error}"
+                step = again
         steps.append(step)
         say(f"zoo: {kernel.name} {target} {case}: {step.states} states, {step.failing} failing "
             f"({step.findings} findings), {step.known} known, {step.wall_s:.0f} s"
-            + (" (budget ended it)" if step.interrupted else ""))
+            + (" (budget ended it)" if step.interrupted else "")
+            + (f" (error: {step.error})" if step.error else ""))
         if stop_at_detection and step.failing:
             break
     return steps
@@ -266,6 +283,7 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
         "failing_states": sum(s.failing for s in steps),
         "findings": sum(s.findings for s in steps),
         "checking_s": sum(s.wall_s for s in steps),
+        "errors": [f"{s.target} {s.case}: {s.error}" for s in steps if s.error],
         "steps": [s.to_dict() for s in steps],
     }
     detecting = next((s for s in steps if s.failing and s.representative), None)
@@ -437,7 +455,7 @@ def table(report: dict[str, Any]) -> str:
         checked = r.get("states", sum(s["states"] for s in r["steps"]))
         lines.append(
             f"| {r['name']} | {r['fix'][:12]} | {r['filesystem']} | "
-            f"{'yes' if r['detected'] else 'no'} | {'-' if t is None else f'{t:.0f} s'} | "
+            f"{_detected(r)} | {'-' if t is None else f'{t:.0f} s'} | "
             f"{checked} | {r['failing_states']} | {r['findings']} | {_confirmed(r)} | "
             f"{r.get('fstests_verdict') or (r['fstests'] or '-')} |")
     rec = report["recall"]
@@ -452,6 +470,13 @@ def table(report: dict[str, Any]) -> str:
                      f"{len(report['fixed'])} fixed-kernel targets done; the totals count "
                      "only those")
     return "\n".join(lines)
+
+
+def _detected(row: dict[str, Any]) -> str:
+    errors = row.get("errors") or []
+    return ("yes" if row["detected"] else "no") + (
+        f" ({len(errors)} step{'s' if len(errors) > 1 else ''} failed: {errors[0]})"
+        if errors else "")
 
 
 def _confirmed(row: dict[str, Any]) -> str:

@@ -252,3 +252,36 @@ def test_a_stopped_recall_stops_its_running_steps_and_keeps_no_half_kernel(tmp_p
     assert time.monotonic() - start < 30  # the two-minute step was told to stop
     assert not out.exists() or json.loads(out.read_text())["entries"] == []
     assert not recall._STOP.event.is_set()  # the next recall in this process starts afresh
+
+
+def test_a_crash_command_that_fails_is_tried_again_then_recorded_and_the_recall_goes_on(
+        tmp_path, monkeypatch) -> None:
+    """A zoo kernel that panicked while booting (crash exits 2) ended the whole recall: now
+    the step runs once more, and a second failure is the step's error in the table."""
+    import sys
+
+    from framework.zoo import recall
+    from framework.zoo.kernels import Kernel
+
+    monkeypatch.setattr(recall, "WORKLOADS", (("gen:seq1", ()),))
+    kernel = Kernel("k", tmp_path / "k", "6.12.117", "", "y", 0.0)
+    ran = tmp_path / "ran"  # a line per run of the stand-in crash command
+
+    def argv(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # A crash command that dies as it does when its guest panicked while booting.
+        return [sys.executable, "-c", f"import sys; open({str(ran)!r}, 'a').write('x\\n'); "
+                "print('powercut: qemu exited during boot; Kernel panic', file=sys.stderr); "
+                "sys.exit(2)"]
+
+    monkeypatch.setattr(recall, "_crash_argv", argv)
+    steps = recall.run_kernel(kernel, "xfs", tmp_path / "r", RecallPlan(budget_s=120.0),
+                              stop_at_detection=True, say=lambda _: None)
+    assert len(ran.read_text().splitlines()) == 2 and len(steps) == 1
+    assert steps[0].error.startswith("twice: exit 2: powercut: qemu exited during boot")
+    row = {"name": "e", "fix": "0123456789ab", "filesystem": "xfs", "detected": False,
+           "time_to_first_failure_s": None, "states": 0, "failing_states": 0, "findings": 0,
+           "fstests": "", "steps": [steps[0].to_dict()],
+           "errors": [f"xfs gen:seq1: {steps[0].error}"]}
+    text = table({"entries": [row], "recall": {"detected": 0, "entries": 1, "share": 0.0},
+                  "false_alarms": 0, "budget_s": 120.0, "wall_s": 60.0})
+    assert "| e | 0123456789ab | xfs | no (1 step failed: xfs gen:seq1: twice: exit 2" in text
