@@ -69,7 +69,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.zoo.recall import RecallPlan, run_recall, table
+    from framework.zoo.recall import RecallPlan, run_recall
 
     entries = load_entries(names=tuple(args.entries))
     plan = RecallPlan(budget_s=args.budget_min * 60.0, seed=args.seed,
@@ -77,12 +77,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.results) / rundir.ZOO_REPORT
     out.parent.mkdir(parents=True, exist_ok=True)
     report = run_recall(entries, zoo_cache(args.cache), Path(args.results), plan,
-                        say=lambda line: print(line, file=sys.stderr, flush=True), out=out)
-    if args.json:
+                        say=_say, out=out)
+    return _show(report, out, args.json)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _show(report: dict[str, object], path: Path, as_json: bool) -> int:
+    """Print a recall's report (its table, or JSON) and where it is; exit 1 on a false alarm."""
+    from framework.zoo.recall import table
+
+    if as_json:
         print_json(report)
     else:
         print(table(report))
-        print(f"zoo: {out}")
+        print(f"zoo: {path}")
     return 0 if report["false_alarms"] == 0 else 1
 
 
@@ -100,21 +111,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_complete(args: argparse.Namespace) -> int:
     from framework.core.rundir import write_json_atomic
-    from framework.zoo.recall import complete, load_report, table
+    from framework.zoo.recall import complete, load_report
 
     path = Path(args.report)
     report = load_report(path)
     fstests = args.fstests or os.environ.get("POWERCUT_XFSTESTS")
     report = complete(report, load_entries(), zoo_cache(args.cache), path.parent,
-                      fstests=Path(fstests) if fstests else None,
-                      say=lambda line: print(line, file=sys.stderr, flush=True))
+                      fstests=Path(fstests) if fstests else None, say=_say)
     write_json_atomic(path, report)
-    if args.json:
-        print_json(report)
-    else:
-        print(table(report))
-        print(f"zoo: {path}")
-    return 0 if report["false_alarms"] == 0 else 1
+    return _show(report, path, args.json)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
