@@ -2,9 +2,11 @@
 
 The workloads are one list for every filesystem, fixed before any bug was
 looked at: every operation variant followed by each durability op that could
-make it durable (``gen:seq1``), a sample of ordered pairs (``gen:seq2``) and of
-triples (``gen:seq3``), and random operation streams with durability ops
-interleaved (``random:N``), each checked at every durability mark. The
+make it durable (``gen:seq1``), bounded bursts of operations with no durability
+op between most of them, then one of a name they used or of a directory above
+it (``gen:burst``), a sample of ordered pairs (``gen:seq2``) and of triples
+(``gen:seq3``), and a random operation stream with durability ops interleaved
+(``random:N``), each checked at every durability mark. The
 generators use every operation the target's filesystem has. An entry is run
 on the targets whose configuration has the bug (fast_commit is a mkfs
 feature, an external log a placement), never with a workload written for it.
@@ -42,10 +44,10 @@ from framework.zoo.kernels import FIXED, Kernel, installed
 #: The workloads of every target, in order: (case, more options). The seed is the run's.
 WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gen:seq1", ()),
+    ("gen:burst", ()),
     ("gen:seq2", ("--max-sequences", "60")),
     ("random:400", ()),
     ("gen:seq3", ("--max-sequences", "80")),
-    ("random:800", ()),
 )
 
 

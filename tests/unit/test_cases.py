@@ -51,7 +51,7 @@ def test_every_listed_case_loads_and_executes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["gen:seq1", "gen:seq2", "gen:seq3", "random:80", "hand:link-unlink"]
+    "spec", ["gen:seq1", "gen:seq2", "gen:seq3", "gen:burst", "random:80", "hand:link-unlink"]
 )
 def test_cases_are_deterministic_for_a_seed(spec: str) -> None:
     a = load_case(spec, seed=7, max_sequences=20)
@@ -108,6 +108,33 @@ def test_seq3_count_is_capped() -> None:
     spaces = {namespace_of(op) for op in w.ops if op.kind is not K.SYNC}
     assert 1 <= len(spaces) <= 12
     assert len(spaces) >= 10  # duplicates of one triple are rare
+
+
+def test_bursts_have_no_durability_between_most_ops_and_end_in_one_of_what_they_named() -> None:
+    bursts = cases.burst(3, 300)
+    assert len(bursts) == 300
+    setup = len(cases._setup())
+    quiet = new_dir = 0
+    for _, label, ops in bursts:
+        body = ops[setup:]
+        assert ops[:setup] == cases._setup() and label.count(";") == len(body) - 1
+        core = [op for op in body[:-1] if op.kind not in DURABILITY_OPS]
+        assert len(core) >= 2 and body[-1].kind in (K.FSYNC, K.FDATASYNC, K.FSYNC_DIR)
+        named = {""}
+        for op in core:
+            for path in (op.path, op.dst):
+                while path:
+                    named.add(path)
+                    path = path.rpartition("/")[0]
+        assert body[-1].path in named  # the durability op is of a name the burst used
+        quiet += not any(op.kind in DURABILITY_OPS for op in body[:-1])
+        new_dir += any(op.kind is K.MKDIR and op.path.startswith("n") for op in core) and any(
+            op.path.startswith("n/") for op in core)
+    # Most bursts have no durability op before their last; many act in a directory they made.
+    assert quiet > 150 and new_dir > 50
+    w = load_case("gen:burst", seed=3, max_sequences=40)
+    assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == 40
+    assert load_case("gen:burst", seed=4, max_sequences=5) != load_case("gen:burst", seed=3, max_sequences=5)
 
 
 def test_pack_keeps_namespaces_disjoint() -> None:
