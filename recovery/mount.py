@@ -230,6 +230,10 @@ def about_devices(lines: Sequence[str], *devices: str | None) -> list[str]:
     return kept
 
 
+#: Kernel lines that report an error (ext4_error(), "... failed", BUG), for mount errors.
+_ERROR_LINE = re.compile(r"error|failed|BUG|corrupt|already allocated", re.IGNORECASE)
+
+
 def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str],
                 journal_dev: str | None = None) -> MountResult:
     """mount(2) in-process: what mount(8) would do, without its fork and exec."""
@@ -251,7 +255,13 @@ def _mount_here(target: Target, adapter: FilesystemAdapter, argv: list[str],
         klog.close()
     replay = adapter.journal_replay_messages("\n".join(kernel))
     if error and kernel:
-        error += " -- " + " | ".join(line.split("] ", 1)[-1] for line in kernel[-3:])
+        # The last lines say how the mount ended; the first error line often says why
+        # (a replay that went wrong long before the mount gave up).
+        shown = kernel[-3:]
+        first = next((line for line in kernel if _ERROR_LINE.search(line)), None)
+        if first is not None and first not in shown:
+            shown = [first, "...", *shown]
+        error += " -- " + " | ".join(line.split("] ", 1)[-1] for line in shown)
     return MountResult(ok=not error, duration_s=duration, status=32 if error else 0, error=error,
                        replay_messages=tuple(replay), kernel_messages=tuple(kernel),
                        kernel_log_read=klog is not None, argv=tuple(argv))

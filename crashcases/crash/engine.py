@@ -10,6 +10,11 @@
 4. A hang (a step past its deadline, or a guest that stops answering) is
    recorded for the state in progress; the guest is replaced and the run
    goes on with the next state.
+5. A guest that dies (qemu exits: killed from outside, or its kernel
+   panicked) is replaced and the states it had in flight are checked again,
+   one at a time, on fresh guests. A state whose check kills the guest
+   kernel twice is a finding (``hang``, with the console lines); one that
+   loses its guest three times for any reason is a harness error.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework.core import agent, clock, rundir
 from framework.core.errors import (
+    GuestDied,
     MachineError,
     PowercutError,
     ScratchDeviceError,
@@ -111,6 +117,11 @@ class CrashEngine:
         self._slots: set[GuestSlot] = set()
         self.inject_key: str | None = None
         self.inject_busy_key: str | None = None
+        self.inject_panic_key: str | None = None
+        #: Guests that died checking a state alone, per state key (see the module docstring).
+        self.deaths: dict[str, list[GuestDied]] = {}
+        #: States that were in flight when a guest died with several: each is checked alone.
+        self.suspects: set[str] = set()
         #: Harness errors met so far (the state and why), in order; a state that meets one
         #: is checked again on a fresh guest, and recorded as an error only the second time.
         self.harness_errors: list[tuple[str, str]] = []
@@ -142,6 +153,10 @@ class CrashEngine:
             recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600)
             shutil.copyfile(machine.rundir / rundir.ORACLE, self.oracle_path)
             info = {**recorded.to_dict(), "workload": workload.name, "ops": len(workload.ops)}
+            # What each log holds, so that a later recheck, export or --resume can tell a
+            # damaged or replaced log from the recorded one.
+            for path in self._logs().values():
+                info[path.name + rundir.DIGEST_SUFFIX] = rundir.content_digest(path)
             # Written last: its presence says the recording is whole (what --resume reuses).
             write_json_atomic(self.run_dir / rundir.RECORD, info)
         except BaseException:
@@ -165,7 +180,11 @@ class CrashEngine:
                 and (self.run_dir / rundir.RECORD).exists()
                 and (not self.two_disks or self.journal_log_path.exists())):
             return None
-        info: dict[str, Any] = json.loads((self.run_dir / rundir.RECORD).read_text())
+        info: dict[str, Any] = rundir.read_json_object(self.run_dir / rundir.RECORD,
+                                                       "recording's summary")
+        for name in self._logs():
+            rundir.verified_log(self.run_dir, rundir.JOURNAL_LOG if name == "journal-log"
+                                else rundir.LOG)
         return info
 
     def harvest(self) -> dict[str, CheckResult]:
@@ -250,7 +269,8 @@ class CrashEngine:
         try:
             while todo and not self._stop.is_set():
                 results_path = guest_files(slot.machine(), self.oracle_path)
-                chunk = todo[:CHUNK]
+                # A state a dead guest had in flight goes alone, so a death is its own.
+                chunk = todo[:1] if todo[0].key in self.suspects else todo[:CHUNK]
                 done_before = len(parse_results(results_path))
                 try:
                     lost = self._check_chunk(slot, chunk, results_path)
@@ -272,7 +292,13 @@ class CrashEngine:
                     finished.add(r.key)
                 if self._stop.is_set():
                     break  # interrupted: the guest was killed on purpose, not hung
-                if lost is not None and lost.hung:
+                if lost is not None and lost.died is not None:
+                    pending = [s for s in chunk if s.key not in finished]
+                    result = self._died(pending, lost.died) if pending else None
+                    if result is not None:
+                        self._store(result, total)
+                        finished.add(result.key)
+                elif lost is not None and lost.hung:
                     # Lanes write results as they finish: the state in flight is the first
                     # of the chunk without one.
                     pending = [s for s in chunk if s.key not in finished]
@@ -337,6 +363,41 @@ class CrashEngine:
         return got[0] if got else CheckResult(key=state.key, outcome=Outcome.ERROR,
                                               notes=["the guest returned no result"])
 
+    def _died(self, pending: list[CrashState], died: GuestDied) -> CheckResult | None:
+        """A guest died with ``pending`` (the chunk's states without a result) in flight.
+
+        With several, each of the first few (as many as the guest checks at once) is
+        checked alone next. With one, the death is that state's: a finding once its check
+        has killed the guest kernel twice, a harness error once it has lost its guest three
+        times; None means check it again on a fresh guest."""
+        with self._lock:
+            self.harness_errors.append((pending[0].key, f"guest died: {died}"))
+            if self.inject_panic_key:  # an injected "once" panic is spent
+                self.inject_panic_key = ",".join(
+                    item for item in self.inject_panic_key.split(",")
+                    if not (item.endswith("@once") and
+                            item.partition("@")[0] in {s.key for s in pending})) or None
+            if len(pending) > 1 and pending[0].key not in self.suspects:
+                # The guest checks one state per lane at once: its first lane and LANE_DISKS'.
+                self.suspects.update(s.key for s in pending[:2])
+                log.warning("a checking guest died with %d states in flight; checking each "
+                            "alone: %s", len(pending), died)
+                return None
+            key = pending[0].key
+            deaths = self.deaths.setdefault(key, [])
+            deaths.append(died)
+        panics = sum(d.panicked for d in deaths)
+        if panics >= 2:
+            return CheckResult(key=key, outcome=Outcome.HANG, notes=[
+                f"the guest kernel died checking this state, {panics} times in "
+                f"{len(deaths)} checks; last console lines: {died.console}"])
+        if len(deaths) >= 3:
+            return CheckResult(key=key, outcome=Outcome.ERROR, notes=[
+                f"harness error: the guest died {len(deaths)} times checking this state: {died}"])
+        log.warning("state %s: its guest died (%s); checking it again on a fresh guest",
+                    key, died)
+        return None
+
     def _first_error(self, result: CheckResult) -> bool:
         """Note a harness error; whether it is the state's first (then it is checked again)."""
         with self._lock:
@@ -358,7 +419,7 @@ class CrashEngine:
         try:
             slot.perform(CRASH_CHECK, lambda machine: check_request(
                 machine, self.target, chunk, budget_s=budget, inject_hang=self.inject_key,
-                inject_busy=self.inject_busy_key),
+                inject_busy=self.inject_busy_key, inject_panic=self.inject_panic_key),
                 timeout_s=budget * len(chunk) + 120, watch=progress_watch(results_path, budget))
         except GuestLost as exc:  # stuck (watchdog, deadline), died, or a device stayed busy
             return exc
@@ -382,6 +443,11 @@ class CrashEngine:
             f"{injected_key(key, states)}{at}{seconds}"
             for key, at, seconds in (item.partition("@")
                                      for item in (self.plan.inject_busy or "").split(",") if item)
+        ) or None
+        self.inject_panic_key = ",".join(
+            f"{injected_key(key, states)}{at}{how}"
+            for key, at, how in (item.partition("@")
+                                 for item in (self.plan.inject_panic or "").split(",") if item)
         ) or None
         jobs = max(1, min(self.plan.jobs, len(states) or 1))
         # Contiguous shards: each machine's replay still moves forward only.
@@ -489,7 +555,8 @@ def injected_key(inject: str | None, states: Sequence[CrashState]) -> str | None
 
 def check_request(machine: Machine, target: Target, states: Sequence[CrashState], *,
                   budget_s: float, inject_hang: str | None = None,
-                  inject_busy: str | None = None) -> CheckRequest:
+                  inject_busy: str | None = None,
+                  inject_panic: str | None = None) -> CheckRequest:
     """The crash-check request for ``states`` on ``machine``: its log, replay and cow disks, the
     files guest_files() puts in its run directory, and step deadlines from the per-state
     ``budget_s``. Crash runs, recheck and bench/crash.py all ask through here."""
@@ -506,7 +573,8 @@ def check_request(machine: Machine, target: Target, states: Sequence[CrashState]
         cow_dev=machine.disk("cow"), oracle_path=os.fspath(machine.rundir / rundir.ORACLE),
         results_path=os.fspath(machine.rundir / rundir.GUEST_RESULTS),
         states=tuple(StateRecipe.of(s) for s in states), timeouts=timeouts_for(budget_s),
-        inject_hang=inject_hang, inject_busy=inject_busy, journal=journal, lanes=lanes)
+        inject_hang=inject_hang, inject_busy=inject_busy, journal=journal, lanes=lanes,
+        inject_panic=inject_panic)
 
 
 def write_image(log_path: Path, entries: list[LogEntry], state: CrashState | DiskState, out: Path,
@@ -716,9 +784,9 @@ def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, C
     plan, state = load_state(run_dir, key)
     target = plan.spec
     sizes = disk_sizes(target, plan.data_mib)
-    logs = {"log": rundir.crash_log(run_dir)}
+    logs = {"log": rundir.verified_log(run_dir)}
     if target.needs_journal_disk:
-        logs["journal-log"] = rundir.crash_log(run_dir, rundir.JOURNAL_LOG)
+        logs["journal-log"] = rundir.verified_log(run_dir, rundir.JOURNAL_LOG)
     scratch = run_dir / f"recheck-{uuid.uuid4().hex[:6]}"
     machine = factory(checker_disks(sizes, logs), scratch, (target.fstype,))
     try:

@@ -244,6 +244,9 @@ class CheckRequest:
     inject_busy: str | None = None
     journal: JournalDisks | None = None
     lanes: tuple[LaneDisks, ...] = ()  # single-disk targets: more lanes checking at once
+    #: Fault injection, comma-separated KEY or KEY@once: the kernel panics (sysrq c) as the
+    #: state's check starts, as a kernel bug met by its mount would make it.
+    inject_panic: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "log_dev": self.log_dev,
@@ -252,7 +255,8 @@ class CheckRequest:
                 "states": [s.to_dict() for s in self.states], "timeouts": asdict(self.timeouts),
                 "inject_hang": self.inject_hang, "inject_busy": self.inject_busy,
                 "journal": self.journal.to_dict() if self.journal else None,
-                "lanes": [lane.to_dict() for lane in self.lanes]}
+                "lanes": [lane.to_dict() for lane in self.lanes],
+                "inject_panic": self.inject_panic}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckRequest:
@@ -262,7 +266,8 @@ class CheckRequest:
                    tuple(StateRecipe.from_dict(s) for s in raw["states"]),
                    Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"),
                    raw.get("inject_busy"), journal,
-                   tuple(LaneDisks(**lane) for lane in raw.get("lanes", ())))
+                   tuple(LaneDisks(**lane) for lane in raw.get("lanes", ())),
+                   raw.get("inject_panic"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +391,7 @@ def check(req: CheckRequest) -> CheckSummary:
     hung = threading.Event()
     write_lock = threading.Lock()
     busy = busy_faults(req.inject_busy)
+    panics = {item.partition("@")[0] for item in (req.inject_panic or "").split(",") if item}
     with contextlib.ExitStack() as stack, open(req.results_path, "a") as out:
         data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
         journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
@@ -411,6 +417,10 @@ def check(req: CheckRequest) -> CheckSummary:
                     # Fault injection for testing the host's hang handling: block
                     # the way a mount stuck in the kernel would.
                     runner.run(["sleep", "86400"], timeout_s=90000)
+                if first.key in panics:
+                    # Fault injection: the kernel dies here, as one a state's mount
+                    # meets a bug in would (Documentation/admin-guide/sysrq.rst: 'c').
+                    Path("/proc/sysrq-trigger").write_text("c")
                 try:
                     # Faults outlive the disks: an injected holder is there when the lane
                     # lets go of the device.

@@ -76,6 +76,10 @@ class CrashPlan:
     #: Fault injection: comma-separated "#N" (or a key), each with an optional "@SECONDS":
     #: another process holds the N-th state's device open for that long, or for good.
     inject_busy: str | None = None
+    #: Fault injection: comma-separated "#N" (or a key), each with an optional "@once": the
+    #: guest kernel panics (sysrq c) when it starts to check the N-th state, every time or
+    #: the first time only.
+    inject_panic: str | None = None
     max_images: int = 5
     data_mib: int | None = None
     max_sequences: int | None = None
@@ -233,7 +237,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
     if not sep or not point_text.isdigit():
         raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
     variant = Variant.parse(variant_text)
-    log_path = rundir.crash_log(run_dir)
+    log_path = rundir.verified_log(run_dir)
     marks = OracleLog.load(run_dir / rundir.ORACLE).marks
     with LogReader(log_path) as reader:
         entries = list(reader)
@@ -245,7 +249,7 @@ def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
 
     point: CrashPoint = annotate(entries, [(index, PointKind.SAMPLE)], set(marks))[0]
     if plan.spec.needs_journal_disk:
-        with LogReader(rundir.crash_log(run_dir, rundir.JOURNAL_LOG)) as reader:
+        with LogReader(rundir.verified_log(run_dir, rundir.JOURNAL_LOG)) as reader:
             journal_entries = list(reader)
         state, why = TwoLogs(entries, journal_entries, marks).state(point, variant)
         if state is None and why is not None:

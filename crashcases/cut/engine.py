@@ -282,13 +282,16 @@ class CutEngine:
                 timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),
                 journal_dev=self._journal_dev(machine, spec))
 
-        # A harness error (a device that stayed busy) gets one more try on a fresh guest.
+        # A harness error (a device that stayed busy, a guest killed from outside) gets one
+        # more try on a fresh guest; a trial whose guest kernel died both times is a finding.
+        panics = 0
         for attempt in (1, 2):
             try:
                 self._ensure_oracle(spec)
                 seen = self.slot.perform(CUT_TRIAL, request, timeout_s=self.plan.trial_timeout_s)
             except GuestLost as exc:
-                if exc.hung:
+                panics += exc.died is not None and exc.died.panicked
+                if exc.hung or panics == 2:
                     # A step stuck in the kernel (or a guest that stopped answering): a
                     # finding for this trial; nothing in that guest is trusted after it.
                     return TrialResult(target, trial, point, Outcome.HANG, None, None,

@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import uuid
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -262,6 +263,12 @@ def _state_image(state: ExportState, out: Path) -> None:
     """Put the state's gzip'ed image at ``out``: the run's copy, or rebuilt from the log."""
     kept = state.run_dir / rundir.state_image(state.key)
     if kept.is_file():
+        try:  # read through once: a damaged image is an error here, not in the script
+            with gzip.open(kept, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ExportError(f"{kept}: the state's kept image is damaged ({exc})") from None
         shutil.copyfile(kept, out)
         return
     log_path = rundir.crash_log(state.run_dir)

@@ -388,21 +388,33 @@ class SweepEngine:
             timeouts=Timeouts.within(budget, shares=4))
 
     def run_point(self, point: SweepPoint) -> SweepRow:
-        try:
-            result = self.slot.perform(SWEEP_POINT, lambda machine: self.request(machine, point),
-                                       module=self.guest_module,
-                                       timeout_s=self.plan.point_timeout_s)
-        except GuestLost as exc:
-            # Stuck in the kernel, or a guest that stopped answering: a finding for this
-            # point; a device that stayed busy: the point could not be measured. Either
-            # way nothing in that guest is trusted after it; the next point gets a new one.
-            log.warning("sweep point %s: %s", point.key, exc)
-            return SweepRow(point, Outcome.HANG.value if exc.hung else ERROR, None, (str(exc),))
-        except PowercutError as exc:
-            # The point could not be made (mkfs refused it, a tool failed): reported, not
-            # timed; the guest cleaned up after itself and goes on with the next point.
-            log.warning("sweep point %s failed: %s", point.key, exc)
-            return SweepRow(point, ERROR, None, (str(exc),))
+        died: list[bool] = []
+        while True:
+            try:
+                result = self.slot.perform(
+                    SWEEP_POINT, lambda machine: self.request(machine, point),
+                    module=self.guest_module, timeout_s=self.plan.point_timeout_s)
+                break
+            except GuestLost as exc:
+                # A guest that died (killed from outside, or a kernel panic) is replaced
+                # and the point measured again; one whose kernel died under it twice is a
+                # finding. Stuck in the kernel, or a guest that stopped answering: a
+                # finding; a device that stayed busy: the point could not be measured.
+                # Nothing in that guest is trusted after it; the next try gets a new one.
+                log.warning("sweep point %s: %s", point.key, exc)
+                if exc.died is not None:
+                    died.append(exc.died.panicked)
+                    if sum(died) >= 2:
+                        return SweepRow(point, Outcome.HANG.value, None, (str(exc),))
+                    if len(died) < 3:
+                        continue
+                return SweepRow(point, Outcome.HANG.value if exc.hung else ERROR, None,
+                                (str(exc),))
+            except PowercutError as exc:
+                # The point could not be made (mkfs refused it, a tool failed): reported,
+                # not timed; the guest cleaned up after itself and goes on with the next.
+                log.warning("sweep point %s failed: %s", point.key, exc)
+                return SweepRow(point, ERROR, None, (str(exc),))
         return SweepRow(point, result.outcome.value, result, result.notes)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
@@ -215,15 +216,38 @@ def main(argv: Sequence[str] | None = None, *,
         print(f"powercut: missing prerequisite: {exc}", file=sys.stderr)
         return 3
     except PowercutError as exc:
+        from framework.core.store import StoreError  # not at import: guest programs start here
+
+        db = getattr(args, "db", None)
+        if isinstance(exc, StoreError) and db and os.fspath(db) not in str(exc):
+            exc = StoreError(f"{db}: {exc}")  # every database error names the database
         print(f"powercut: {exc}", file=sys.stderr)
         if on_error is not None:
             on_error(exc)
+        return 2
+    except OSError as exc:
+        where = _full(exc, args)
+        if where is None:
+            raise
+        print(f"powercut: {where}: no space left on device; what is stored so far is kept: "
+              "make room, then carry on with --resume RUN_DIR", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("powercut: interrupted; results so far are kept", file=sys.stderr)
         if nested:
             raise
         return 130
+
+
+def _full(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """Where the space ran out, if ``exc`` (or what caused it) says it did; else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return os.fspath(seen.filename) if seen.filename else (
+                getattr(args, "results", None) or os.getcwd())
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def print_json(obj: object) -> None:

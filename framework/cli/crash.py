@@ -200,6 +200,7 @@ def plan_from_args(args: argparse.Namespace, target: str,
                      points=args.points, variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
                      inject_hang=args.inject_hang, inject_busy=args.inject_busy,
+                     inject_panic=args.inject_panic,
                      reruns=args.reruns, max_reruns=args.max_reruns,
                      max_sequences=args.max_sequences,
                      data_mib=args.data_mib, ops=ops_from_args(args))
@@ -421,6 +422,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="rerun at most N findings (default: 10)")
     p.add_argument("--inject-hang", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("--inject-busy", metavar="STATE", help=argparse.SUPPRESS)
+    p.add_argument("--inject-panic", metavar="STATE", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)
     p.set_defaults(func=cmd_crash)

@@ -82,7 +82,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    # One write per line: the recall's kernels report from threads of their own.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _show(report: dict[str, object], path: Path, as_json: bool) -> int:

@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, Self, TextIO, TypeVar
 
-from framework.core import errors
+from framework.core import errors, rundir
 from framework.core.command import CommandResult
+from framework.core.errors import PowercutError
 
 FRAME = "@@powercut "
 #: The guest program ``call`` starts unless told another: the application's
@@ -188,9 +189,19 @@ def call(machine: Any, request: Mapping[str, Any], *, module: str = GUEST_MODULE
 def perform(machine: Any, task: Task[Req, Res], request: Req, *, module: str = GUEST_MODULE,
             args: Sequence[str] = (), timeout_s: float = 600.0,
             watch: Callable[[], str | None] | None = None) -> Res:
-    """Have ``machine`` perform ``task`` on ``request``; its one result, typed."""
-    results = call(machine, task.encode(request), module=module, args=args, timeout_s=timeout_s,
-                   watch=watch)
+    """Have ``machine`` perform ``task`` on ``request``; its one result, typed.
+
+    When the task fails and the filesystem of the guest's run directory (its disks, its
+    exchange files) is full, that is what is raised: ENOSPC naming the directory."""
+    try:
+        results = call(machine, task.encode(request), module=module, args=args,
+                       timeout_s=timeout_s, watch=watch)
+    except PowercutError as exc:
+        rundir_ = getattr(machine, "rundir", None)
+        full = rundir.space_problem(rundir_) if rundir_ is not None else None
+        if full is not None:
+            raise full from exc
+        raise
     if len(results) != 1:
         raise AgentError(f"task {task.name!r} returned {len(results)} results, expected 1")
     try:

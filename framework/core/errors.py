@@ -67,6 +67,17 @@ class ConsoleTimeout(MachineError):
     """The guest console did not answer before the deadline; the guest is gone."""
 
 
+class GuestDied(MachineError):
+    """qemu exited while the guest was working: killed from outside, or the guest kernel
+    panicked. ``console``: its last console lines; ``panicked``: they show a kernel
+    panic or oops (the work in hand may be what killed it)."""
+
+    def __init__(self, message: str, *, console: str = "", panicked: bool = False) -> None:
+        super().__init__(message)
+        self.console = console
+        self.panicked = panicked
+
+
 class DeviceMapperError(PowercutError):
     """A dmsetup verb failed or a target is not available."""
 

@@ -12,6 +12,8 @@ and what is wrong, and nothing is written in reply.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -74,6 +76,66 @@ def crash_log(run_dir: Path, name: str = LOG) -> Path:
     return held if held.is_file() else final
 
 
+#: record.json's key for a log's digest (``content_digest``): "log.img_digest", ...
+DIGEST_SUFFIX = "_digest"
+_BLOCK = 4096
+_digests: dict[tuple[str, int, int], str] = {}
+
+
+def content_digest(path: Path) -> str:
+    """sha256 over the file's size and each of its non-zero 4 KiB blocks with its offset.
+
+    What the file holds, not how it is stored: a copy that filled its holes with zeros
+    has the same digest. Only the allocated parts are read (SEEK_DATA), so a sparse
+    log of a gigabyte with a few megabytes in it takes milliseconds."""
+    st = path.stat()
+    cache_key = (os.fspath(path), st.st_size, st.st_mtime_ns)
+    if cache_key in _digests:
+        return _digests[cache_key]
+    h = hashlib.sha256(str(st.st_size).encode())
+    zero = bytes(_BLOCK)
+    with open(path, "rb") as f:
+        fd, pos = f.fileno(), 0
+        while pos < st.st_size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+                end = os.lseek(fd, start, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break  # nothing but holes after pos
+                start, end = pos, st.st_size  # no SEEK_DATA here: read the rest
+            start -= start % _BLOCK
+            f.seek(start)
+            offset = start
+            while offset < end:
+                block = f.read(_BLOCK)
+                if not block:
+                    break
+                if block != zero[:len(block)]:
+                    h.update(offset.to_bytes(8, "little") + block)
+                offset += len(block)
+            pos = max(end, offset)
+    _digests[cache_key] = h.hexdigest()
+    return _digests[cache_key]
+
+
+def verified_log(run_dir: Path, name: str = LOG) -> Path:
+    """``crash_log``, after checking it still holds what was recorded (when the recording
+    noted its digest in record.json): a damaged or replaced log is a one-line ConfigError."""
+    path = crash_log(run_dir, name)
+    record = run_dir / RECORD
+    if not path.is_file() or not record.is_file():
+        return path
+    try:
+        want = json.loads(record.read_bytes()).get(name + DIGEST_SUFFIX)
+    except (ValueError, AttributeError):
+        raise ConfigError(f"{record}: not valid JSON; it was cut short or changed by hand") from None
+    if want and content_digest(path) != want:
+        raise ConfigError(f"{path}: the log changed since it was recorded (its digest is not "
+                          f"the one in {RECORD}): damaged or replaced; record the run again")
+    return path
+
+
 def report_for(run_id: int) -> str:
     """A report written beside the database, for a run without a directory of its own."""
     return f"report-{run_id}.html"
@@ -95,11 +157,26 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+#: Below this much free space the filesystem holding a run directory counts as full.
+SPACE_FLOOR_BYTES = 1 << 20
+
+
+def space_problem(path: Path) -> OSError | None:
+    """ENOSPC naming ``path`` when the filesystem it is on is (nearly) full, else None."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    if st.f_bavail * st.f_frsize >= SPACE_FLOOR_BYTES:
+        return None
+    return OSError(errno.ENOSPC, "No space left on device", os.fspath(path))
+
+
 def read_json(path: Path, what: str) -> Any:
     """The JSON in ``path``; a one-line ConfigError naming it when it is missing or is not
     JSON (``what``: the file's role, for the message)."""
     try:
-        text = path.read_text()
+        text = path.read_bytes()  # decoded by json.loads: a bad byte is a ValueError there
     except FileNotFoundError:
         raise ConfigError(f"{path}: no {what} here") from None
     except OSError as exc:

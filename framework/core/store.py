@@ -11,6 +11,7 @@ takes a database from version i to i + 1.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -377,7 +378,16 @@ def _known_json(ids: Sequence[str] | None) -> str | None:
 
 
 def _known_ids(text: str | None) -> list[str] | None:
-    return None if text is None else list(json.loads(text))
+    return None if text is None else list(_cell(text))
+
+
+def _cell(text: str | bytes) -> Any:
+    """A stored JSON value; a damaged one is a StoreError, not a traceback."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"a stored value is damaged, not JSON ({exc}): the database was "
+                         "changed outside powercut") from None
 
 
 class Store:
@@ -400,7 +410,14 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the results database: {exc}") from exc
         self._db.row_factory = sqlite3.Row
+        # A damaged text cell reads with U+FFFD in it instead of failing the whole query.
+        self._db.text_factory = lambda raw: raw.decode("utf-8", "replace")
         try:
+            # A damaged page is found here, as a one-line error, not halfway through a report
+            # (milliseconds for a database of megabytes).
+            problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if problem != "ok":
+                raise sqlite3.DatabaseError(problem)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoint, never corrupt
@@ -426,14 +443,23 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One result: everything inside commits together or not at all."""
-        self._db.execute("BEGIN IMMEDIATE")
+        """One result: everything inside commits together or not at all. A database whose
+        filesystem is full raises ENOSPC naming it (what was committed before stays)."""
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if "full" not in str(exc):
+                raise
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise OSError(errno.ENOSPC, f"No space left on device ({exc})",
+                          os.fspath(self.path)) from exc
 
     @property
     def schema_version(self) -> int:
@@ -492,7 +518,7 @@ class Store:
             row = db.execute("SELECT environment FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise StoreError(f"{self.path}: no run with id {run_id}")
-            env = {**json.loads(row["environment"]), **facts}
+            env = {**_cell(row["environment"]), **facts}
             db.execute("UPDATE runs SET environment = ? WHERE id = ?", (_json(env), run_id))
 
     def resume_run(self, run_id: int) -> None:
@@ -567,7 +593,7 @@ class Store:
     def _run(row: sqlite3.Row) -> Run:
         return Run(row["id"], row["uuid"], row["started_at"], row["finished_at"],
                    row["command_line"], row["study"], RunStatus(row["status"]),
-                   row["git_revision"], json.loads(row["environment"]), row["kind"],
+                   row["git_revision"], _cell(row["environment"]), row["kind"],
                    row["parent_id"])
 
     def add_target(self, run_id: int, name: str, config: Mapping[str, Any] | None = None) -> int:
@@ -578,7 +604,7 @@ class Store:
     def targets(self, run_id: int) -> dict[str, dict[str, Any]]:
         rows = self._db.execute("SELECT name, config FROM targets WHERE run_id = ? ORDER BY id",
                                 (run_id,)).fetchall()
-        return {r["name"]: json.loads(r["config"]) for r in rows}
+        return {r["name"]: _cell(r["config"]) for r in rows}
 
     def placements(self, run_id: int) -> dict[str, TargetPlacement]:
         """Per target of the run: where its journal was and each disk's device profile."""
@@ -698,9 +724,9 @@ class Store:
             CheckRow(r["id"], r["target"], r["case_spec"], r["seed"], r["entry_index"],
                      r["kind"], r["last_mark"], r["variant"],
                      r["variant_seed"], r["outcome"], r["mount_s"], r["fsck_s"],
-                     json.loads(r["fsck_verdicts"]), json.loads(r["findings"]),
+                     _cell(r["fsck_verdicts"]), _cell(r["findings"]),
                      r["reproducer"], r["image_path"], _known_ids(r["known"]), r["created_at"],
-                     r["state"], None if r["signature"] is None else json.loads(r["signature"]),
+                     r["state"], None if r["signature"] is None else _cell(r["signature"]),
                      r["ops_to_crash"], r["explanation"])
             for r in rows
         ]
@@ -744,7 +770,7 @@ class Store:
         rows = self._db.execute(sql + " ORDER BY t.id, v.trial", args)
         return [Recovery(r["target"], r["trial"], r["seed"], r["outcome"],
                          r["in_flight_bytes"], r["in_flight_ops"], r["mount_s"], r["fsck_s"],
-                         json.loads(r["replay_messages"]), _known_ids(r["known"])) for r in rows]
+                         _cell(r["replay_messages"]), _known_ids(r["known"])) for r in rows]
 
     # ---- recovery sweeps ------------------------------------------------------
 
@@ -775,8 +801,8 @@ class Store:
         rows = self._db.execute(sql + " ORDER BY t.id, s.point", args)
         return [SweepPointRow(r["target"], r["point"], r["rep"], r["size_mib"], r["files"],
                               r["dirty_mib"], r["journal_mib"], r["outcome"], r["mount_s"],
-                              r["fsck_s"], r["journal_only_s"], json.loads(r["replay_messages"]),
-                              json.loads(r["details"])) for r in rows]
+                              r["fsck_s"], r["journal_only_s"], _cell(r["replay_messages"]),
+                              _cell(r["details"])) for r in rows]
 
     # ---- benchmarks ---------------------------------------------------------
 
@@ -894,7 +920,7 @@ class Store:
                     # Which shards of a sharded study this run now holds, and how each ended.
                     row = db.execute("SELECT environment FROM runs WHERE id = ?",
                                      (run_id,)).fetchone()
-                    env = json.loads(row["environment"])
+                    env = _cell(row["environment"])
                     seen = env.setdefault("shards_merged", {})
                     seen.update(run.environment.get("shards_merged") or {})
                     seen[str(plan["shard_index"])] = run.status.value

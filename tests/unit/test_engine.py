@@ -25,8 +25,8 @@ from crashcases.crash.plan import CrashPlan, disk_sizes, timeouts_for
 from crashcases.crash.points import CrashPoint, CrashState, Variant
 from crashcases.vocabulary import CrashPointKind, Outcome, VariantKind
 from crashcases.workload.cases import load_case
-from framework.core import agent
-from framework.core.errors import ConfigError, ConsoleTimeout
+from framework.core import agent, rundir
+from framework.core.errors import ConfigError, ConsoleTimeout, GuestDied
 from framework.core.machine.fake import FakeMachine
 from recovery.targets import Target, get_target
 
@@ -44,8 +44,12 @@ class Guests:
     """
 
     def __init__(self, tmp: Path, hang_at: str = "", stall_at: str = "",
-                 interrupt_at: str = "") -> None:
+                 interrupt_at: str = "", die_at: dict[str, list[bool]] | None = None) -> None:
         self.tmp, self.hang_at, self.stall_at = tmp, hang_at, stall_at
+        #: State key -> how the guest dies at it, one entry per death (True: a kernel panic,
+        #: False: qemu killed from outside); it checks the state once they are used up.
+        self.die_at = die_at or {}
+        self.chunks: list[list[str]] = []
         self.interrupt_at = interrupt_at  # Ctrl-C or SIGTERM reaches powercut at this state
         self.booted = 0
         self.machines: list[FakeMachine] = []
@@ -61,8 +65,14 @@ class Guests:
         def guest(argv, text):  # type: ignore[no-untyped-def]
             task = json.loads(text)
             checked, hung = 0, False
+            self.chunks.append([s["key"] for s in task["states"]])
             with open(task["results_path"], "a") as out:
                 for s in task["states"]:
+                    if self.die_at.get(s["key"]):
+                        panicked = self.die_at[s["key"]].pop(0)
+                        tail = "Kernel panic - not syncing: sysrq triggered crash" if panicked else "ok"
+                        raise GuestDied("crash-check: the guest went away (qemu exited); last "
+                                        f"console lines: {tail}", console=tail, panicked=panicked)
                     if s["key"] == self.interrupt_at:
                         out.flush()
                         raise KeyboardInterrupt
@@ -116,6 +126,46 @@ def test_a_guest_that_stops_answering_costs_one_state(tmp_path):
     hung = eng.results["3/prefix"]
     assert hung.outcome is Outcome.HANG and "stopped answering" in hung.notes[0]
     assert sum(r.outcome is Outcome.OK for r in eng.results.values()) == 5
+
+
+def test_a_guest_killed_from_outside_costs_no_state(tmp_path):
+    # qemu killed mid-check: the guest is replaced and the state in flight checked again.
+    guests = Guests(tmp_path, die_at={"4/prefix": [False]})
+    eng = engine(tmp_path, guests)
+    eng.check(states(10), None)
+    assert all(r.outcome is Outcome.OK for r in eng.results.values()) and len(eng.results) == 10
+    assert guests.booted == 2 and eng.replacements == 1
+    assert [k for k, _ in eng.harness_errors] == ["4/prefix"]
+    # Died with several states in flight: the first two went alone, then chunks again.
+    assert guests.chunks[1:4] == [["4/prefix"], ["5/prefix"], [s.key for s in states(10)[6:]]]
+
+
+def test_a_state_that_kills_the_guest_kernel_twice_is_a_finding_with_its_console(tmp_path):
+    guests = Guests(tmp_path, die_at={"4/prefix": [True, True, True]})
+    eng = engine(tmp_path, guests)
+    eng.check(states(10), None)
+    found = eng.results["4/prefix"]
+    assert found.outcome is Outcome.HANG
+    assert "died checking this state, 2 times in 2 checks" in found.notes[0]
+    assert "Kernel panic - not syncing" in found.notes[0]
+    assert [k for k, r in eng.results.items() if r.outcome is Outcome.OK] == [
+        s.key for s in states(10) if s.key != "4/prefix"]
+    # Three deaths: the first with ten states in flight, then twice alone.
+    assert guests.booted == 4 and guests.die_at["4/prefix"] == []
+
+
+def test_a_state_whose_guest_is_killed_three_times_is_a_harness_error_not_a_finding(tmp_path):
+    guests = Guests(tmp_path, die_at={"2/prefix": [False, False, False, False]})
+    eng = engine(tmp_path, guests)
+    eng.check(states(5), None)
+    error = eng.results["2/prefix"]
+    assert error.outcome is Outcome.ERROR and "died 3 times" in error.notes[0]
+    assert sum(r.outcome is Outcome.OK for r in eng.results.values()) == 4
+    # One panic among kills is not two: still a harness error, never a finding.
+    guests = Guests(tmp_path / "b", die_at={"2/prefix": [True, False, False, False]})
+    eng = engine(tmp_path / "b", guests)
+    eng.check(states(5), None)
+    assert eng.results["2/prefix"].outcome is Outcome.ERROR
 
 
 def test_a_run_stopped_mid_chunk_keeps_what_its_guest_finished_of_it(tmp_path):
@@ -248,6 +298,8 @@ def test_the_recording_request_carries_the_whole_target(tmp_path):
             req = RecordRequest.from_dict(raw)
             seen.append(req)
             Path(req.oracle_path).write_text("{}")
+            (rundir / "disks").mkdir(exist_ok=True)
+            (rundir / "disks" / "log.img").write_bytes(b"the log")
             done = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.5)
             return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
 
@@ -261,7 +313,8 @@ def test_the_recording_request_carries_the_whole_target(tmp_path):
     machine.close()
     assert seen[0].target == user_target() and seen[0].workload == workload
     assert info == {"entries": 40, "log_bytes": 1 << 20, "marks": 3, "record_s": 1.5,
-                    "workload": workload.name, "ops": len(workload.ops)}
+                    "workload": workload.name, "ops": len(workload.ops),
+                    "log.img_digest": rundir.content_digest(eng.log_path)}
     assert eng.oracle_path.read_text() == "{}"
 
 
@@ -348,6 +401,9 @@ def test_a_two_disk_run_records_and_checks_both_disks_with_each_states_journal_r
             seen.append(([d.name for d in disks], raw))
             if raw["task"] == "crash-record":
                 Path(raw["oracle_path"]).write_text("{}")
+                (rundir / "disks").mkdir(exist_ok=True)
+                for name in ("log.img", "journal-log.img"):
+                    (rundir / "disks" / name).write_bytes(name.encode())
                 done: object = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.0)
             else:
                 done = CheckSummary(0, False, 0, 0, 0)
@@ -373,3 +429,24 @@ def test_a_two_disk_run_records_and_checks_both_disks_with_each_states_journal_r
     assert again.states[0].journal == DiskRecipe(4, (5, 6), {6: (0, 2)})
     assert again.states[0].key == "7/journal-lying:3"
     machine.close()
+
+
+def test_a_guest_that_fails_to_boot_once_is_booted_again_and_twice_is_the_error(tmp_path):
+    from framework.core.errors import BootError
+    from framework.core.machine.slot import GuestSlot
+
+    tries: list[int] = []
+
+    def start(fail: int):  # type: ignore[no-untyped-def]
+        def boot():  # type: ignore[no-untyped-def]
+            tries.append(1)
+            if len(tries) <= fail:
+                raise BootError("qemu exited during boot (accel tcg); last console lines: x")
+            return FakeMachine(rundir=tmp_path)
+        return boot
+
+    assert isinstance(GuestSlot(start(1)).machine(), FakeMachine) and len(tries) == 2
+    tries.clear()
+    with pytest.raises(BootError):
+        GuestSlot(start(2)).machine()
+    assert len(tries) == 2

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from framework.core import rundir
+from framework.core.errors import ConfigError
 from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.store import RunStatus, Store
 
@@ -62,3 +64,47 @@ def test_without_a_store_the_run_directory_still_gets_its_files(tmp_path: Path) 
         run.started(Guest())
         run.add_artifact(run.run_dir / "missing", "log")  # no store: nothing to record
     assert run.run_id is None and (run.run_dir / "plan.json").exists()
+
+
+@pytest.mark.parametrize("damage", [
+    lambda b: b[: len(b) // 2],  # cut short
+    lambda b: b[:20] + bytes([0xFF, 0xC5]) + b[22:],  # bytes that are not UTF-8
+    lambda b: b"",
+])
+def test_a_damaged_run_file_is_a_one_line_error_naming_it(tmp_path: Path, damage) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"target": "ext4/ordered", "case": "gen:seq1", "seed": 0}))
+    path.write_bytes(damage(path.read_bytes()))
+    before = path.read_bytes()
+    with pytest.raises(ConfigError) as caught:
+        rundir.read_json(path, "crash plan")
+    message = str(caught.value)
+    assert message.startswith(f"{path}: the crash plan is not valid JSON") and "\n" not in message
+    assert path.read_bytes() == before
+
+
+def test_a_log_is_checked_against_the_digest_its_recording_noted(tmp_path: Path) -> None:
+    run_dir = tmp_path / "crash-1"
+    run_dir.mkdir()
+    log = run_dir / rundir.LOG
+    with open(log, "wb") as f:  # sparse: data at 0 and at 1 MiB, holes elsewhere
+        f.write(b"header" * 100)
+        f.seek(1 << 20)
+        f.write(b"\x01" * 5000)
+        f.truncate(8 << 20)
+    digest = rundir.content_digest(log)
+    # The same bytes with the holes filled in (a plain copy) have the same digest.
+    filled = tmp_path / "filled.img"
+    filled.write_bytes(log.read_bytes())
+    assert rundir.content_digest(filled) == digest
+    (run_dir / rundir.RECORD).write_text(json.dumps({rundir.LOG + rundir.DIGEST_SUFFIX: digest}))
+    assert rundir.verified_log(run_dir) == log
+    data = bytearray(log.read_bytes())
+    data[(1 << 20) + 10] ^= 0xFF  # one byte of an entry's payload
+    log.write_bytes(bytes(data))
+    with pytest.raises(ConfigError) as caught:
+        rundir.verified_log(run_dir)
+    assert str(caught.value).startswith(f"{log}: the log changed since it was recorded")
+    # A run recorded before digests were noted is taken as it is.
+    (run_dir / rundir.RECORD).write_text("{}")
+    assert rundir.verified_log(run_dir) == log

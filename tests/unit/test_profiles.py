@@ -140,7 +140,8 @@ def test_disks_per_throttle_and_one_disk_when_all_agree() -> None:
 
 def test_qemu_drive_throttles_a_profiled_disk() -> None:
     plain = drive_argv(DiskSpec("data", MiB), 0, Path("d.img"), cache="unsafe")
-    assert plain[1] == "file=d.img,format=raw,if=none,id=disk0,cache=unsafe,discard=unmap"
+    assert plain[1] == ("file=d.img,format=raw,if=none,id=disk0,cache=unsafe,discard=unmap,"
+                        "werror=report,rerror=report")
     throttled = drive_argv(DiskSpec("journal", MiB, bandwidth_bytes_s=20_000_000, iops=100), 1,
                            Path("j.img"), cache="unsafe")
     assert throttled[1].endswith(",throttling.bps-total=20000000,throttling.iops-total=100")

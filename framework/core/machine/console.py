@@ -22,7 +22,7 @@ import pexpect
 
 from framework.core import clock
 from framework.core.command import Argv, CommandResult, check_status, normalize_argv
-from framework.core.errors import ConsoleTimeout, MachineError
+from framework.core.errors import ConsoleTimeout, GuestDied
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ConsoleRunner:
                 if stalled:
                     raise ConsoleTimeout(f"{what}: {stalled}") from None
             except pexpect.EOF:
-                raise MachineError(f"{what}: the guest went away (qemu exited); see the console log") from None
+                raise GuestDied(f"{what}: the guest went away (qemu exited)") from None
         match = self.child.match
         assert isinstance(match, re.Match)
         return match

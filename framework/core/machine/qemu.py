@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -23,6 +24,7 @@ from framework.core.command import Argv, CommandResult
 from framework.core.errors import (
     BootError,
     ConsoleTimeout,
+    GuestDied,
     MachineError,
     MissingPrerequisite,
     ScratchDeviceError,
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 QEMU = "qemu-system-x86_64"
 MSIZE = 512 * 1024
 KVM_PROBE_TIMEOUT_S = 25.0
+#: Console lines that say the guest kernel died (panic(), die() and the BUG() family
+#: print these, kernel/panic.c and arch/x86/kernel/dumpstack.c in 6.1 and 6.12).
+KERNEL_DIED = re.compile(r"Kernel panic|Oops|BUG: |general protection fault|kernel BUG at")
 
 
 def drive_argv(spec: DiskSpec, index: int, image: Path, *, cache: str) -> list[str]:
@@ -48,8 +53,12 @@ def drive_argv(spec: DiskSpec, index: int, image: Path, *, cache: str) -> list[s
         options += f",throttling.bps-total={spec.bandwidth_bytes_s}"
     if spec.iops is not None:
         options += f",throttling.iops-total={spec.iops}"
+    # werror/rerror=report: a write the host cannot make (its filesystem full) is an I/O
+    # error in the guest, which fails the task at once; qemu's default for virtio-blk,
+    # enospc, stops the whole guest instead, and the task waits out its deadline.
     return ["-drive",
-            f"file={image},format=raw,if=none,id=disk{index},cache={cache},discard=unmap{options}",
+            f"file={image},format=raw,if=none,id=disk{index},cache={cache},discard=unmap,"
+            f"werror=report,rerror=report{options}",
             "-device", f"virtio-blk-pci,drive=disk{index},serial={spec.name[:20]}"]
 
 
@@ -95,6 +104,7 @@ class QemuMachine(Machine):
         # Absolute: the guest mounts the run directory at the same path.
         self.rundir = Path(tempfile.mkdtemp(prefix="powercut-vm-")) if rundir is None else Path(rundir).resolve()
         self.rundir.mkdir(parents=True, exist_ok=True)
+        self._console_start = 0  # where this guest's part of the console log starts
         self.child: pexpect.spawn | None = None
         self._up_since: float | None = None  # when the guest booted (cost: guest seconds)
         self.console: ConsoleRunner | None = None
@@ -198,6 +208,8 @@ class QemuMachine(Machine):
         log.debug("+ %s", shlex.join(argv))
         self.accel = accel
         transcript = open(self.rundir / rundir.CONSOLE, "ab")  # noqa: SIM115 - closed in close()
+        # A replacement guest appends to the same console log: what it says starts here.
+        self._console_start = transcript.tell()
         self._transcript = transcript
         start = clock.monotonic()
         self._up_since = start
@@ -223,6 +235,38 @@ class QemuMachine(Machine):
         self.console.sync(timeout_s=max(deadline.remaining(), 10.0))
         self.boot_s = clock.monotonic() - start
         log.debug("guest ready in %.2f s (accel %s)", self.boot_s, accel)
+
+    def _exit_words(self) -> str:
+        """How qemu ended, once it has: by a signal (killed from outside) or with a status."""
+        child = self.child
+        if child is not None:
+            with contextlib.suppress(Exception):
+                child.isalive()  # reaps it, which sets the statuses
+            if child.signalstatus is not None:
+                try:
+                    return f"qemu ended by {signal.Signals(child.signalstatus).name}"
+                except ValueError:
+                    return f"qemu ended by signal {child.signalstatus}"
+            if child.exitstatus is not None:
+                return f"qemu exited with status {child.exitstatus}"
+        return "qemu exited"
+
+    def _death_lines(self) -> str:
+        """What this guest's console said as it died: the first line of a kernel panic or
+        oops since it booted (the call trace after it fills the tail), and the last lines."""
+        try:
+            with open(self.rundir / rundir.CONSOLE, "rb") as f:
+                f.seek(self._console_start)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no console output)"
+        printable = set(string.printable)
+        body = ["".join(c for c in ln if c in printable).strip() for ln in text.splitlines()]
+        body = [ln for ln in body if ln]
+        first = next((ln for ln in body if KERNEL_DIED.search(ln)), None)
+        last = body[-4:]
+        shown = ([first, "..."] if first is not None and first not in last else []) + last
+        return " | ".join(shown) or "(no console output)"
 
     def console_tail(self, lines: int = 6) -> str:
         path = self.rundir / rundir.CONSOLE
@@ -287,6 +331,12 @@ class QemuMachine(Machine):
         try:
             return self.console.run(argv, timeout_s=timeout_s, ok_status=ok_status, input=input,
                                     env=env, cwd=os.fspath(project_root()), watch=watch)
+        except GuestDied as exc:
+            how = self._exit_words()
+            self.kill()
+            said = self._death_lines()
+            raise GuestDied(f"{exc} ({how}); console: {said}", console=said,
+                            panicked=bool(KERNEL_DIED.search(said))) from None
         except (ConsoleTimeout, MachineError):
             # A command that outlived its deadline leaves the guest in an
             # unknown state: tear it down so nothing is reused by mistake.

@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from framework.core import agent
-from framework.core.errors import CommandTimeout, DeviceBusy, MachineError, PowercutError
+from framework.core.errors import (
+    BootError,
+    CommandTimeout,
+    DeviceBusy,
+    GuestDied,
+    MachineError,
+    PowercutError,
+)
 from framework.core.machine.base import Machine
 
 log = logging.getLogger(__name__)
@@ -31,9 +38,12 @@ class GuestLost(PowercutError):
     """The guest could not finish a task and was given up; ``hung``: it hung or died (a
     finding for the task), else a harness error (the task may be tried again)."""
 
-    def __init__(self, message: str, *, hung: bool) -> None:
+    def __init__(self, message: str, *, hung: bool, died: GuestDied | None = None) -> None:
         super().__init__(message)
         self.hung = hung
+        #: The guest died under the task (qemu exited): killed from outside, or its
+        #: kernel panicked. Then ``hung`` is False and the engine decides.
+        self.died = died
 
 
 class GuestSlot:
@@ -48,9 +58,15 @@ class GuestSlot:
         self.replacements = 0
 
     def machine(self) -> Machine:
-        """The guest, booted now if there is none."""
+        """The guest, booted now if there is none. A boot that fails is tried once more (a
+        guest killed while booting, a kernel that died early once): two in a row are the
+        error."""
         if self.current is None:
-            self.current = self._start()
+            try:
+                self.current = self._start()
+            except BootError as exc:
+                log.warning("%s did not boot (%s); booting it again", self.name, exc)
+                self.current = self._start()
             if self._on_start is not None:
                 self._on_start(self.current)
         return self.current
@@ -80,12 +96,17 @@ class GuestSlot:
         try:
             return agent.perform(machine, task, req, module=module, args=args,
                                  timeout_s=timeout_s, watch=watch)
-        except (CommandTimeout, MachineError) as exc:
-            self.replace(f"{task.name}: {exc}")
-            raise GuestLost(str(exc), hung=True) from exc
-        except DeviceBusy as exc:
-            self.replace(f"{task.name}: {exc}")
-            raise GuestLost(f"harness error: {exc}", hung=False) from exc
+        except PowercutError as exc:
+            if isinstance(exc, GuestDied):
+                self.replace(f"{task.name}: {exc}")
+                raise GuestLost(str(exc), hung=False, died=exc) from exc
+            if isinstance(exc, (CommandTimeout, MachineError)):
+                self.replace(f"{task.name}: {exc}")
+                raise GuestLost(str(exc), hung=True) from exc
+            if isinstance(exc, DeviceBusy):
+                self.replace(f"{task.name}: {exc}")
+                raise GuestLost(f"harness error: {exc}", hung=False) from exc
+            raise
 
     def close(self) -> None:
         if self.current is not None:
