@@ -1,9 +1,10 @@
 """Studies: a TOML file of steps, each one powercut command over a matrix.
 
-A step names a command (``crash``, ``cut``, ``bench``) and its options; a
-``targets`` list expands a crash or cut step into one run per target (a cut
-step with ``together = true`` runs them in one run, its trials in one order; a
-bench step compares its targets in one run). ``expect = "fail"`` marks a
+A step names a command (``crash``, ``cut``, ``bench``, ``sweep``) and its
+options; a ``targets`` list expands a crash or cut step into one run per target
+(a cut step with ``together = true`` runs them in one run, its trials in one
+order; a bench step compares its targets in one run, as a sweep step measures
+its targets in one run). ``expect = "fail"`` marks a
 positive control: the study fails if that step *passes*, because a checker
 that does not fire on a known-bad configuration is broken.
 
@@ -44,7 +45,7 @@ from framework.core.lifecycle import study_step
 from framework.core.store import Run, RunStatus
 from framework.study.claims import Claim, load_claims
 
-COMMANDS = ("crash", "cut", "bench")
+COMMANDS = ("crash", "cut", "bench", "sweep")
 STEP_KEYS = {"command", "targets", "options", "expect", "title", "scales", "together"}
 STUDY_KEYS = {"name", "description", "targets_file", "known", "claims", "scales"}
 #: Commands that take --known (a known-behaviour list judges their failing results).
@@ -179,9 +180,9 @@ def parse_study(text: str, *, source: str, base: Path | None = None,
         title = st.get("title", "")
         together = st.get("together", False)
         if not isinstance(together, bool) or (together and command != "cut"):
-            raise ConfigError(f"{where}: together = true is for cut steps only (a bench step "
-                              "always compares its targets in one run)")
-        if command == "bench" or together:
+            raise ConfigError(f"{where}: together = true is for cut steps only (a bench or "
+                              "sweep step always takes its targets in one run)")
+        if command in ("bench", "sweep") or together:
             known_opts = known_argv if command in KNOWN_COMMANDS else ()
             steps.append(Step(command, (command, "--target", ",".join(targets), *file_argv,
                                         *known_opts, *opt_argv), expect, title))
