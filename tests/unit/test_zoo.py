@@ -113,6 +113,31 @@ def test_the_report_says_recall_and_false_alarms() -> None:
     assert entries_dir().is_dir()
 
 
+def test_a_detection_whose_sequence_fails_on_the_fixed_kernel_too_is_not_recall() -> None:
+    def row(name: str, fixed_failing: int) -> dict:
+        confirm = {"state": "1/prefix", "ops": 12, "confirmed": fixed_failing == 0,
+                   "false_alarm": fixed_failing > 0,
+                   "zoo": {"failing": 2, "states": 5}, "fixed": {"failing": fixed_failing,
+                                                                 "states": 5}}
+        return {"name": name, "fix": "0123456789abcdef", "filesystem": "ext4",
+                "detected": True, "time_to_first_failure_s": 50.0, "states": 40,
+                "failing_states": 2, "findings": 1, "steps": [], "fstests": "",
+                "confirm": confirm}
+    from framework.zoo import recall
+
+    report = recall.totals({"entries": [row("mine", 0), row("shared", 2)],
+                            "fixed": {"ext4/fast_commit": [{"failing": 1}, {"failing": 0}]},
+                            "budget_s": 360.0, "wall_s": 600.0, "shares": True, "jobs": 2})
+    assert report["recall"] == {"detected": 1, "entries": 2, "share": 0.5}
+    assert report["false_alarms"] == 1 and report["fixed_failing_in_confirmations"] == 2
+    text = table(report)
+    assert "| mine | 0123456789ab | ext4 | yes | 50 s |" in text
+    assert ("| shared | 0123456789ab | ext4 | no: its failing sequence fails on the fixed "
+            "kernel too, a bug both have | 50 s |") in text
+    assert ("false alarms on the fixed kernel: 1 (and 2 failing states of detections' "
+            "sequences alone on it)") in text
+
+
 def test_each_workload_gets_an_equal_share_of_what_is_left() -> None:
     plan = RecallPlan(budget_s=900.0)
     assert plan.step_limit(900.0, 5) == 180.0  # five workloads: a fifth each at first
