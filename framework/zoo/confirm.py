@@ -4,8 +4,9 @@ The recall's false-alarm count comes from the fixed kernel's own workload steps,
 budget may end before they reach the sequence that failed on a zoo kernel. So each
 detection is also checked directly: the operations of the first new finding's
 representative state that touch the directories its findings name, plus every ``sync``
-(shrink's cheap cut: the packed sequence alone, without its neighbours), are written as
-a workload file and run with ``powercut crash --case file:PATH`` on the zoo kernel and on
+(shrink's cheap cut: the packed sequence alone, without its neighbours; for a failure
+that names no path, the ops of the directory its mark's durability op is in, up to it), are
+written as a workload file and run with ``powercut crash --case file:PATH`` on the zoo kernel and on
 the fixed one. Confirmed means the zoo kernel fails it and the fixed kernel does not; a
 fixed kernel that fails it is a false alarm.
 """
@@ -13,12 +14,14 @@ fixed kernel that fails it is a false alarm.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from crashcases.crash.plan import load_checked
+from crashcases.execute import mark_name
 from crashcases.findings.shrink import cheap_cut, load_failure
-from crashcases.workload.ops import Workload
+from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
 from framework.core.rundir import write_json_atomic
 from framework.zoo.kernels import Kernel
 
@@ -27,13 +30,35 @@ CONFIRM_TIMEOUT_S = 900.0
 
 
 def cut_workload(run_dir: Path, key: str) -> Workload:
-    """The failing state's own sequence: shrink's cheap cut of its run's workload."""
+    """The failing state's own sequence: shrink's cheap cut of its run's workload, or, for
+    a failure that names no path (a mount that failed, fsck errors), the directory of the
+    durability op the state follows, up to that op."""
     failure = load_failure(run_dir, key)
     ops = failure.workload.ops
     kept = cheap_cut(ops, failure.signature)
+    if kept is None:
+        kept = mark_cut(ops, load_checked(run_dir, key)[1].get("last_mark"))
     chosen = ops if kept is None else tuple(ops[i] for i in kept)
     return Workload(name=f"{failure.workload.name}, cut for state {key}",
                     seed=failure.workload.seed, ops=chosen)
+
+
+def mark_cut(ops: Sequence[Op], mark: str | None) -> tuple[int, ...] | None:
+    """Indices of the ops in the top-level directory of mark ``mark``'s durability op, up
+    to that op, plus every ``sync`` before it; None when that op names no directory (a
+    ``sync``) or the cut would keep every op."""
+    durable = [i for i, op in enumerate(ops) if op.kind in DURABILITY_OPS]
+    at = next((i for n, i in enumerate(durable) if mark_name(n) == mark), None)
+    if at is None or not ops[at].path:
+        return None
+    top = ops[at].path.split("/")[0]
+
+    def inside(path: str) -> bool:
+        return bool(path) and path.split("/")[0] == top
+
+    kept = tuple(i for i, op in enumerate(ops[:at + 1])
+                 if op.kind is OpKind.SYNC or inside(op.path) or inside(op.dst))
+    return kept if len(kept) < len(ops) else None
 
 
 def confirm(run_dir: Path, key: str, target: str, kernel: Kernel, fixed: Kernel,

@@ -181,6 +181,20 @@ def test_a_detection_is_confirmed_by_its_sequence_alone_on_both_kernels(tmp_path
                                             "1 of 4 on the fixed one")
 
 
+def test_a_failure_that_names_no_path_is_cut_to_the_directory_of_its_mark() -> None:
+    from crashcases.workload.ops import Op
+    from crashcases.workload.ops import OpKind as K
+    from framework.zoo.confirm import mark_cut
+
+    ops = [Op(K.MKDIR, "s0"), Op(K.CREAT, "s0/f"), Op(K.SYNC), Op(K.MKDIR, "s1"),
+           Op(K.CREAT, "s1/f"), Op(K.FSYNC, "s1/f"), Op(K.MKDIR, "s2"), Op(K.FSYNC_DIR, "s2")]
+    # pc-0 follows the sync (no directory), pc-1 the fsync in s1, pc-2 the fsync of s2.
+    assert mark_cut(ops, "pc-0") is None
+    assert mark_cut(ops, "pc-1") == (2, 3, 4, 5)  # s1 up to its fsync, and the sync before
+    assert mark_cut(ops, "pc-2") == (2, 6, 7)
+    assert mark_cut(ops, "pc-9") is None and mark_cut(ops, None) is None
+
+
 def Workload_from(path: str):  # type: ignore[no-untyped-def]
     from crashcases.workload.ops import Workload
 
