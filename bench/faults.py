@@ -646,9 +646,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(row)
         print(f"{row.fault}: {row.injections} injections, {row.survived} survived, "
               f"{row.lost} results lost ({time.monotonic() - t0:.0f} s)", flush=True)
+        for problem in row.problems[:10]:
+            print(f"  {problem}", flush=True)
+        # Kept as each class ends: a campaign stopped half way keeps what it measured.
+        (work / "faults.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     print()
     print(table(rows))
-    (work / "faults.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     return 0 if all(r.lost == 0 and r.survived == r.injections for r in rows) else 1
 
 
