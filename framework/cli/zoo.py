@@ -100,10 +100,11 @@ def _show(report: dict[str, object], path: Path, as_json: bool) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from framework.zoo.recall import load_report, table
+    from framework.zoo.recall import load_report, table, totals
 
     for path in args.reports:
-        report = load_report(Path(path))
+        # Totals made from the rows by today's rules (a run keeps the ones of its day).
+        report = totals(load_report(Path(path)))
         if args.json:
             print_json(report)
         else:
