@@ -132,6 +132,13 @@ def run_captured(*argv: str, timeout_s: float = 600) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=timeout_s)
 
 
+def copy_tree(src: Path, dst: Path) -> None:
+    """A copy that keeps holes: a run's log is a sparse file of a gigabyte (shutil's copies
+    write every zero, and twenty copies fill a disk)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dst)], check=True)
+
+
 def by_mark(results_json: Path) -> dict[tuple[str, str], str]:
     """Outcome per (last mark, variant): comparable across recordings."""
     states = json.loads(results_json.read_text())["states"]
@@ -487,7 +494,7 @@ def _interrupted(work: Path) -> tuple[Path, Path]:
             time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        shutil.copytree(results, pristine, symlinks=True)
+        copy_tree(results, pristine)
     return pristine, work / "interrupted"
 
 
@@ -532,14 +539,14 @@ def fault_corrupt(ref: Reference, work: Path, n: int, rng: random.Random) -> Row
         if command_kind == "resume":
             # An interrupted run, restored where it was made (its database names that path).
             shutil.rmtree(live, ignore_errors=True)
-            shutil.copytree(pristine, live, symlinks=True)
+            copy_tree(pristine, live)
             run_dir = one_run(live)
             name = ("plan.json", "record.json", "log.img")[(i // 3) % 3]
             command = ["crash", "--resume", str(run_dir), "--db", str(live / "db.sqlite")]
         else:
             copy = work / f"corrupt-{i}" / source.name
             shutil.rmtree(copy.parent, ignore_errors=True)
-            shutil.copytree(source, copy, symlinks=True)
+            copy_tree(source, copy)
             run_dir = copy
             # Each command's damage is in a file it reads: recheck rebuilds the state from
             # the plan and the log (whose digest record.json holds); export also takes the
