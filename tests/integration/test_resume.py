@@ -15,7 +15,7 @@ from pathlib import Path
 
 from framework.core.store import RunStatus, Store
 
-CRASH = ["--target", "ext4/ordered", "--case", "gen:seq1", "--max-sequences", "8",
+CRASH = ["--target", "ext4/ordered", "--case", "gen:seq1", "--max-sequences", "4",
          "--variants", "prefix"]
 STUDY = """
 [study]
@@ -25,7 +25,7 @@ description = "a crash step and a bench step, killed and resumed"
 [[step]]
 command = "crash"
 targets = ["ext4/ordered"]
-options = { case = "gen:seq1", max-sequences = 8, variants = "prefix", quiet = true }
+options = { case = "gen:seq1", max-sequences = 4, variants = "prefix", quiet = true }
 
 [[step]]
 command = "bench"

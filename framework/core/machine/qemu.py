@@ -251,33 +251,29 @@ class QemuMachine(Machine):
                 return f"qemu exited with status {child.exitstatus}"
         return "qemu exited"
 
+    def _console_lines(self, start: int = 0) -> list[str]:
+        """The console log from byte ``start`` on, as printable non-empty lines."""
+        try:
+            with open(self.rundir / rundir.CONSOLE, "rb") as f:
+                f.seek(start)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return []
+        printable = set(string.printable)
+        body = ("".join(c for c in ln if c in printable).strip() for ln in text.splitlines())
+        return [ln for ln in body if ln]
+
     def _death_lines(self) -> str:
         """What this guest's console said as it died: the first line of a kernel panic or
         oops since it booted (the call trace after it fills the tail), and the last lines."""
-        try:
-            with open(self.rundir / rundir.CONSOLE, "rb") as f:
-                f.seek(self._console_start)
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return "(no console output)"
-        printable = set(string.printable)
-        body = ["".join(c for c in ln if c in printable).strip() for ln in text.splitlines()]
-        body = [ln for ln in body if ln]
+        body = self._console_lines(self._console_start)
         first = next((ln for ln in body if KERNEL_DIED.search(ln)), None)
         last = body[-4:]
         shown = ([first, "..."] if first is not None and first not in last else []) + last
         return " | ".join(shown) or "(no console output)"
 
     def console_tail(self, lines: int = 6) -> str:
-        path = self.rundir / rundir.CONSOLE
-        try:
-            text = path.read_bytes().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return "(no console output)"
-        printable = set(string.printable)
-        body = ["".join(c for c in ln if c in printable).strip() for ln in text.splitlines()]
-        body = [ln for ln in body if ln]
-        return " | ".join(body[-lines:]) or "(no console output)"
+        return " | ".join(self._console_lines()[-lines:]) or "(no console output)"
 
     def kill(self) -> None:
         """Stop qemu at once (after a timeout the guest state is not trusted)."""
