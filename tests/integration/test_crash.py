@@ -3,6 +3,7 @@ reproducers rebuild the same state, hangs are findings."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -40,20 +41,6 @@ def crash(tmp_path: Path, **kw) -> object:
             k: v for k, v in result.counts().items() if v}
     assert len(result.results) == len(result.states) > 0
     return result
-
-
-def test_nobarrier_loses_fsynced_data_and_reproducers_agree(tmp_path):
-    """Positive control: without flushes the log holds none of the workload's
-    writes at its marks, exactly what a disk with a volatile cache keeps."""
-    result = crash(tmp_path, target="ext4/nobarrier")
-    lost = [k for k, o in outcomes(result).items() if o in LOSS]
-    assert lost, outcomes(result)
-    finding = result.results[lost[0]].findings[0]
-    assert finding["kind"] == "data-loss" and finding["mark"]
-    _, again = recheck(result.run_dir, lost[0], factory)
-    assert again.outcome is result.results[lost[0]].outcome
-    assert again.findings == result.results[lost[0]].findings
-    assert list(result.run_dir.glob("state-*.img.gz")), "no crash image kept for a failing state"
 
 
 def test_lying_disk_variant_fires_on_a_correct_filesystem_and_busy_mounts_never_end_the_run(tmp_path):
@@ -103,7 +90,7 @@ def test_ext2_states_need_fsck_repair_and_recheck_agrees(tmp_path):
 @pytest.mark.parametrize("target", ["ext4/ordered", "ext4/journal"])
 def test_journalled_ext4_keeps_every_promise_on_generated_pairs(tmp_path, target):
     """Negative control: generated length-2 sequences, subset variants included."""
-    result = crash(tmp_path, target=target, case="gen:seq2", max_sequences=12,
+    result = crash(tmp_path, target=target, case="gen:seq2", max_sequences=8,
                    variants=("prefix", "subset"), per_point=1)
     bad = {k: (r.outcome, r.findings[:1]) for k, r in result.results.items()
            if r.outcome is not Outcome.OK}
@@ -121,7 +108,10 @@ def test_a_hung_check_is_a_finding_and_the_run_goes_on(tmp_path):
     assert sum(1 for o in got.values() if o is Outcome.OK) == len(got) - 1
 
 
-def test_cli_reports_junit_and_fails_on_data_loss(tmp_path):
+def test_nobarrier_loses_fsynced_data_the_cli_fails_with_junit_and_reproducers_agree(tmp_path):
+    """Positive control: without flushes the log holds none of the workload's writes at
+    its marks, exactly what a disk with a volatile cache keeps. The command exits 1 with
+    a JUnit failure, and a recheck of a failing state rebuilds the same failure."""
     junit = tmp_path / "junit.xml"
     out = subprocess.run(
         [sys.executable, "-m", "framework.cli", "crash", "-q", "--target", "ext4/nobarrier",
@@ -132,3 +122,13 @@ def test_cli_reports_junit_and_fails_on_data_loss(tmp_path):
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and int(suite.get("failures", "0")) >= 1
     assert int(suite.get("tests", "0")) >= int(suite.get("failures", "0"))
+    (run_dir,) = tmp_path.glob("crash-*")
+    states = json.loads((run_dir / "results.json").read_text())["states"]
+    lost = [s for s in states if s["result"]["outcome"] == Outcome.DATA_LOSS.value]
+    assert lost, [s["result"]["outcome"] for s in states]
+    first = lost[0]["result"]
+    assert first["findings"][0]["kind"] == "data-loss" and first["findings"][0]["mark"]
+    _, again = recheck(run_dir, lost[0]["key"], factory)
+    assert again.outcome is Outcome.DATA_LOSS
+    assert again.findings == first["findings"]
+    assert list(run_dir.glob("state-*.img.gz")), "no crash image kept for a failing state"
