@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from framework.core.stats import quantile_interval
@@ -58,8 +60,10 @@ CONFIGS = {  # name -> (fs_mark files/s, recovery seconds of its cuts)
 }
 
 
-def tradeoff_db(db, run_dir) -> int:
-    """A trade-off study's store as the tradeoff study leaves it, on two profiles."""
+def tradeoff_db(db, run_dir, table=None) -> int:
+    """A trade-off study's store as the tradeoff study leaves it, on two profiles (the
+    configurations of ``table``, by default CONFIGS)."""
+    table = CONFIGS if table is None else table
     from framework.bench.workloads.base import Metric
     from framework.core.store import Store
 
@@ -71,7 +75,7 @@ def tradeoff_db(db, run_dir) -> int:
                                             {"argv": ["bench"], "expect": "pass"}] * 2}})
         for n, profile in enumerate(("nvme", "hdd")):
             slow = 1.0 if profile == "nvme" else 4.0
-            names = [f"{profile}/{c}" for c in CONFIGS]
+            names = [f"{profile}/{c}" for c in table]
             configs = {name: {"name": name, "fstype": "ext2" if "ext2" in name else "ext4",
                               "mkfs_options": [], "mount_options": [],
                               "journal": "none" if "ext2" in name else "internal",
@@ -83,7 +87,7 @@ def tradeoff_db(db, run_dir) -> int:
                                         "targets": names, "workload": "fsmark",
                                         "baseline": f"{profile}/ext2", "metric": "files",
                                         "level": 0.95}})
-            for name, (files, cuts) in zip(names, CONFIGS.values(), strict=True):
+            for name, (files, cuts) in zip(names, table.values(), strict=True):
                 store.add_target(cut, name, configs[name])
                 store.add_target(bench, name, configs[name])
                 for trial, seconds in enumerate(cuts):
@@ -124,3 +128,29 @@ def test_the_tradeoff_report_opens_in_chromium_with_its_answer(tmp_path) -> None
     subprocess.run([*browser, f"--screenshot={shot}", html.as_uri()], capture_output=True,
                    timeout=120, check=True)
     assert shot.stat().st_size > 50_000  # a page of figures, not a blank one
+
+
+def test_compare_of_two_tradeoff_runs_moves_the_points_and_flags_one_that_left_the_front(
+        tmp_path, capsys) -> None:
+    from framework.cli import main
+
+    db = tmp_path / "r.db"
+    before = tradeoff_db(db, tmp_path / "a")
+    # The second kernel (or mount option): ext4-ordered recovers three times slower, so
+    # ext4-writeback, as cheap, now beats it on both axes.
+    slower = {**CONFIGS, "ext4-ordered": (280.0, [3 * t for t in CONFIGS["ext4-ordered"][1]])}
+    after = tradeoff_db(db, tmp_path / "b", slower)
+    figure = tmp_path / "moves.png"
+    status = main(["compare", str(before), str(after), "--db", str(db), "--figure", str(figure)])
+    out = capsys.readouterr().out
+    assert status in (0, 1)
+    rows = [ln for ln in out.splitlines() if "ext4-ordered" in ln and "left the front" in ln]
+    assert len(rows) == 2, out  # on both profiles
+    assert not [ln for ln in out.splitlines() if "ext4-writeback" in ln and "left the front" in ln]
+    assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size > 20_000
+    assert main(["compare", str(before), str(after), "--db", str(db), "--json"]) in (0, 1)
+    moves = json.loads(capsys.readouterr().out)["trade_off"]
+    left = {(m["profile"], m["name"]) for m in moves if m["left_front"]}
+    assert left == {("nvme", "nvme/ext4-ordered"), ("hdd", "hdd/ext4-ordered")}
+    ordered = next(m for m in moves if m["name"] == "nvme/ext4-ordered")
+    assert ordered["b"][1] > 2.5 * ordered["a"][1]  # its p90 moved up with its cuts
