@@ -85,7 +85,7 @@ from framework.core.errors import (
 )
 from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import GuestLost, GuestSlot
+from framework.core.machine.slot import GuestLost, GuestSlot, boot_retrying
 from framework.core.rundir import write_json_atomic
 from framework.core.store import Store
 from recovery.disks import throttle
@@ -141,7 +141,8 @@ class CrashEngine:
         limits = {"data": throttle(self.target, "data"), "journal": throttle(self.target, "journal")}
         disks = [DiskSpec(n, self.sizes[n], bandwidth_bytes_s=limits.get(n, (None, None))[0],
                           iops=limits.get(n, (None, None))[1]) for n in names]
-        machine = self.factory(disks, self.run_dir / "vm-0", self.fstypes)
+        machine = boot_retrying(lambda: self.factory(disks, self.run_dir / "vm-0", self.fstypes),
+                                "recording guest")
         # The guest writes only into its run directory (the rest of the host
         # is read-only or hidden there).
         request = RecordRequest(self.target, workload, data_dev=machine.disk("data"),

@@ -450,3 +450,24 @@ def test_a_guest_that_fails_to_boot_once_is_booted_again_and_twice_is_the_error(
     with pytest.raises(BootError):
         GuestSlot(start(2)).machine()
     assert len(tries) == 2
+
+
+def test_a_recording_guest_that_fails_to_boot_once_is_booted_again(tmp_path):
+    # A boot that hung once under emulation must not end the run: the recording guest is
+    # booted again in the same run directory, as a checking guest is.
+    from framework.core.errors import BootError
+
+    booted: list[Path] = []
+
+    def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        booted.append(rundir)
+        if len(booted) == 1:
+            raise BootError("guest did not reach the ready marker within 120 s (accel tcg); "
+                            "last console lines: (no console output)")
+        raise RuntimeError("the second boot was tried")
+
+    eng = CrashEngine(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename"),
+                      tmp_path, factory)
+    with pytest.raises(RuntimeError, match="the second boot was tried"):
+        eng.record()
+    assert booted == [tmp_path / "vm-0"] * 2

@@ -195,6 +195,7 @@ class QemuMachine(Machine):
             missing_ok=self.missing_modules_ok,
         )
         initrd = initramfs.initramfs(modules)
+        self.rundir.mkdir(parents=True, exist_ok=True)  # again after a failed boot's close()
         self._make_disks()
         try:
             self._boot(initrd, accel, self.boot_timeout_s)

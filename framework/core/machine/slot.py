@@ -46,6 +46,20 @@ class GuestLost(PowercutError):
         self.died = died
 
 
+M = TypeVar("M", bound=Machine)
+
+
+def boot_retrying(start: Callable[[], M], name: str = "guest") -> M:
+    """Boot with ``start``; a boot that fails is tried once more (a guest killed while
+    booting, a kernel that hung or died early once under emulation): two failures in a row
+    are the error."""
+    try:
+        return start()
+    except BootError as exc:
+        log.warning("%s did not boot (%s); booting it again", name, exc)
+        return start()
+
+
 class GuestSlot:
     """The guest an engine (or one shard of it) works in."""
 
@@ -62,11 +76,7 @@ class GuestSlot:
         guest killed while booting, a kernel that died early once): two in a row are the
         error."""
         if self.current is None:
-            try:
-                self.current = self._start()
-            except BootError as exc:
-                log.warning("%s did not boot (%s); booting it again", self.name, exc)
-                self.current = self._start()
+            self.current = boot_retrying(self._start, self.name)
             if self._on_start is not None:
                 self._on_start(self.current)
         return self.current
