@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -418,7 +419,7 @@ class Store:
             problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if problem != "ok":
                 raise sqlite3.DatabaseError(problem)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._wal(timeout_s)
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoint, never corrupt
             self._migrate()
@@ -430,6 +431,21 @@ class Store:
             raise
 
     # ---- plumbing --------------------------------------------------------
+
+    def _wal(self, timeout_s: float) -> None:
+        """Switch to write-ahead logging. On a new database that another process is
+        creating or switching at the same moment, this pragma was seen to fail with
+        "database is locked" at once instead of waiting out the connection's timeout: wait
+        for it here, within the same timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         self._db.close()
@@ -472,6 +488,10 @@ class Store:
                              f"powercut's ({SCHEMA_VERSION}); upgrade powercut")
         for target in range(version, SCHEMA_VERSION):
             with self.transaction() as db:
+                # Read again under the write lock: another process opening the same new
+                # database may have migrated it while this one waited for the lock.
+                if int(db.execute("PRAGMA user_version").fetchone()[0]) > target:
+                    continue
                 for statement in MIGRATIONS[target].split(";"):
                     if statement.strip():
                         db.execute(statement)

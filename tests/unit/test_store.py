@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -267,6 +268,28 @@ def test_two_processes_writing_one_database_at_once_lose_nothing(tmp_path: Path)
         assert sorted(r.command_line for r in runs) == ["first", "second"]
         assert [len(store.checks(r.id)) for r in runs] == [300, 300]
         assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_processes_opening_one_new_database_at_once_all_get_its_schema(tmp_path: Path) -> None:
+    # Two studies started together on a new --db: each finds no schema and creates it. The
+    # second must not create it again once the first has ("table runs already exists").
+    path = tmp_path / "new.db"
+    opener = """
+        import sys, time
+        from framework.core.store import Store
+        time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all open at one moment
+        with Store(sys.argv[1]) as store:
+            store.start_run(command_line="c", study=sys.argv[3])
+    """
+    at = time.time() + 2.0
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(opener), str(path), str(at),
+                               f"s{i}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(6)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err for _, err in outs]
+    with Store(path) as store:
+        assert sorted(r.study for r in store.runs()) == [f"s{i}" for i in range(6)]
+        assert store.schema_version == SCHEMA_VERSION
 
 
 def make_shard(path: Path, *, uuid: str, target: str, status: RunStatus) -> None:
