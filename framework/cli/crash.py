@@ -41,6 +41,7 @@ from framework.core import junit, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
+from framework.core.machine.qemu import GUEST_CPUS, guests_per_host
 from framework.core.store import Store
 from recovery.targets import Target
 
@@ -393,7 +394,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "disk, the data disk at the mark) (default: prefix)")
     p.add_argument("--per-point", type=int, default=2, metavar="N",
                    help="seeded variants of each kind per point (default: 2)")
-    p.add_argument("--jobs", type=int, default=1, help="guests checking states in parallel (default: 1)")
+    p.add_argument("--jobs", type=int, default=guests_per_host(),
+                   help="guests checking states in parallel, each with a lane per vCPU "
+                        f"(default: one per {GUEST_CPUS} host cores, here {guests_per_host()})")
     p.add_argument("--check-timeout", type=float, default=600.0, metavar="S",
                    help="seconds one state may take before it counts as a hang (default: 600)")
     p.add_argument("--data-mib", type=int, metavar="MIB", help="size of the data disk (default: 128, more if the filesystem needs it)")

@@ -131,3 +131,10 @@ def test_run_watch_ends_a_stuck_command_early():
         command.run(["sleep", "30"], timeout_s=60, watch=watch)
     assert len(calls) == 2
     assert command.run(["sh", "-c", "cat"], input="in", watch=lambda: None).stdout == "in"
+
+
+def test_the_default_guests_are_one_per_two_cores_and_at_least_one() -> None:
+    from framework.core.machine.qemu import GUEST_CPUS, guests_per_host
+
+    assert GUEST_CPUS == 2  # a checking guest's two lanes keep two cores busy under TCG
+    assert [guests_per_host(c) for c in (1, 2, 3, 4, 8, 16)] == [1, 1, 1, 2, 4, 8]

@@ -62,6 +62,22 @@ def drive_argv(spec: DiskSpec, index: int, image: Path, *, cache: str) -> list[s
             "-device", f"virtio-blk-pci,drive=disk{index},serial={spec.name[:20]}"]
 
 
+#: vCPUs of a guest: a checking guest runs one lane per vCPU.
+GUEST_CPUS = 2
+
+
+def guests_per_host(cores: int | None = None) -> int:
+    """How many guests to run at once on this host by default: one per GUEST_CPUS cores.
+
+    Under TCG each vCPU is a host thread that keeps a core busy, so one guest with two
+    lanes already uses two cores; more guests than that share the same cores and add no
+    throughput. Oversubscription is safe (a 2-core host ran two and more guests at once
+    through thousands of checked states without a harness error), so --jobs may ask for
+    more; this is only the default."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return max(1, cores // GUEST_CPUS)
+
+
 class QemuMachine(Machine):
     """Boots a kernel under qemu and runs commands in it over the serial console.
 
@@ -78,7 +94,7 @@ class QemuMachine(Machine):
         disks: Iterable[DiskSpec] = (),
         modules: Iterable[str] = (),
         memory_mib: int = 2048,
-        cpus: int = 2,
+        cpus: int = GUEST_CPUS,
         accel: str | None = None,
         rundir: Path | None = None,
         boot_timeout_s: float = 120.0,
