@@ -451,8 +451,10 @@ def fault_db(ref: Reference, work: Path, n: int, rng: random.Random) -> Row:
         with Store(db) as store:
             counts = []
             for side in (0, 1):
-                dirs = sorted((results / str(side)).glob("crash-*"))  # none: it failed early
-                found = store.run_by_dir(dirs[0]) if len(dirs) == 1 else None
+                try:
+                    found = store.run_by_dir(one_run(results / str(side)))
+                except RuntimeError:  # no run directory: it failed before it made one
+                    found = None
                 counts.append(len(store.checks(found.id)) if found is not None else 0)
         want = len(ref.marks)
         for side in (0, 1):
