@@ -43,6 +43,7 @@ from crashcases.crash.guest import (
     RecordRequest,
     StateRecipe,
     parse_results,
+    parse_started,
 )
 from crashcases.crash.plan import (
     CHECK_DISKS,
@@ -273,6 +274,7 @@ class CrashEngine:
                 # A state a dead guest had in flight goes alone, so a death is its own.
                 chunk = todo[:1] if todo[0].key in self.suspects else todo[:CHUNK]
                 done_before = len(parse_results(results_path))
+                begun_before = len(parse_started(results_path))
                 try:
                     lost = self._check_chunk(slot, chunk, results_path)
                 except BaseException:
@@ -295,7 +297,9 @@ class CrashEngine:
                     break  # interrupted: the guest was killed on purpose, not hung
                 if lost is not None and lost.died is not None:
                     pending = [s for s in chunk if s.key not in finished]
-                    result = self._died(pending, lost.died) if pending else None
+                    begun = set(parse_started(results_path)[begun_before:])
+                    in_flight = [s for s in pending if s.key in begun]
+                    result = self._died(pending, lost.died, in_flight) if pending else None
                     if result is not None:
                         self._store(result, total)
                         finished.add(result.key)
@@ -364,27 +368,29 @@ class CrashEngine:
         return got[0] if got else CheckResult(key=state.key, outcome=Outcome.ERROR,
                                               notes=["the guest returned no result"])
 
-    def _died(self, pending: list[CrashState], died: GuestDied) -> CheckResult | None:
-        """A guest died with ``pending`` (the chunk's states without a result) in flight.
+    def _died(self, pending: list[CrashState], died: GuestDied,
+              in_flight: Sequence[CrashState] = ()) -> CheckResult | None:
+        """A guest died with ``pending`` (the chunk's states without a result) left, of which
+        its lanes had begun ``in_flight`` (empty if it died before any lane began).
 
-        With several, each of the first few (as many as the guest checks at once) is
-        checked alone next. With one, the death is that state's: a finding once its check
-        has killed the guest kernel twice, a harness error once it has lost its guest three
-        times; None means check it again on a fresh guest."""
+        With several in flight, each is checked alone next (with none known, the first few
+        pending: as many as the guest checks at once). With one, the death is that state's:
+        a finding once its check has killed the guest kernel twice, a harness error once it
+        has lost its guest three times; None means check it again on a fresh guest."""
+        suspects = list(in_flight) or pending[:2]  # two lanes: its first and LANE_DISKS'
         with self._lock:
-            self.harness_errors.append((pending[0].key, f"guest died: {died}"))
+            self.harness_errors.append((suspects[0].key, f"guest died: {died}"))
             if self.inject_panic_key:  # an injected "once" panic is spent
                 self.inject_panic_key = ",".join(
                     item for item in self.inject_panic_key.split(",")
                     if not (item.endswith("@once") and
                             item.partition("@")[0] in {s.key for s in pending})) or None
-            if len(pending) > 1 and pending[0].key not in self.suspects:
-                # The guest checks one state per lane at once: its first lane and LANE_DISKS'.
-                self.suspects.update(s.key for s in pending[:2])
+            if len(suspects) > 1 and suspects[0].key not in self.suspects:
+                self.suspects.update(s.key for s in suspects)
                 log.warning("a checking guest died with %d states in flight; checking each "
-                            "alone: %s", len(pending), died)
+                            "alone: %s", len(suspects), died)
                 return None
-            key = pending[0].key
+            key = suspects[0].key
             deaths = self.deaths.setdefault(key, [])
             deaths.append(died)
         panics = sum(d.panicked for d in deaths)

@@ -40,7 +40,7 @@ from devicemapper.logindex import LogIndex
 from devicemapper.logwrites import LogWritesDevice, recording
 from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
-from framework.core import agent, clock
+from framework.core import agent, clock, rundir
 from framework.core.command import HostRunner
 from framework.core.errors import DeviceBusy
 from recovery.filesystems import persistence_rules
@@ -392,7 +392,9 @@ def check(req: CheckRequest) -> CheckSummary:
     write_lock = threading.Lock()
     busy = busy_faults(req.inject_busy)
     panics = {item.partition("@")[0] for item in (req.inject_panic or "").split(",") if item}
-    with contextlib.ExitStack() as stack, open(req.results_path, "a") as out:
+    started_path = Path(req.results_path).with_name(rundir.GUEST_STARTED)
+    with contextlib.ExitStack() as stack, open(req.results_path, "a") as out, \
+            open(started_path, "a") as started:
         data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
         journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
                          req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
@@ -413,6 +415,12 @@ def check(req: CheckRequest) -> CheckSummary:
                 if hung.is_set():
                     return
                 first = group[0]
+                with write_lock:
+                    # What is in flight when the guest dies: the host checks exactly those
+                    # states again, alone (begun here, no result yet).
+                    started.write("".join(f"{s.key}\n" for s in group))
+                    started.flush()
+                    os.fsync(started.fileno())
                 if first.key == req.inject_hang:
                     # Fault injection for testing the host's hang handling: block
                     # the way a mount stuck in the kernel would.
@@ -543,6 +551,16 @@ def _same_bytes(a: StateRecipe, b: StateRecipe, data: _Disk, journal: _Disk | No
     return journal.same_bytes(a.journal, b.journal)
 
 
+
+
+def parse_started(path: Path) -> list[str]:
+    """Keys of the states a (possibly killed) crash-check task began, in order: the lines
+    of its results file's ``started.txt`` neighbour (a torn last line is dropped)."""
+    try:
+        text = path.with_name(rundir.GUEST_STARTED).read_text()
+    except FileNotFoundError:
+        return []
+    return text.split("\n")[:-1]
 
 
 def parse_results(path: Path) -> list[CheckResult]:

@@ -41,6 +41,7 @@ WORKLOAD = "workload.json"  # a workload in JSON (shrink, cut guests)
 LOG = "log.img"  # the dm-log-writes log of the data disk
 JOURNAL_LOG = "journal-log.img"  # ... and of an external journal's disk
 GUEST_RESULTS = "results.jsonl"  # a checking guest's results, one line per state
+GUEST_STARTED = "started.txt"  # ... and the states its lanes began, one line per state
 HARVEST = "resumed-results.jsonl"  # results a resumed run took over from its guests
 SHRINK = "shrink.json"
 # Sweeps and benchmarks

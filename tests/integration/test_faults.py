@@ -58,10 +58,11 @@ def test_a_state_that_panics_its_guest_kernel_at_every_check_is_a_finding_and_no
     assert "the guest kernel died checking this state, 2 times" in notes
     assert "Kernel panic - not syncing: sysrq triggered crash" in notes
     # The deaths were harness errors on the way, each with the console's panic line: the
-    # first with several states in flight, then twice with this one alone.
+    # first with the other lane's state in flight too (then both go alone) or with this
+    # one alone (when the other lane was between states), then with it alone.
     deaths = [h["error"] for h in data["harness_errors"]]
-    assert sum("Kernel panic" in why for why in deaths) == 3, deaths
-    assert data["replacements"] == 3
+    assert all("Kernel panic" in why for why in deaths) and len(deaths) in (2, 3), deaths
+    assert data["replacements"] == len(deaths)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")

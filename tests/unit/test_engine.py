@@ -28,6 +28,7 @@ from crashcases.workload.cases import load_case
 from framework.core import agent, rundir
 from framework.core.errors import ConfigError, ConsoleTimeout, GuestDied
 from framework.core.machine.fake import FakeMachine
+from framework.core.rundir import GUEST_STARTED
 from recovery.targets import Target, get_target
 
 
@@ -44,8 +45,12 @@ class Guests:
     """
 
     def __init__(self, tmp: Path, hang_at: str = "", stall_at: str = "",
-                 interrupt_at: str = "", die_at: dict[str, list[bool]] | None = None) -> None:
+                 interrupt_at: str = "", die_at: dict[str, list[bool]] | None = None,
+                 lanes: int = 0) -> None:
         self.tmp, self.hang_at, self.stall_at = tmp, hang_at, stall_at
+        #: 0: the guest says nothing of what it began (as a guest that dies in its set-up);
+        #: 1 or 2: it marks each state begun, on that many lanes (the next state with it).
+        self.lanes = lanes
         #: State key -> how the guest dies at it, one entry per death (True: a kernel panic,
         #: False: qemu killed from outside); it checks the state once they are used up.
         self.die_at = die_at or {}
@@ -66,8 +71,13 @@ class Guests:
             task = json.loads(text)
             checked, hung = 0, False
             self.chunks.append([s["key"] for s in task["states"]])
-            with open(task["results_path"], "a") as out:
-                for s in task["states"]:
+            begun = Path(task["results_path"]).with_name(GUEST_STARTED)
+            with open(task["results_path"], "a") as out, open(begun, "a") as marks:
+                for i, s in enumerate(task["states"]):
+                    if self.lanes:
+                        marks.write("".join(f"{t['key']}\n"
+                                            for t in task["states"][i:i + self.lanes]))
+                        marks.flush()
                     if self.die_at.get(s["key"]):
                         panicked = self.die_at[s["key"]].pop(0)
                         tail = "Kernel panic - not syncing: sysrq triggered crash" if panicked else "ok"
@@ -152,6 +162,25 @@ def test_a_state_that_kills_the_guest_kernel_twice_is_a_finding_with_its_console
         s.key for s in states(10) if s.key != "4/prefix"]
     # Three deaths: the first with ten states in flight, then twice alone.
     assert guests.booted == 4 and guests.die_at["4/prefix"] == []
+
+
+def test_the_states_a_dead_guest_had_begun_are_the_ones_checked_alone(tmp_path):
+    # The guest marks what its two lanes began: the death at 4 had 4 and 5 in flight, so
+    # those two go alone, whatever else of the chunk was left.
+    guests = Guests(tmp_path, die_at={"4/prefix": [True, True, True]}, lanes=2)
+    eng = engine(tmp_path, guests)
+    eng.check(states(10), None)
+    assert eng.results["4/prefix"].outcome is Outcome.HANG
+    assert [k for k, _ in eng.harness_errors] == ["4/prefix"] * 3
+    assert guests.chunks[1:4] == [["4/prefix"], ["4/prefix"], ["5/prefix"]]
+    # One lane in flight: each death is that state's, so none goes alone.
+    guests = Guests(tmp_path / "b", die_at={"4/prefix": [True, True, True]}, lanes=1)
+    eng = engine(tmp_path / "b", guests)
+    eng.check(states(10), None)
+    assert "died checking this state, 2 times in 2 checks" in eng.results["4/prefix"].notes[0]
+    assert guests.booted == 3 and guests.die_at["4/prefix"] == [True]
+    rest = [s.key for s in states(10)[4:]]
+    assert guests.chunks[1:] == [rest, rest[1:]]
 
 
 def test_a_state_whose_guest_is_killed_three_times_is_a_harness_error_not_a_finding(tmp_path):
