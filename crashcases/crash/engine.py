@@ -295,20 +295,22 @@ class CrashEngine:
                     finished.add(r.key)
                 if self._stop.is_set():
                     break  # interrupted: the guest was killed on purpose, not hung
+                # The lanes mark each state as they begin it and write its result when done:
+                # what a lost guest had in flight is begun without a result (not even an
+                # error, which is checked again).
+                pending = [s for s in chunk if s.key not in finished]
+                begun = set(parse_started(results_path)[begun_before:]) - {r.key for r in got}
+                in_flight = [s for s in pending if s.key in begun]
                 if lost is not None and lost.died is not None:
-                    pending = [s for s in chunk if s.key not in finished]
-                    begun = set(parse_started(results_path)[begun_before:])
-                    in_flight = [s for s in pending if s.key in begun]
                     result = self._died(pending, lost.died, in_flight) if pending else None
                     if result is not None:
                         self._store(result, total)
                         finished.add(result.key)
                 elif lost is not None and lost.hung:
-                    # Lanes write results as they finish: the state in flight is the first
-                    # of the chunk without one.
-                    pending = [s for s in chunk if s.key not in finished]
+                    # The state that hung: the one in flight (the other lane ran out of
+                    # states before the watch gave up), else the first without a result.
                     if pending:
-                        r = CheckResult(key=pending[0].key, outcome=Outcome.HANG,
+                        r = CheckResult(key=(in_flight or pending)[0].key, outcome=Outcome.HANG,
                                         notes=[f"guest stopped answering: {lost}"])
                         self._store(r, total)
                         finished.add(r.key)

@@ -33,7 +33,7 @@ LONGEST = (
     "test_shrink.py::test_a_planted_fsync_failure",
     "test_bench.py::test_bench_over_four_journal_modes",
     "test_resume.py::test_a_study_killed_in_crash_and_in_bench",
-    "test_crash.py::test_a_hung_check_is_a_finding",
+    "test_crash.py::test_lying_disk_fires_and_neither",
     "test_faults.py::test_a_state_that_panics",
     "test_sweep.py::",
     "test_bench.py::test_each_workload_runs_on_ext4_ordered[bonnie]",
