@@ -41,8 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from crashcases.check import CheckResult
 from crashcases.crash.engine import CrashEngine, check_request, guest_files
-from crashcases.crash.guest import CRASH_CHECK, parse_results
+from crashcases.crash.guest import CRASH_CHECK, CheckSummary, parse_results
 from crashcases.crash.plan import CHECK_DISKS, LANE_DISKS, CrashPlan
 from framework.core import agent, clock, rundir
 from framework.core.command import HostRunner
@@ -124,6 +125,45 @@ def naive(req: NaiveRequest) -> NaiveResult:
 CRASH_NAIVE = agent.Task("crash-naive", NaiveRequest, NaiveResult, naive)
 
 
+def phase_table(summary: CheckSummary, checked: Sequence[CheckResult], *, boot_s: float,
+                task_s: float, lanes: int) -> str:
+    """Where powercut's time went, phase by phase: the guest's start and the task's own
+    start (host side), its set-up, then what the lanes spent building and checking states
+    (summed over the lanes: with two, they add up to about twice their wall time)."""
+    own = [r for r in checked if not r.same_as]  # a shared state's mount, tree and fsck are its first's
+
+    def total(name: str, rows: Sequence[CheckResult]) -> float:
+        return sum(getattr(r, name) or 0.0 for r in rows)
+
+    rows = [
+        ("guest start (boot, host)", boot_s, "wall"),
+        ("task start (python, imports)", max(0.0, task_s - summary.wall_s), "wall"),
+        ("oracle load", summary.oracle_load_s, "wall"),
+        ("log header index", summary.index_s, "wall"),
+        ("replay forward", summary.replay_s, "lanes"),
+        ("snapshot make + remove", summary.snapshot_s, "lanes"),
+        ("extra entries", summary.extra_s, "lanes"),
+        ("mount (journal replay)", total("mount_s", own), "lanes"),
+        ("oracle check", total("oracle_s", checked), "lanes"),
+        ("tree read", total("tree_s", own), "lanes"),
+        ("fsck", total("fsck_check_s", own) + total("fsck_repair_s", own)
+         + total("log_replay_s", own), "lanes"),
+        ("unmount", total("umount_s", own), "lanes"),
+    ]
+    lane_s = summary.prepare_s + summary.check_s
+    named = sum(seconds for _, seconds, kind in rows if kind == "lanes")
+    rows.append(("other, in the lanes", max(0.0, lane_s - named), "lanes"))
+    n = max(1, len(checked))
+    width = max(len(name) for name, _, _ in rows)
+    out = [f"{'phase':<{width}}  {'seconds':>8}  {'ms/state':>8}  counted"]
+    for name, seconds, kind in rows:
+        counted = "wall" if kind == "wall" else f"summed over {lanes} lane{'s' * (lanes > 1)}"
+        out.append(f"{name:<{width}}  {seconds:>8.1f}  {1000 * seconds / n:>8.0f}  {counted}")
+    out.append(f"{'the task, wall (guest clock)':<{width}}  {summary.wall_s:>8.1f}  "
+               f"{1000 * summary.wall_s / n:>8.0f}  {len(checked)} states")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="ext4/ordered")
@@ -162,7 +202,9 @@ def main() -> int:
              *(DiskSpec(name, engine.sizes[name]) for name in (*CHECK_DISKS, *LANE_DISKS))]
     machine = QemuMachine(disks=disks, modules=kernel_modules((engine.target.fstype,)),
                           rundir=work / "bench")
+    t0 = clock.monotonic()
     machine.start()
+    boot_s = clock.monotonic() - t0
     try:
         guest_files(machine, engine.oracle_path)
         request = check_request(machine, engine.target, states, budget_s=plan.check_timeout_s)
@@ -200,6 +242,9 @@ def main() -> int:
               f"{ours_bytes / log_bytes:.2f}x the log for powercut vs "
               f"{naive_res.replay_bytes / log_bytes:.1f}x naive")
     lanes = 1 + len(request.lanes)
+    print()
+    print(phase_table(ours, checked, boot_s=boot_s, task_s=ours_s, lanes=lanes))
+    print()
     print(f"powercut in the guest: set-up {ours.setup_s:.1f} s (oracle, log headers); summed over "
           f"{lanes} lane{'s' if lanes > 1 else ''}: building states {ours.prepare_s:.1f} s "
           f"(replay, snapshot), checking them {ours.check_s:.1f} s; wall {ours_s:.1f} s, "

@@ -63,6 +63,9 @@ class CheckResult:
     log_replay_s: float | None = None
     #: The unmount after the tree was read (writeback, the last commit), timed.
     umount_s: float | None = None
+    #: On the mounted state: checking the oracle's promises, and reading the whole tree.
+    oracle_s: float | None = None
+    tree_s: float | None = None
     #: The last lines each checker printed, when its verdict was not clean.
     fsck_check_output: str = ""
     fsck_repair_output: str = ""
@@ -227,8 +230,11 @@ def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Pa
             result.mount_error = mres.error
         else:
             try:
+                t0 = clock.monotonic()
                 found = verify(oracle, mountpoint, last_mark=last_mark, rules=rules)
+                t1 = clock.monotonic()
                 tree = walk_tree(mountpoint)
+                result.oracle_s, result.tree_s = t1 - t0, clock.monotonic() - t1
                 result.findings = _findings(found + tree)
                 for i, ((_, mark), other) in enumerate(zip(states[1:], others, strict=True)):
                     t0 = clock.monotonic()
@@ -270,6 +276,6 @@ def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Pa
         if unusable:
             shared.outcome = worst(shared.outcome, Outcome.CORRUPT)
         shared.explanation = explain(shared)
-        shared.duration_s = seconds
+        shared.duration_s = shared.oracle_s = seconds
         out.append(shared)
     return out

@@ -283,21 +283,34 @@ class CheckSummary:
     #: that state's mount, with its fsck (CheckResult.same_as).
     shared: int = 0
     #: Where the guest's time went: loading the oracle and indexing the logs' headers
-    #: (wall), and, summed over the lanes, building each state (replay, snapshot, extra
-    #: entries) and checking it (mount, oracle, tree read, fsck).
+    #: (wall), and, summed over the lanes, building each state and releasing it after its
+    #: check (replay, snapshot, extra entries) and checking it (mount, oracle, tree read,
+    #: fsck).
     setup_s: float = 0.0
     prepare_s: float = 0.0
     check_s: float = 0.0
+    #: The same, finer (bench/crash.py's phase table): set-up is loading the oracle and
+    #: indexing the log headers; building states, summed over the lanes, is replaying the
+    #: log forward, making and removing each state's snapshot, and writing a state's extra
+    #: entries onto it. wall_s is the task's own time, from its start to its summary.
+    oracle_load_s: float = 0.0
+    index_s: float = 0.0
+    replay_s: float = 0.0
+    snapshot_s: float = 0.0
+    extra_s: float = 0.0
+    wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckSummary:
+        seconds = {name: float(raw.get(name, 0.0)) for name in (
+            "setup_s", "prepare_s", "check_s", "oracle_load_s", "index_s", "replay_s",
+            "snapshot_s", "extra_s", "wall_s")}
         return cls(int(raw["checked"]), bool(raw["abandoned"]), int(raw["replay_written_bytes"]),
                    int(raw["replay_discarded_bytes"]), int(raw["entries_applied"]),
-                   int(raw.get("shared", 0)), float(raw.get("setup_s", 0.0)),
-                   float(raw.get("prepare_s", 0.0)), float(raw.get("check_s", 0.0)))
+                   int(raw.get("shared", 0)), **seconds)
 
 
 def content_changes(entries: Sequence[LogEntry]) -> list[int]:
@@ -322,12 +335,16 @@ class _Disk:
         # the log disk. A second lane, and every Replayer, reuses the first's.
         self.index: Sequence[LogEntry]
         self.changes: list[int]
+        #: Seconds this disk spent on each part of building states (CheckSummary's names).
+        self.spent = {"index_s": 0.0, "replay_s": 0.0, "snapshot_s": 0.0, "extra_s": 0.0}
         if like is not None:
             self.index, self.changes = like.index, like.changes
         else:
+            t0 = clock.monotonic()
             index = LogIndex(self.reader)
             index.extend_to(self.reader.nr_entries)
             self.index, self.changes = index, index.content_changes()
+            self.spent["index_s"] = clock.monotonic() - t0
         self.rep = self._replayer()
         stack.callback(lambda: self.rep.close())
         self.slot = stack.enter_context(SnapshotSlot(runner, replay_dev, cow_dev, name=name))
@@ -344,6 +361,13 @@ class _Disk:
                 and self.changes[a.base + 1] == self.changes[b.base + 1])
 
     def move_to(self, base: int) -> None:
+        t0 = clock.monotonic()
+        try:
+            self._move_to(base)
+        finally:
+            self.spent["replay_s"] += clock.monotonic() - t0
+
+    def _move_to(self, base: int) -> None:
         if base < 0:
             return
         if base < self.rep.position - 1:
@@ -360,7 +384,10 @@ class _Disk:
     def state(self, recipe: DiskRecipe) -> Iterator[str]:
         """A snapshot holding the disk as ``recipe`` has it; its path."""
         self.move_to(recipe.base)
+        t0 = clock.monotonic()
         with self.slot.fresh() as snap:
+            t1 = clock.monotonic()
+            self.spent["snapshot_s"] += t1 - t0
             if recipe.extra:
                 fd = os.open(snap.path, os.O_RDWR | os.O_CLOEXEC)
                 try:
@@ -369,7 +396,12 @@ class _Disk:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-            yield snap.path
+                self.spent["extra_s"] += clock.monotonic() - t1
+            try:
+                yield snap.path
+            finally:
+                t2 = clock.monotonic()
+        self.spent["snapshot_s"] += clock.monotonic() - t2
 
 
 @dataclass(slots=True)
@@ -386,6 +418,7 @@ def check(req: CheckRequest) -> CheckSummary:
     start = clock.monotonic()
     runner = HostRunner()
     oracle = OracleLog.load(Path(req.oracle_path))
+    oracle_load_s = clock.monotonic() - start
     rules = persistence_rules(req.target)
     tally: dict[str, float] = {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0}
     hung = threading.Event()
@@ -461,8 +494,9 @@ def check(req: CheckRequest) -> CheckSummary:
                         os.fsync(out.fileno())
                     hung.set()
                     return
+                t3 = clock.monotonic()  # the state's disks and snapshots released
                 with write_lock:
-                    tally["prepare_s"] += t1 - t0
+                    tally["prepare_s"] += (t1 - t0) + (t3 - t2)
                     tally["check_s"] += t2 - t1
                     for result in results:
                         out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
@@ -486,13 +520,16 @@ def check(req: CheckRequest) -> CheckSummary:
                 except BaseException:
                     hung.set()  # one lane failed: the others stop after their current state
                     raise
-        reps = [d.rep for lane in lanes for d in (lane.data, lane.journal) if d is not None]
-        return CheckSummary(checked=int(tally["checked"]), abandoned=hung.is_set(),
-                            replay_written_bytes=sum(r.bytes_written for r in reps),
-                            replay_discarded_bytes=sum(r.bytes_discarded for r in reps),
-                            entries_applied=sum(r.entries_applied for r in reps),
-                            shared=int(tally["shared"]), setup_s=setup_s,
-                            prepare_s=tally["prepare_s"], check_s=tally["check_s"])
+        replayed = [d for lane in lanes for d in (lane.data, lane.journal) if d is not None]
+        reps = [d.rep for d in replayed]
+        spent = {name: sum(d.spent[name] for d in replayed) for name in replayed[0].spent}
+    return CheckSummary(checked=int(tally["checked"]), abandoned=hung.is_set(),
+                        replay_written_bytes=sum(r.bytes_written for r in reps),
+                        replay_discarded_bytes=sum(r.bytes_discarded for r in reps),
+                        entries_applied=sum(r.entries_applied for r in reps),
+                        shared=int(tally["shared"]), setup_s=setup_s,
+                        prepare_s=tally["prepare_s"], check_s=tally["check_s"],
+                        oracle_load_s=oracle_load_s, wall_s=clock.monotonic() - start, **spent)
 
 
 CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckSummary, check)

@@ -110,8 +110,36 @@ def test_a_check_summary_carries_where_the_guests_time_went():
     from crashcases.crash.guest import CheckSummary
 
     summary = CheckSummary(12, False, 4096, 0, 40, shared=2, setup_s=1.5, prepare_s=2.0,
-                           check_s=7.25)
+                           check_s=7.25, oracle_load_s=0.5, index_s=1.0, replay_s=1.25,
+                           snapshot_s=0.75, extra_s=0.125, wall_s=6.0)
     assert CheckSummary.from_dict(summary.to_dict()) == summary
     # A summary without the timings (an older guest's) still reads, with zeros.
     old = {k: v for k, v in summary.to_dict().items() if not k.endswith("_s")}
     assert CheckSummary.from_dict(old).check_s == 0.0
+
+
+def test_the_phase_table_counts_a_shared_state_once_and_names_what_is_left():
+    from bench.crash import phase_table
+    from crashcases.check import CheckResult
+    from crashcases.crash.guest import CheckSummary
+
+    summary = CheckSummary(3, False, 0, 0, 0, shared=1, setup_s=1.5, prepare_s=3.0,
+                           check_s=7.0, oracle_load_s=0.5, index_s=1.0, replay_s=1.5,
+                           snapshot_s=0.75, extra_s=0.0, wall_s=6.0)
+    first = CheckResult("a", mount_s=1.0, umount_s=0.5, fsck_check_s=2.0, oracle_s=0.5,
+                        tree_s=0.25)
+    shared = CheckResult("b", mount_s=1.0, umount_s=0.5, fsck_check_s=2.0, oracle_s=0.125,
+                         tree_s=0.25, same_as="a")
+    alone = CheckResult("c", mount_s=1.0, umount_s=0.5, fsck_check_s=1.0, oracle_s=0.5,
+                        tree_s=0.25)
+    table = phase_table(summary, [first, shared, alone], boot_s=9.0, task_s=8.5, lanes=2)
+    seconds = {line[:30].strip(): float(line[30:].split()[0]) for line in table.splitlines()[1:]}
+    assert seconds["guest start (boot, host)"] == 9.0
+    assert seconds["task start (python, imports)"] == 2.5  # 8.5 s on the host, 6 in the task
+    assert seconds["mount (journal replay)"] == 2.0  # the shared state's mount is its first's
+    assert seconds["oracle check"] == 1.1  # each state checks its own promises
+    assert seconds["fsck"] == 3.0 and seconds["unmount"] == 1.0 and seconds["tree read"] == 0.5
+    # Lanes: 3.0 s building and releasing states + 7.0 checking them; named 1.5 + 0.75
+    # + 0 + 2 + 1.125 + 0.5 + 3 + 1 = 9.875: 0.125 s is other.
+    assert seconds["other, in the lanes"] == 0.1
+    assert "summed over 2 lanes" in table and "3 states" in table
