@@ -1,13 +1,15 @@
 """The guest program: ``python -m framework.cli.guest`` performs one agent task inside a machine.
 
 The host starts it through ``framework.core.agent.call`` with the request
-on stdin. Every task it offers is imported here by name, so a task that
-was renamed or moved fails when this module is imported (and in its unit
-test), not when a run first reaches it in a guest.
+on stdin. Every task it offers is named here with the module that defines
+it; only the module of the task a request names is imported, and the unit
+test imports them all, so a task that was renamed or moved fails there,
+not when a run first reaches it in a guest.
 
 Start-up is paid once per task, in a guest that reads every module over
 9p, often under an emulated CPU: this module and the task modules keep to
-what the tasks need (no numpy, scipy, pandas or rich).
+what the tasks need (no numpy, scipy, pandas or rich, and nothing outside
+the standard library: the guest starts it with ``python -S``).
 """
 
 from __future__ import annotations
@@ -20,11 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crashcases.crash.guest import CRASH_CHECK, CRASH_RECORD
-from crashcases.cut.guest import CUT_ORACLE, CUT_TRIAL
-from crashcases.sweep.guest import SWEEP_POINT
-from devicemapper.features import loaded_targets
-from framework.bench.task import BENCH_REPETITION
 from framework.core import agent
 from framework.core.command import HostRunner
 from framework.core.errors import PowercutError
@@ -66,6 +63,8 @@ class EnvFacts:
 
 
 def environment(_req: EnvRequest) -> EnvFacts:
+    from devicemapper.features import loaded_targets
+
     try:
         dm_targets = loaded_targets(HostRunner())
     except PowercutError as exc:
@@ -82,8 +81,16 @@ def environment(_req: EnvRequest) -> EnvFacts:
 
 ENV = agent.Task("env", EnvRequest, EnvFacts, environment)
 
-TASKS = agent.table(agent.ECHO, ENV, CRASH_RECORD, CRASH_CHECK, CUT_ORACLE, CUT_TRIAL,
-                    BENCH_REPETITION, SWEEP_POINT)
+TASKS = agent.LazyTasks({
+    "echo": agent.ECHO,
+    "env": ENV,
+    "crash-record": "crashcases.crash.guest:CRASH_RECORD",
+    "crash-check": "crashcases.crash.guest:CRASH_CHECK",
+    "cut-oracle": "crashcases.cut.guest:CUT_ORACLE",
+    "cut-trial": "crashcases.cut.guest:CUT_TRIAL",
+    "bench-rep": "framework.bench.task:BENCH_REPETITION",
+    "sweep-point": "crashcases.sweep.guest:SWEEP_POINT",
+})
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ the domain; it only starts the program, as a shell starts a binary.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
@@ -36,6 +37,11 @@ FRAME = "@@powercut "
 #: The guest program ``call`` starts unless told another: the application's
 #: entry point, which holds the task table. Started by name, never imported here.
 GUEST_MODULE = "framework.cli.guest"
+#: Guest programs that import only the standard library and the checkout. A machine that
+#: runs them from the checkout (``runs_from_checkout``) starts them with ``python -S``: no
+#: site-packages scan and no editable-install finder, about a second of every start under
+#: an emulated CPU. tests/unit/test_guest.py imports each of them that way.
+SITE_FREE_PROGRAMS = frozenset({GUEST_MODULE, "framework.cli.sweepguest"})
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,35 @@ class Task(Generic[Req, Res]):
 
     def encode(self, request: Req) -> dict[str, Any]:
         return {"task": self.name, **request.to_dict()}
+
+
+class LazyTasks(Mapping[str, "Task[Any, Any]"]):
+    """A guest program's tasks by name, each either a Task or where one is defined
+    ("package.module:NAME"): a module is imported when a request names one of its tasks,
+    so a start pays only for the task it performs (every module's top level runs under
+    the guest's CPU, often emulated). ``check()`` imports them all, for unit tests."""
+
+    def __init__(self, tasks: Mapping[str, Task[Any, Any] | str]) -> None:
+        self._where = dict(tasks)
+
+    def __getitem__(self, name: str) -> Task[Any, Any]:
+        where = self._where[name]
+        if isinstance(where, str):
+            module, _, attr = where.partition(":")
+            task = getattr(importlib.import_module(module), attr)
+            if not isinstance(task, Task) or task.name != name:
+                raise errors.ConfigError(f"agent: {where} is not the task {name!r}")
+            self._where[name] = where = task
+        return where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def check(self) -> dict[str, Task[Any, Any]]:
+        return {name: self[name] for name in self}
 
 
 def table(*tasks: Task[Any, Any]) -> dict[str, Task[Any, Any]]:
@@ -168,8 +203,9 @@ def call(machine: Any, request: Mapping[str, Any], *, module: str = GUEST_MODULE
     that support it) is asked about once a second whether the task is stuck,
     so a hang is noticed before the whole deadline."""
     extra = {"watch": watch} if watch is not None else {}
+    lean = module in SITE_FREE_PROGRAMS and getattr(machine, "runs_from_checkout", False)
     result: CommandResult = machine.run(
-        [*machine.python_argv(), "-m", module, *args],
+        [*machine.python_argv(), *(["-S"] if lean else []), "-m", module, *args],
         input=json.dumps(request),
         timeout_s=timeout_s,
         ok_status=None,

@@ -365,6 +365,10 @@ class QemuMachine(Machine):
     def python_argv(self) -> list[str]:
         return [venv_python()]
 
+    #: run() starts every command in the checkout, so ``python -m`` finds powercut's
+    #: modules without the virtualenv's site-packages (framework.core.agent).
+    runs_from_checkout = True
+
     def describe(self) -> dict[str, str]:
         return {
             "machine": "qemu",
