@@ -20,7 +20,11 @@ takes about 40 minutes of it under TCG. On a short log (``--case
 random:600``, 16 MiB) the mount and fsck that both loops pay dominate.
 
 Besides states per second it prints the floor: the mount, unmount and fsck
-that the states needed, as powercut's own checks timed them in the run.
+that the states needed, as powercut's own checks timed them in the run, and
+a table of where powercut's time went, phase by phase: the guest's boot and
+the check task's start (on the host's clock), then, from the guest's own
+timers, loading the oracle, indexing the log headers, replaying, snapshots,
+mount, the oracle check, the tree read, fsck and unmount.
 
 Run: .venv/bin/python bench/crash.py [--target ext4/ordered] [--case gen:seq2]
      [--max-sequences N] [--points sample:150]
