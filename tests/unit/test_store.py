@@ -292,6 +292,19 @@ def test_processes_opening_one_new_database_at_once_all_get_its_schema(tmp_path:
         assert store.schema_version == SCHEMA_VERSION
 
 
+def old_database(path: Path, version: int, *rows: str) -> None:
+    """A database as schema ``version`` left it, holding ``rows`` (INSERT statements)."""
+    db = sqlite3.connect(path)
+    for statement in ";".join(MIGRATIONS[:version]).split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute(f"PRAGMA user_version = {version}")
+    for row in rows:
+        db.execute(row)
+    db.commit()
+    db.close()
+
+
 def make_shard(path: Path, *, uuid: str, target: str, status: RunStatus) -> None:
     with Store(path) as store:
         run_id = store.start_run(command_line="powercut ci --shard", study="ci", uuid=uuid)
@@ -383,15 +396,9 @@ def test_study_runs_have_their_steps_as_children(tmp_path: Path) -> None:
 
 def test_a_version_2_database_migrates_with_kinds_from_command_lines(tmp_path: Path) -> None:
     path = tmp_path / "v2.db"
-    db = sqlite3.connect(path)
-    for statement in ";".join(MIGRATIONS[:2]).split(";"):
-        if statement.strip():
-            db.execute(statement)
-    db.execute("PRAGMA user_version = 2")
-    db.execute("INSERT INTO runs (uuid, started_at, command_line, study, status, environment)"
-               " VALUES ('u1', 't', 'powercut cut --target xfs', 'cut xfs', 'finished', '{}')")
-    db.commit()
-    db.close()
+    old_database(path, 2,
+                 "INSERT INTO runs (uuid, started_at, command_line, study, status, environment)"
+                 " VALUES ('u1', 't', 'powercut cut --target xfs', 'cut xfs', 'finished', '{}')")
     with Store(path) as store:
         assert store.schema_version == SCHEMA_VERSION
         (run,) = store.runs()
@@ -419,17 +426,11 @@ def test_merge_command_combines_databases_and_names_a_missing_one(tmp_path: Path
 def test_each_target_row_keeps_its_journal_placement_and_disk_profiles(tmp_path: Path) -> None:
     # A version 3 database: its target configs hold the placement; migration reads them out.
     path = tmp_path / "v3.db"
-    db = sqlite3.connect(path)
-    for statement in ";".join(MIGRATIONS[:3]).split(";"):
-        if statement.strip():
-            db.execute(statement)
-    db.execute("PRAGMA user_version = 3")
-    db.execute("INSERT INTO runs (uuid, started_at, command_line, study, status, environment)"
-               " VALUES ('u1', 't', 'powercut cut --target xfs/logdev', 'cut', 'finished', '{}')")
-    db.execute("INSERT INTO targets (run_id, name, config) VALUES (1, 'xfs/logdev',"
-               " '{\"journal\": \"external\", \"disk_profiles\": {\"journal\": \"ram\"}}')")
-    db.commit()
-    db.close()
+    old_database(path, 3,
+                 "INSERT INTO runs (uuid, started_at, command_line, study, status, environment)"
+                 " VALUES ('u1', 't', 'powercut cut --target xfs/logdev', 'cut', 'finished', '{}')",
+                 "INSERT INTO targets (run_id, name, config) VALUES (1, 'xfs/logdev',"
+                 " '{\"journal\": \"external\", \"disk_profiles\": {\"journal\": \"ram\"}}')")
     with Store(path) as store:
         assert store.placements(1) == {"xfs/logdev": TargetPlacement("external", None, "ram")}
         run = store.start_run(command_line="powercut bench", study="b", kind="bench")
@@ -451,23 +452,17 @@ def test_a_version_6_database_migrates_and_checks_keep_their_findings_signature(
     new checks keep their key, signature, ops to the crash point and explanation, and a
     merge copies them."""
     path = tmp_path / "v6.db"
-    db = sqlite3.connect(path)
-    for statement in ";".join(MIGRATIONS[:6]).split(";"):
-        if statement.strip():
-            db.execute(statement)
-    db.execute("PRAGMA user_version = 6")
-    db.execute("INSERT INTO runs (uuid, started_at, command_line, study, status, environment,"
-               " kind) VALUES ('u1', 't', 'powercut crash', 'crash', 'finished', '{}', 'crash')")
-    db.execute("INSERT INTO targets (run_id, name, config) VALUES (1, 'ext4', '{}')")
-    db.execute("INSERT INTO recordings (target_id, case_spec, seed, entries, marks)"
-               " VALUES (1, 'c', 0, 10, 1)")
-    db.execute("INSERT INTO crash_points (recording_id, entry_index, kind, last_mark)"
-               " VALUES (1, 7, 'mark', 'pc-0')")
-    db.execute("INSERT INTO checks (crash_point_id, variant, variant_seed, outcome,"
-               " fsck_verdicts, findings, created_at) VALUES (1, 'subset', 3, 'data-loss', '{}',"
-               " '[]', 't')")
-    db.commit()
-    db.close()
+    old_database(path, 6,
+                 "INSERT INTO runs (uuid, started_at, command_line, study, status, environment,"
+                 " kind) VALUES ('u1', 't', 'powercut crash', 'crash', 'finished', '{}', 'crash')",
+                 "INSERT INTO targets (run_id, name, config) VALUES (1, 'ext4', '{}')",
+                 "INSERT INTO recordings (target_id, case_spec, seed, entries, marks)"
+                 " VALUES (1, 'c', 0, 10, 1)",
+                 "INSERT INTO crash_points (recording_id, entry_index, kind, last_mark)"
+                 " VALUES (1, 7, 'mark', 'pc-0')",
+                 "INSERT INTO checks (crash_point_id, variant, variant_seed, outcome,"
+                 " fsck_verdicts, findings, created_at) VALUES (1, 'subset', 3, 'data-loss', '{}',"
+                 " '[]', 't')")
     signature = {"fstype": "ext4", "promise": "missing name", "durability": "fsync",
                  "ops": ["creat n1", "fsync n1"]}
     with Store(path) as store:

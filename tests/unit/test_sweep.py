@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +36,9 @@ from crashcases.vocabulary import Outcome
 from framework.cli import main
 from framework.core.errors import ConfigError
 from framework.core.stats import linear_fit
-from framework.core.store import MIGRATIONS, Store, merge
+from framework.core.store import Store, merge
 from recovery.targets import get_target
+from tests.unit.test_store import old_database
 
 SIX = ("ext2", "ext4/ordered", "ext4/logdev", "xfs", "xfs/logdev", "btrfs")
 
@@ -200,13 +200,7 @@ def test_a_point_request_round_trips_with_its_target() -> None:
 
 def test_sweep_points_are_stored_migrated_and_merged(tmp_path: Path) -> None:
     path = tmp_path / "v4.db"
-    db = sqlite3.connect(path)
-    for statement in ";".join(MIGRATIONS[:4]).split(";"):
-        if statement.strip():
-            db.execute(statement)
-    db.execute("PRAGMA user_version = 4")
-    db.commit()
-    db.close()
+    old_database(path, 4)
     with Store(path) as store:
         run = store.start_run(command_line="powercut sweep", study="sweep", kind="sweep")
         store.add_target(run, "xfs/logdev", get_target("xfs/logdev").to_dict())
