@@ -1,8 +1,8 @@
 """The recall run: the same general workloads on every zoo kernel and on the fixed one.
 
 The workloads are one list for every filesystem, fixed before any bug was
-looked at: every operation variant followed by each durability op that could
-make it durable (``gen:seq1``), bounded bursts of operations with no durability
+looked at: a sample spread over every operation variant followed by each
+durability op that could make it durable (``gen:seq1``), bounded bursts of operations with no durability
 op between most of them, then one of a name they used or of a directory above
 it (``gen:burst``), a sample of ordered pairs (``gen:seq2``) and of triples
 (``gen:seq3``), and a random operation stream with durability ops interleaved
@@ -42,8 +42,12 @@ from framework.zoo.entry import ZooEntry
 from framework.zoo.kernels import FIXED, Kernel, installed
 
 #: The workloads of every target, in order: (case, more options). The seed is the run's.
+#: gen:seq1 is a seeded sample of 60 of its several hundred sequences, spread over the whole
+#: list: it enumerates one operation kind after another (creat and write first, rename at
+#: about 60%, link and symlink after it), and a budget of 8 minutes checked its first 12%
+#: (99 of 804 states on btrfs), so no rename, link, truncate or fallocate variant of it.
 WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gen:seq1", ()),
+    ("gen:seq1", ("--max-sequences", "60")),
     ("gen:burst", ()),
     ("gen:seq2", ("--max-sequences", "60")),
     ("random:400", ()),
