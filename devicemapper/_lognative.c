@@ -251,8 +251,9 @@ static int walk_results(struct walk *w, PyObject **records, PyObject **marks)
     if (!*records || !*marks)
         return -1;
     for (size_t i = 0; i < w->marks.len; i += 3) {
-        PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)w->marks.v[i],
-                                       (const char *)w->text + w->marks.v[i + 1],
+        /* Only empty marks before it: no text buffer yet, and y# turns NULL into None. */
+        const char *text = w->text ? (const char *)w->text + w->marks.v[i + 1] : "";
+        PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)w->marks.v[i], text,
                                        (Py_ssize_t)w->marks.v[i + 2]);
         if (!item || PyList_Append(*marks, item)) {
             Py_XDECREF(item);
