@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import gzip
+import itertools
 import json
 import logging
 import os
@@ -271,11 +272,10 @@ class CrashEngine:
         try:
             while todo and not self._stop.is_set():
                 results_path = guest_files(slot.machine(), self.oracle_path)
-                # A state a dead guest had in flight goes alone, so a death is its own.
-                # ... and a chunk stops before a state that must go alone.
-                chunk = todo[:1] if todo[0].key in self.suspects else todo[:CHUNK]
-                chunk = chunk[:next((i for i, s in enumerate(chunk) if i and s.key in self.suspects),
-                                    len(chunk))]
+                # A state a dead guest had in flight goes alone, so a death is its own; any
+                # other chunk stops before such a state.
+                chunk = todo[:1] if todo[0].key in self.suspects else list(
+                    itertools.takewhile(lambda s: s.key not in self.suspects, todo[:CHUNK]))
                 done_before = len(parse_results(results_path))
                 begun_before = len(parse_started(results_path))
                 try:
