@@ -334,6 +334,11 @@ def _record_effects(
         or op.kind in _DST_DATA_OPS
         or (op.kind is OpKind.CREAT and path_existed(before, op.path))
     ):
+        if op.kind is OpKind.WRITE and rec.size_of(node_id):
+            # open(O_TRUNC) is a change of its own before the new bytes: xfs_setattr_size()
+            # and ext4_truncate() log the new size at once, while the write may wait for
+            # writeback, so a crash in between finds the file empty.
+            rec.data(node_id, index, b"")
         rec.data(node_id, index, bytes(node.data))
     elif op.kind in (OpKind.SETXATTR, OpKind.REMOVEXATTR):
         rec.xattr(node_id, index, op.xattr, node.xattrs.get(op.xattr))

@@ -27,7 +27,8 @@ window:
 - file data: the size lies between the smallest and largest size of the
   versions; every block equals that block of one of the versions (a
   block-granular mix, as page writeback produces), where a block past a
-  version's end counts as zeros. ``PersistenceRules`` widen this (torn
+  version's end counts as zeros. A rewrite (open with O_TRUNC, then the
+  bytes) of a non-empty file has two versions: empty, then the new bytes. ``PersistenceRules`` widen this (torn
   blocks, stale blocks after extension) or narrow it (whole-version writes).
   O_SYNC and O_DSYNC writes and msync promise a byte range, not the file:
   the blocks it touches, and a size that holds its bytes; a block answers
@@ -370,6 +371,11 @@ class Recorder:
         self._data[ino].append(
             DataVersion(op, len(content), data_digests(content, self.block_bytes))
         )
+
+    def size_of(self, ino: int) -> int:
+        """The size of inode ``ino``'s latest recorded version (0 when none is)."""
+        versions = self._data.get(ino)
+        return versions[-1].size_bytes if versions else 0
 
     def xattr(self, ino: int, op: int, name: str, value: bytes | None) -> None:
         self._xattrs[ino].append(

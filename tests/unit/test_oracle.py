@@ -742,3 +742,24 @@ def test_skipped_ops_are_a_flag_and_an_old_log_reads_the_same() -> None:
     del doc["skipped"]
     old = OracleLog.from_json(json.dumps(doc))
     assert old.ops == log.ops and old.skipped == log.skipped
+
+
+def test_a_rewrite_in_flight_may_show_the_file_empty(tmp_path: Path) -> None:
+    """WRITE opens with O_TRUNC: the truncation reaches the log before the new bytes are
+    written back, so a crash after a later rewrite may find a promised file empty (xfs/logdev
+    on a power cut after `sync; write`); once the rewrite is promised, empty is data loss."""
+    ops = [
+        Op(K.CREAT, "f"),
+        Op(K.WRITE, "f", length=B),
+        Op(K.FSYNC, "f"),
+        Op(K.FSYNC_DIR, ""),
+        Op(K.WRITE, "f", length=100),
+        Op(K.FSYNC, "f"),
+    ]
+    _, oracle, marks = run(ops, tmp_path / "r")
+    (tmp_path / "r/f").write_bytes(b"")
+    for rules in ALL_RULES:
+        assert verify(oracle, tmp_path / "r", last_mark=marks[1], rules=rules) == [], rules
+    found = verify(oracle, tmp_path / "r", last_mark=marks[2], rules=posix_strict())
+    assert kinds(found) == {(FindingKind.DATA_LOSS, "f")}
+    assert "at least 100 B" in found[0].detail
