@@ -66,6 +66,7 @@ from crashcases.crash.plan import (
 from crashcases.crash.points import (
     CrashState,
     DiskState,
+    distinct_marks,
     enumerate_points,
     parse_variants,
     plan_states,
@@ -236,8 +237,15 @@ class CrashEngine:
             return list(reader)
 
     def plan_states(self, entries: list[LogEntry]) -> list[CrashState]:
-        marks = OracleLog.load(self.oracle_path).marks
-        points = enumerate_points(entries, self.plan.points, workload_marks=marks, seed=self.plan.seed)
+        oracle = OracleLog.load(self.oracle_path)
+        marks = oracle.marks
+        only = None
+        if self.plan.points == "distinct":
+            only = distinct_marks(oracle.ops, ((m.name, m.op) for m in oracle.mark_records))
+            log.info("--points distinct: %d of %d marks have a window of their own",
+                     len(only), len(marks))
+        points = enumerate_points(entries, self.plan.points, workload_marks=marks,
+                                  seed=self.plan.seed, only=only)
         if not self.two_disks:
             return plan_states(entries, points, self.plan.variants, workload_marks=marks,
                                seed=self.plan.seed, per_point=self.plan.per_point)

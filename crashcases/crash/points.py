@@ -22,6 +22,7 @@ state key such as ``1234/subset:77`` rebuilds the same bytes anywhere.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -137,11 +138,12 @@ def first_point(entries: Sequence[LogEntry]) -> int:
 def parse_strategy(strategy: str) -> tuple[PointKind, int]:
     name, _, arg = strategy.partition(":")
     try:
-        kind = {"marks": PointKind.MARK, "mark": PointKind.MARK, "fua": PointKind.FUA,
+        kind = {"marks": PointKind.MARK, "mark": PointKind.MARK, "distinct": PointKind.MARK,
+                "fua": PointKind.FUA,
                 "flush": PointKind.FLUSH, "every": PointKind.EVERY, "sample": PointKind.SAMPLE}[name]
     except KeyError:
         raise ConfigError(
-            f"--points {strategy!r}: expected marks, fua, flush, every:N or sample:K"
+            f"--points {strategy!r}: expected marks, distinct, fua, flush, every:N or sample:K"
         ) from None
     if kind in (PointKind.EVERY, PointKind.SAMPLE):
         if not arg.isdigit() or int(arg) < 1:
@@ -153,14 +155,16 @@ def parse_strategy(strategy: str) -> tuple[PointKind, int]:
 
 
 def enumerate_points(entries: Sequence[LogEntry], strategy: str, *, workload_marks: Iterable[str],
-                     seed: int = 0) -> list[CrashPoint]:
-    """The crash points a strategy selects, in log order."""
+                     seed: int = 0, only: Iterable[str] | None = None) -> list[CrashPoint]:
+    """The crash points a strategy selects, in log order (``only``: the marks a mark
+    strategy may select, of ``workload_marks``; None: all)."""
     kind, arg = parse_strategy(strategy)
     marks = set(workload_marks)
+    wanted = marks if only is None else marks & set(only)
     start = first_point(entries)
     chosen: list[tuple[int, PointKind]] = []
     selects = {
-        PointKind.MARK: lambda e: e.is_mark and e.mark in marks,
+        PointKind.MARK: lambda e: e.is_mark and e.mark in wanted,
         PointKind.FUA: lambda e: e.is_fua,
         PointKind.FLUSH: lambda e: e.is_flush,
         PointKind.EVERY: lambda e: (e.index - start) % arg == 0,
@@ -174,6 +178,31 @@ def enumerate_points(entries: Sequence[LogEntry], strategy: str, *, workload_mar
         picked = sorted(random.Random(seed).sample(pool, min(arg, len(pool))))
         chosen = [(i, kind) for i in picked]
     return annotate(entries, chosen, marks)
+
+
+#: A packed sequence's directory (``s0017``) in an op's words.
+_SEQUENCE_DIR = re.compile(r"\bs\d{4,}\b")
+
+
+def distinct_marks(ops: Sequence[str], marks: Iterable[tuple[str, int]]) -> list[str]:
+    """The marks ``--points distinct`` checks: each whose *window* (the ops after the mark
+    before it, up to and including its own durability op, with every packed sequence's
+    directory name left out) no earlier mark had.
+
+    ``marks`` are (name, op index) in workload order. A packed workload (``gen:*``) runs the
+    same setup, ending in ``sync``, before every sequence: that state is checked once, not
+    once per sequence, and a budget reaches a third to a half more sequences.
+    """
+    seen: set[tuple[str, ...]] = set()
+    keep: list[str] = []
+    start = 0
+    for name, op in marks:
+        window = tuple(_SEQUENCE_DIR.sub("s*", text) for text in ops[start : op + 1])
+        start = op + 1
+        if window not in seen:
+            seen.add(window)
+            keep.append(name)
+    return keep
 
 
 def annotate(entries: Sequence[LogEntry], chosen: Iterable[tuple[int, PointKind]],

@@ -385,7 +385,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "Without it every operation the target's filesystem supports is used")
     p.add_argument("--seed", type=int, default=0, help="seed for the workload, sampling and variants (default: 0)")
     p.add_argument("--points", default="marks",
-                   help="crash points: marks (after each durability op), fua, flush, every:N, sample:K")
+                   help="crash points: marks (after each durability op); distinct (the marks whose "
+                        "operations since the mark before, each packed sequence's directory left "
+                        "out, are new: a gen:* workload's setup is checked once, not before every "
+                        "sequence); fua, flush, every:N, sample:K")
     p.add_argument("--variants", default="prefix",
                    help="comma list of prefix, subset (unflushed writes in any subset), torn "
                         "(a multi-sector write half done), lying (a disk that ignores flushes; "

@@ -500,3 +500,31 @@ def test_a_recording_guest_that_fails_to_boot_once_is_booted_again(tmp_path):
     with pytest.raises(RuntimeError, match="the second boot was tried"):
         eng.record()
     assert booted == [tmp_path / "vm-0"] * 2
+
+
+@pytest.mark.parametrize("first, boots, error", [
+    ("sleep 30", 2, "qemu exited during boot"),  # silent: booted again, and its words are the error
+    ("echo Kernel panic - not syncing; sleep 30", 1, "Kernel panic"),  # spoke: no second boot
+])
+def test_a_boot_that_prints_nothing_is_tried_again_and_one_that_speaks_is_the_error(
+        tmp_path, monkeypatch, first, boots, error):
+    from framework.core.errors import BootError
+    from framework.core.machine import initramfs
+    from framework.core.machine.kernel import KernelSpec
+    from framework.core.machine.qemu import QemuMachine
+
+    monkeypatch.setattr(initramfs, "resolve_modules", lambda *a, **k: ([], []))
+    monkeypatch.setattr(initramfs, "initramfs", lambda modules: tmp_path / "initrd")
+    argvs = iter([["sh", "-c", first], ["sh", "-c", "echo second boot; exit 1"]])
+    calls: list[int] = []
+
+    def argv(self, initrd, accel):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return next(argvs)
+
+    monkeypatch.setattr(QemuMachine, "qemu_argv", argv)
+    machine = QemuMachine(kernel=KernelSpec(Path("/nonexistent"), "r", Path("/")), accel="tcg",
+                          boot_timeout_s=2, rundir=tmp_path / "vm")
+    with pytest.raises(BootError, match=error):
+        machine.start()
+    assert len(calls) == boots

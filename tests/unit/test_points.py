@@ -7,6 +7,7 @@ import pytest
 from crashcases.crash.points import (
     Variant,
     build_state,
+    distinct_marks,
     enumerate_points,
     parse_strategy,
     plan_states,
@@ -36,6 +37,23 @@ MARKS = ["pc-0", "pc-1"]
 def test_mark_points_follow_the_workload_marks_only():
     points = enumerate_points(ENTRIES, "marks", workload_marks=MARKS)
     assert [(p.index, p.last_mark, p.last_barrier) for p in points] == [(6, "pc-0", 5), (12, "pc-1", 11)]
+
+
+def test_distinct_checks_a_packed_setup_once_and_every_new_window():
+    """Two packed sequences with the same setup: the second setup's sync is not checked
+    again; a window that differs anywhere but in the sequence's directory name is."""
+    setup = ["mkdir {ns}", "creat {ns}/f0", "write {ns}/f0 100B", "sync"]
+    ops = [t.format(ns="s0000") for t in setup] + ["rename s0000/f0 -> s0000/g", "fsync_dir s0000"]
+    ops += [t.format(ns="s0001") for t in setup] + ["rename s0001/f0 -> s0001/h", "fsync_dir s0001"]
+    ops += ["unlink s0000/g", "unlink s0001/h", "sync"]
+    marks = [(f"pc-{n}", i) for n, i in enumerate(i for i, t in enumerate(ops)
+                                                 if t == "sync" or t.startswith("fsync"))]
+    assert [i for _, i in marks] == [3, 5, 9, 11, 14]
+    assert distinct_marks(ops, marks) == ["pc-0", "pc-1", "pc-3", "pc-4"]
+    # The strategy keeps the marks given and the points' last marks.
+    points = enumerate_points(ENTRIES, "distinct", workload_marks=MARKS, only=["pc-1"])
+    assert [(p.index, p.last_mark) for p in points] == [(12, "pc-1")]
+    assert parse_strategy("distinct") == parse_strategy("marks")
 
 
 def test_flush_fua_every_and_sample_start_after_mkfs():

@@ -214,8 +214,19 @@ class QemuMachine(Machine):
         self.rundir.mkdir(parents=True, exist_ok=True)  # again after a failed boot's close()
         self._make_disks()
         try:
-            self._boot(initrd, accel, self.boot_timeout_s)
+            try:
+                self._boot(initrd, accel, self.boot_timeout_s)
+            except BootError as exc:
+                if self._console_lines(self._console_start):
+                    raise  # the kernel said something: what it said is the error
+                # Not one line on the console: qemu, or the kernel before its first line, hung
+                # under emulation (seen about once in a few hundred boots of a busy suite).
+                log.warning("%s; booting it again", exc)
+                self.kill()  # a guest that never booted has no shell to leave
+                self._stop_qemu()
+                self._boot(initrd, accel, self.boot_timeout_s)
         except BaseException:
+            self.kill()
             self.close()
             raise
         return self
@@ -302,6 +313,12 @@ class QemuMachine(Machine):
         self.console = None
 
     def close(self) -> None:
+        self._stop_qemu()
+        if self._own_rundir:
+            shutil.rmtree(self.rundir, ignore_errors=True)
+
+    def _stop_qemu(self) -> None:
+        """Power the guest off (or kill qemu) and close its console log."""
         up, self._up_since = self._up_since, None
         if up is not None:
             cost.add_guest_seconds(clock.monotonic() - up)
@@ -324,8 +341,6 @@ class QemuMachine(Machine):
             with contextlib.suppress(Exception):
                 self._transcript.close()  # type: ignore[attr-defined]
             self._transcript = None
-        if self._own_rundir:
-            shutil.rmtree(self.rundir, ignore_errors=True)
 
     # --- protocol --------------------------------------------------------
 
