@@ -30,7 +30,7 @@ from crashcases.cut.guest import (
 )
 from crashcases.cut.summary import TargetSummary, TrialResult, summarize
 from crashcases.known import KnownList, KnownMatcher, KnownVerdict, guest_kernel, mark_ops
-from crashcases.vocabulary import Outcome, fails
+from crashcases.vocabulary import Outcome, Rate, fails
 from crashcases.workload.cases import load_case
 from crashcases.workload.ops import DURABILITY_OPS, Workload
 from devicemapper.flakey import FlakeyMode
@@ -115,6 +115,10 @@ class CutPlan:
     #: targets in one seeded random order, so that drift in the host (caches, load) spreads
     #: over every target instead of biasing the ones that ran last.
     order: str = "targets"
+    #: Run each new failing trial this many more times, at the same cut ("fails f/t").
+    reruns: int = 0
+    #: ... for at most this many trials.
+    max_reruns: int = 10
 
     def spec(self, name: str) -> Target:
         return resolve(name, self.user_targets)
@@ -195,6 +199,9 @@ def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
         raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
     if plan.continue_syncs < 0:
         raise ConfigError(f"continue_syncs must not be negative, got {plan.continue_syncs}")
+    if plan.reruns < 0 or plan.max_reruns < 0:
+        raise ConfigError(f"--reruns {plan.reruns} / --max-reruns {plan.max_reruns}: "
+                          "must be 0 or more")
     if plan.order not in ("targets", "random"):
         raise ConfigError(f"--order {plan.order}: expected targets or random")
     if FlakeyMode(plan.mode) not in CUT_MODES:
@@ -304,6 +311,26 @@ class CutEngine:
                                checked_mark=seen.checked_mark)
         raise AssertionError("unreachable")
 
+    def rerun_trial(self, trial: TrialResult) -> Rate:
+        """Run failing ``trial`` ``plan.reruns`` more times, cut at the same point of the same
+        workload on a fresh mkfs; each run is stored as a rerun of the trial. What differs
+        between runs is timing (writeback, the log's background pushes), so the rate says how
+        reliably the cut at that point breaks a promise."""
+        spec = self.by_name[trial.target]
+        failed = 1
+        trial.reruns = []  # a resumed run starts a trial's reruns over
+        for attempt in range(1, self.plan.reruns + 1):
+            again = self.run_trial(trial.target, trial.trial)
+            bad = fails(again.outcome, spec)
+            failed += bad
+            trial.reruns.append(again.outcome.value)
+            if self.store is not None and self.run_id is not None:
+                self.store.add_rerun(self.run_id, trial_key(trial), attempt=attempt,
+                                     outcome=again.outcome.value, failed=bad,
+                                     findings=again.check.findings if again.check else ())
+        trial.rate = Rate(failed, 1 + self.plan.reruns)
+        return trial.rate
+
     def store_trial(self, result: TrialResult, known: Sequence[str] | None = None) -> None:
         """Write ``result`` to the results store (one transaction), if the run has one.
 
@@ -397,6 +424,11 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             run.save_json(rundir.RESULTS, result.to_dict())
             if progress is not None:
                 progress(tr)
+        if plan.reruns > 0:
+            again = [t for t in result.trials if result.failing(t) and t.rate is None]
+            for tr in again[:plan.max_reruns]:
+                engine.rerun_trial(tr)
+                run.save_json(rundir.RESULTS, result.to_dict())
         return result
     finally:
         if engine is not None:

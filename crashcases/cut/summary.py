@@ -17,7 +17,7 @@ from typing import Any
 
 from crashcases.check import CheckResult
 from crashcases.cut.guest import CutPoint, DriveResult
-from crashcases.vocabulary import Outcome, fails
+from crashcases.vocabulary import Outcome, Rate, fails
 from recovery.targets import Target
 
 
@@ -33,6 +33,10 @@ class TrialResult:
     check: CheckResult | None
     checked_mark: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: A failing trial run again (cut --reruns): the outcome of each run after the first.
+    reruns: list[str] = field(default_factory=list)
+    #: How often it failed, the first run included (None: not run again).
+    rate: Rate | None = None
 
     @property
     def mount_s(self) -> float | None:
@@ -51,16 +55,21 @@ class TrialResult:
                 "drive": self.drive.to_dict() if self.drive else None,
                 "check": self.check.to_dict() if self.check else None,
                 "checked_mark": self.checked_mark, "notes": list(self.notes),
-                "mount_s": self.mount_s, "fsck_s": self.fsck_s}
+                "mount_s": self.mount_s, "fsck_s": self.fsck_s,
+                "reruns": list(self.reruns),
+                "rate": self.rate.to_dict() if self.rate is not None else None}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TrialResult:
         """A trial as to_dict() wrote it (results.json), for a resumed run."""
+        rate = raw.get("rate")
         return cls(raw["target"], int(raw["trial"]), CutPoint.from_dict(raw["point"]),
                    Outcome(raw["outcome"]),
                    DriveResult.from_dict(raw["drive"]) if raw.get("drive") else None,
                    CheckResult.from_dict(raw["check"]) if raw.get("check") else None,
-                   raw.get("checked_mark"), list(raw.get("notes", [])))
+                   raw.get("checked_mark"), list(raw.get("notes", [])),
+                   list(raw.get("reruns", [])),
+                   Rate(int(rate["failed"]), int(rate["runs"])) if rate else None)
 
 
 

@@ -106,7 +106,8 @@ def trial_table(target: str, trials: Sequence[TrialResult],
         d = t.drive
         table.add_row(str(t.trial), t.point.describe(), str(d.promised) if d else "-",
                       f"{d.in_flight_ops} / {d.in_flight_bytes}" if d else "-",
-                      f"{KNOWN} ({t.outcome.value})" if result and result.is_known(t) else t.outcome.value,
+                      f"{KNOWN} ({t.outcome.value})" if result and result.is_known(t)
+                      else t.outcome.value + (f", {t.rate.words()}" if t.rate else ""),
                       _s(t.mount_s), _s(t.fsck_s),
                       " | ".join(t.check.replay_messages) if t.check and t.check.replay_messages else "-")
     return table
@@ -135,7 +136,8 @@ def junit_cases(result: CutRunResult) -> list[junit.Case]:
         if matcher is not None and result.is_known(t):
             skipped = f"{matcher.message(trial_key(t))[:450]} [raw outcome: {t.outcome.value}]"
         elif fails(t.outcome, result.plan.spec(t.target)):
-            failure = f"{t.outcome.value}: {trial_explanation(t)}"[:500]
+            rate = f" ({t.rate.words()}: {', '.join([t.outcome.value, *t.reruns])})" if t.rate else ""
+            failure = f"{t.outcome.value}{rate}: {trial_explanation(t)}"[:500]
         details = "\n".join([f"cut {t.point.describe()}, checked at mark {t.checked_mark}",
                              *(f"{f['kind']}: {f['path']}: {f['detail']}" for f in findings),
                              *notes])
@@ -154,7 +156,7 @@ def plan_from_args(args: argparse.Namespace) -> CutPlan:
                    max_sequences=args.max_sequences, data_mib=args.data_mib,
                    count_post_cut_promises=args.count_post_cut_fsync,
                    trial_timeout_s=args.trial_timeout, user_targets=named_user_targets(args),
-                   order=args.order)
+                   order=args.order, reruns=args.reruns, max_reruns=args.max_reruns)
 
 
 def cmd_cut(args: argparse.Namespace) -> int:
@@ -217,8 +219,9 @@ def cmd_cut(args: argparse.Namespace) -> int:
               f"{result.wall_s:.1f} s; guests replaced after hangs: {result.replacements}")
     for t in failing:
         what = trial_explanation(t)[:300]
+        rate = f"; {t.rate.words()}" if t.rate else ""
         out.print(f"  {t.outcome.value:<11} {t.target} #{t.trial} (cut {t.point.describe()}, "
-                  f"checked at {t.checked_mark}): {what}")
+                  f"checked at {t.checked_mark}{rate}): {what}")
     print_known(out, list(result.known.values()))
     return 1 if failing else 0
 
@@ -271,6 +274,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "that died) in its own directory and store row: its plan is read from "
                         "RUN_DIR/plan.json and trials it saved are not run again")
     p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
+    p.add_argument("--reruns", type=int, default=0, metavar="N",
+                   help="run each new failing trial N more times, cut at the same operation on "
+                        "a fresh mkfs, and report how often it failed, 'fails f/t' (reliable "
+                        "only at t/t with t at least 3); each rerun is kept in the store "
+                        "(default: 0)")
+    p.add_argument("--max-reruns", type=int, default=10, metavar="N",
+                   help="rerun at most N trials (default: 10)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_machine_options(p)
     p.set_defaults(func=cmd_cut)

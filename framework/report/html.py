@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from crashcases.cut.summary import percentile
+from crashcases.vocabulary import Rate
 from framework.bench.engine import one_factor_design
 from framework.core.stats import StatsError, overhead, quantile_interval, summarize
 from framework.report import figures, tradeoff
@@ -149,9 +150,19 @@ def _cut(r: Results, report: Report) -> None:
         report.data["cut"] = None
         return
     rows_out = []
+    failing = r.failing_recoveries()
     for target, rows in v.groupby("target", sort=False):
         counts = Counter(r.labels(rows))
+        rates = []
+        mine = failing[failing["target"] == target]
+        for run_id, trial, outcome in zip(mine["run_id"], mine["trial"], mine["outcome"],
+                                          strict=True):
+            again = r.reruns.get((int(run_id), f"{target}#{trial}"))
+            if again is not None:
+                rates.append(f"#{trial} {outcome}: "
+                             f"{Rate(1 + sum(again), 1 + len(again)).words()}")
         rows_out.append({"target": target, "trials": len(rows), "counts": dict(counts),
+                         "rates": rates,
                          "recovery_s": _spread(list(rows["recovery_s"].dropna())),
                          "mount_s": _spread(list(rows["mount_s"].dropna())),
                          "fsck_s": _spread(list(rows["fsck_s"].dropna()))})

@@ -457,3 +457,52 @@ def test_a_resumed_cut_run_keeps_saved_trials_and_runs_only_the_rest(tmp_path: P
     (tmp_path / "bad" / "plan.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"bad/plan.json: not a power-cut plan"):
         cut.load_cut_plan(tmp_path / "bad")
+
+
+def test_a_flaky_failing_trial_is_run_again_and_reported_as_f_of_t(tmp_path: Path) -> None:
+    """A planted flaky cut: trial 0 loses data 2 times of 3, trial 1 every time, trial 2
+    never; with --reruns 2 the first two are run again at the same cut and say so everywhere."""
+    from framework.cli import cut as cut_cli
+    from framework.core.lifecycle import run_lifecycle
+    from framework.report import html
+    from framework.report.results import load
+
+    planted = {0: [Outcome.DATA_LOSS, Outcome.OK, Outcome.DATA_LOSS],
+               1: [Outcome.DATA_LOSS] * 3, 2: [Outcome.OK]}
+    ran: list[int] = []
+
+    def run_trial(self: cut.CutEngine, target: str, n: int) -> TrialResult:
+        outcome = planted[n][sum(1 for r in ran if r == n)]
+        ran.append(n)
+        return _trial(target, n, outcome, 0.1, 0.2)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(cut.CutEngine, "run_trial", run_trial)
+    plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", trials=3, reruns=2)
+    try:
+        with Store(tmp_path / "db.sqlite") as store:
+            with run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
+                result = cut.run_cut(plan, run, lambda *a: FakeMachine(),
+                                     checked=([get_target("ext4/ordered")], small_workload()))
+            stored = store.reruns(run.run_id or 0)
+            report = html.build(load(store, str(run.run_id)))
+            page = html.render_html(report)
+    finally:
+        mp.undo()
+    assert ran == [0, 1, 2, 0, 0, 1, 1]
+    rates = [t.rate.words() if t.rate else None for t in result.trials]
+    assert rates == ["fails 2/3, flaky 66%", "fails 3/3, reliable", None]
+    assert stored == {"ext4/ordered#0": [("ok", False), ("data-loss", True)],
+                      "ext4/ordered#1": [("data-loss", True), ("data-loss", True)]}
+    doc = json.loads((run.run_dir / "results.json").read_text())
+    assert doc["trials"][0]["rate"] == {"failed": 2, "runs": 3, "reliable": False,
+                                        "words": "fails 2/3, flaky 66%"}
+    assert cut.TrialResult.from_dict(doc["trials"][0]).rate == result.trials[0].rate
+    failures = [c.failure for c in cut_cli.junit_cases(result)]
+    assert failures[0] is not None and failures[0].startswith(
+        "data-loss (fails 2/3, flaky 66%: data-loss, ok, data-loss)")
+    assert failures[2] is None
+    assert "fails 3/3, reliable" in _render(trial_table("ext4/ordered", result.trials, result))
+    (row,) = report.data["cut"]
+    assert row["rates"] == ["#0 data-loss: fails 2/3, flaky 66%", "#1 data-loss: fails 3/3, reliable"]
+    assert "<br>#0 data-loss: fails 2/3, flaky 66%" in page
