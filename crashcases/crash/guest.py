@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -43,7 +44,7 @@ from devicemapper.snapshot import SnapshotSlot
 from framework.core import agent, clock, rundir
 from framework.core.command import HostRunner
 from framework.core.errors import DeviceBusy
-from recovery.filesystems import persistence_rules
+from recovery.filesystems import adapter_for, persistence_rules
 from recovery.mount import Timeouts, mkfs, mounted
 from recovery.targets import Target
 
@@ -411,6 +412,7 @@ class _Lane:
     data: _Disk
     journal: _Disk | None
     mountpoint: Path
+    target: Target  # as the lane mounts it
     runs: list[list[StateRecipe]] = field(default_factory=list)
 
 
@@ -433,10 +435,15 @@ def check(req: CheckRequest) -> CheckSummary:
                          req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
         runs = list(same_content_runs(req.states, data, journal,
                                       {req.inject_hang or "", *busy} - {""}))
-        lanes = [_Lane(data, journal, CHECK_MOUNTPOINT)]
+        lanes = [_Lane(data, journal, CHECK_MOUNTPOINT, req.target)]
+        # A second copy of the filesystem mounted beside the first may need an option to be
+        # mounted at all (xfs: nouuid); the first lane mounts the target as it is.
+        second = dataclasses.replace(req.target, mount_options=(
+            *req.target.mount_options, *adapter_for(req.target.fstype).second_copy_mount_options))
         for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
             lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
-                                     f"pc-snap-{n}", like=data), None, CHECK_MOUNTPOINT.with_name(f"check-{n}")))
+                                     f"pc-snap-{n}", like=data), None,
+                               CHECK_MOUNTPOINT.with_name(f"check-{n}"), second))
         # Dealt in turn, so the lanes stay near each other in the log and share the work
         # evenly (later states have fuller filesystems, so slower checks).
         for i, run in enumerate(runs):
@@ -475,7 +482,7 @@ def check(req: CheckRequest) -> CheckSummary:
                                        if lane.journal is not None and first.journal is not None
                                        else None)
                         t1 = clock.monotonic()
-                        results = check_states(runner, req.target, dev, lane.mountpoint,
+                        results = check_states(runner, lane.target, dev, lane.mountpoint,
                                                oracle=oracle,
                                                states=[(s.key, s.last_mark) for s in group],
                                                rules=rules, timeouts=req.timeouts,

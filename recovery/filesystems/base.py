@@ -111,11 +111,14 @@ class FilesystemAdapter(abc.ABC):
     #: refuses a dirty rw mount and leaves log replay to jfs_fsck.
     mount_replays_journal: bool = True
     #: Whether two copies of one filesystem (one UUID) may be mounted at the same time, each
-    #: as itself: crash checks then run two states at once. Only where the kernel keeps no
-    #: registry of mounted UUIDs; xfs refuses the second (xfs_uuid_mount(): "Filesystem
-    #: has duplicate UUID", Linux 6.1) and btrfs takes both devices for one
-    #: (device_list_add() keys devices by fsid and devid). Off unless an adapter says so.
+    #: as itself: crash checks then run two states at once. Not where the kernel takes both
+    #: devices for one: btrfs (device_list_add() keys devices by fsid and devid). xfs keeps
+    #: a table of mounted UUIDs that the second copy skips with nouuid
+    #: (second_copy_mount_options). Off unless an adapter says so.
     concurrent_copies_mount: bool = False
+    #: Mount options the second of two copies mounted at once needs to be mounted at all
+    #: (added to the target's own on the second checking lane only).
+    second_copy_mount_options: tuple[str, ...] = ()
     #: Kernel-log lines that say a journal (or log tree) was replayed.
     replay_patterns: tuple[re.Pattern[str], ...] = ()
     #: Which of CAPABILITIES the filesystem has (as Linux 6.1 implements it);

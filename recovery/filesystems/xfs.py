@@ -28,6 +28,14 @@ class XfsAdapter(FilesystemAdapter):
         Tool("xfs_repair", "xfsprogs", ("-V",), required=False),
     )
     supports_external_journal = True
+    # Two copies of one filesystem can be checked at once if the second is mounted with
+    # nouuid: xfs_uuid_mount() refuses a UUID already in its table of mounted filesystems
+    # ("Filesystem has duplicate UUID"), and nouuid skips that table. In Linux 6.1 and 6.12
+    # (fs/xfs/xfs_mount.c) xfs_uuid_mount() and xfs_uuid_unmount() are the only places that
+    # look at the option; log recovery, which checks the log's UUID against the superblock's
+    # (xlog_header_check_mount()), does not. The first lane mounts the target unchanged.
+    concurrent_copies_mount = True
+    second_copy_mount_options = ("nouuid",)
     journal_sizable = True  # mkfs.xfs -l size=, internal or external
     min_size_bytes = MIN_SIZE_BYTES
     # "Log size must be at least 64MB." (mkfs.xfs 6.1, internal and external logs)

@@ -29,6 +29,7 @@ from framework.core import agent, rundir
 from framework.core.errors import ConfigError, ConsoleTimeout, GuestDied
 from framework.core.machine.fake import FakeMachine
 from framework.core.rundir import GUEST_STARTED
+from recovery.filesystems import adapter_for
 from recovery.targets import Target, get_target
 
 
@@ -287,9 +288,12 @@ def test_a_second_lane_only_for_several_states_of_a_single_disk_target(tmp_path)
     assert check_request(machine, get_target("ext4/ordered"), states(3), budget_s=60).lanes
     assert not check_request(machine, get_target("ext4/ordered"), states(1), budget_s=60).lanes
     assert not check_request(machine, get_target("ext4/logdev"), states(3), budget_s=60).lanes
-    # xfs refuses a second mount of one UUID, btrfs takes both copies for one device.
-    assert not check_request(machine, get_target("xfs"), states(3), budget_s=60).lanes
+    # xfs mounts the second copy with nouuid; btrfs takes both copies for one device.
+    assert check_request(machine, get_target("xfs"), states(3), budget_s=60).lanes
+    assert not check_request(machine, get_target("xfs/logdev"), states(3), budget_s=60).lanes
     assert not check_request(machine, get_target("btrfs"), states(3), budget_s=60).lanes
+    assert adapter_for("xfs").second_copy_mount_options == ("nouuid",)
+    assert adapter_for("ext4").second_copy_mount_options == ()
     assert check_request(machine, get_target("ext2"), states(3), budget_s=60).lanes
     # The disks a checking guest gets: the lane's for one disk, the journal's for two.
     logs = {"log": tmp_path / "log.img"}
