@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -85,9 +86,7 @@ def main() -> int:
     one, both = results[1], results[2]
     differ = [k for k in one if k in both and seen(one[k]) != seen(both[k])]
     missing = sorted(set(one) ^ set(both))
-    outcomes: dict[str, int] = {}
-    for r in one.values():
-        outcomes[r.outcome.value] = outcomes.get(r.outcome.value, 0) + 1
+    outcomes = Counter(r.outcome.value for r in one.values())
     print(f"{args.target}, {args.case} (max {args.max_sequences} sequences), points {args.points}: "
           f"{len(states)} states; outcomes on one lane: "
           + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items())))

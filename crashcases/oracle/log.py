@@ -28,8 +28,9 @@ window:
   versions; every block equals that block of one of the versions (a
   block-granular mix, as page writeback produces), where a block past a
   version's end counts as zeros. A rewrite (open with O_TRUNC, then the
-  bytes) of a non-empty file has two versions: empty, then the new bytes. ``PersistenceRules`` widen this (torn
-  blocks, stale blocks after extension) or narrow it (whole-version writes).
+  bytes) of a non-empty file has two versions: empty, then the new bytes.
+  ``PersistenceRules`` widen this (torn blocks, stale blocks after
+  extension) or narrow it (whole-version writes).
   O_SYNC and O_DSYNC writes and msync promise a byte range, not the file:
   the blocks it touches, and a size that holds its bytes; a block answers
   to the latest promise that covers it, and one that none covers is free.

@@ -115,7 +115,13 @@ def summary_words(findings: Sequence[TargetFinding]) -> str:
 def rate_of(r: Results, state: FailingState) -> Rate | None:
     """How often ``state`` failed: its first check and every rerun the store keeps (None:
     it was not checked again)."""
-    again = r.reruns.get((state.run_id, state.key))
+    return rerun_rate(r, state.run_id, state.key)
+
+
+def rerun_rate(r: Results, run_id: int, key: str) -> Rate | None:
+    """How often the failing state or power-cut trial ``key`` of run ``run_id`` failed: its
+    first check and every rerun the store keeps (None: it was not checked again)."""
+    again = r.reruns.get((run_id, key))
     return None if again is None else Rate(1 + sum(again), 1 + len(again))
 
 

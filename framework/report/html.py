@@ -18,11 +18,16 @@ from typing import Any
 import jinja2
 
 from crashcases.cut.summary import percentile
-from crashcases.vocabulary import Rate
 from framework.bench.engine import one_factor_design
 from framework.core.stats import StatsError, overhead, quantile_interval, summarize
 from framework.report import figures, tradeoff
-from framework.report.findings import failing_states, findings_of, rate_of, summary_words
+from framework.report.findings import (
+    failing_states,
+    findings_of,
+    rate_of,
+    rerun_rate,
+    summary_words,
+)
 from framework.report.results import Results, controls, primary_metric
 
 OUTCOME_ORDER = ("ok", "recovered", "known", "data-loss", "corrupt", "unmountable", "hang")
@@ -157,10 +162,9 @@ def _cut(r: Results, report: Report) -> None:
         mine = failing[failing["target"] == target]
         for run_id, trial, outcome in zip(mine["run_id"], mine["trial"], mine["outcome"],
                                           strict=True):
-            again = r.reruns.get((int(run_id), f"{target}#{trial}"))
-            if again is not None:
-                rates.append(f"#{trial} {outcome}: "
-                             f"{Rate(1 + sum(again), 1 + len(again)).words()}")
+            rate = rerun_rate(r, int(run_id), f"{target}#{trial}")
+            if rate is not None:
+                rates.append(f"#{trial} {outcome}: {rate.words()}")
         rows_out.append({"target": target, "trials": len(rows), "counts": dict(counts),
                          "rates": rates,
                          "recovery_s": _spread(list(rows["recovery_s"].dropna())),
