@@ -11,8 +11,14 @@ the fsck verdicts, whether the mount replayed the log. Zero differences is
 the answer to "does the option change what the check sees"; the speed-up is
 what the lane buys.
 
+The positive control: a third pass checks a spread of the same states on one
+lane with a mount option that must change what the check sees (``norecovery``
+with ``ro`` by default: the log is not replayed). The comparison must find
+differences there, or the script fails: a comparison that cannot see a
+changed mount is no answer.
+
 Run: .venv/bin/python bench/lanes.py [--target xfs] [--case gen:seq2]
-     [--max-sequences 30] [--points marks]
+     [--max-sequences 30] [--points marks] [--control-options norecovery,ro]
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ def main() -> int:
     ap.add_argument("--max-sequences", type=int, default=30)
     ap.add_argument("--points", default="marks")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--control-options", default="norecovery,ro",
+                    help="mount options of the positive control pass (must change what the "
+                         "check sees)")
+    ap.add_argument("--control-states", type=int, default=30,
+                    help="states the control pass checks, spread over the run")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="powercut-bench-lanes-"))
@@ -74,7 +85,12 @@ def main() -> int:
         if not two.lanes:
             print(f"{args.target}: its filesystem checks one state at a time; nothing to compare")
             return 2
-        for lanes, request in ((1, dataclasses.replace(two, lanes=())), (2, two)):
+        step = max(1, len(two.states) // max(1, args.control_states))
+        planted = dataclasses.replace(
+            two, lanes=(), states=two.states[::step],
+            target=dataclasses.replace(two.target, mount_options=(
+                *two.target.mount_options, *args.control_options.split(","))))
+        for lanes, request in ((1, dataclasses.replace(two, lanes=())), (2, two), (0, planted)):
             out = machine.rundir / f"results-{lanes}.jsonl"  # the guest sees the run directory
             request = dataclasses.replace(request, results_path=str(out))
             t0 = clock.monotonic()
@@ -83,8 +99,9 @@ def main() -> int:
             results[lanes] = {r.key: r for r in parse_results(out)}
     finally:
         machine.close()
-    one, both = results[1], results[2]
+    one, both, control = results[1], results[2], results[0]
     differ = [k for k in one if k in both and seen(one[k]) != seen(both[k])]
+    fired = [k for k in control if k in one and seen(one[k]) != seen(control[k])]
     missing = sorted(set(one) ^ set(both))
     outcomes = Counter(r.outcome.value for r in one.values())
     print(f"{args.target}, {args.case} (max {args.max_sequences} sequences), points {args.points}: "
@@ -98,8 +115,11 @@ def main() -> int:
           f"{len(missing)}")
     for k in differ[:10]:
         print(f"  {k}: one lane {seen(one[k])}; two lanes {seen(both[k])}")
+    print(f"positive control (one lane, mounted {args.control_options}): {len(fired)} of "
+          f"{len(control)} states seen differently"
+          + ("" if fired else ": the comparison saw no change, so its zero above proves nothing"))
     print(f"(run directory kept for inspection: {work})")
-    return 1 if differ or missing else 0
+    return 1 if differ or missing or not fired else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
     powercut zoo build                 the fixed kernel and one per entry, from one tree
     powercut zoo run [--budget-min M]  the recall run: the same general workloads on every
                                        zoo kernel and the fixed one; recall and false alarms
-    powercut zoo complete ZOO_JSON     confirm a finished run's detections, add fstests verdicts
+    powercut zoo complete ZOO_JSON [ENTRY...]
+                                       confirm a finished run's detections, add fstests verdicts
     powercut zoo report ZOO_JSON       a finished run's table again
 """
 
@@ -120,7 +121,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     report = load_report(path)
     fstests = args.fstests or os.environ.get("POWERCUT_XFSTESTS")
     report = complete(report, load_entries(), zoo_cache(args.cache), path.parent,
-                      fstests=Path(fstests) if fstests else None, say=_say)
+                      fstests=Path(fstests) if fstests else None, say=_say,
+                      only=args.entries, after=lambda r: write_json_atomic(path, r))
     write_json_atomic(path, report)
     return _show(report, path, args.json)
 
@@ -162,7 +164,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=cmd_run)
     v = verbs.add_parser("complete", help="add to a finished run what it lacks: each "
                          "detection confirmed alone on both kernels, fstests verdicts")
-    v.add_argument("report", metavar="ZOO_JSON", help="the zoo.json of a finished 'zoo run'")
+    v.add_argument("report", metavar="ZOO_JSON", help="the zoo.json of a finished 'zoo run' "
+                   "(written again after each entry)")
+    v.add_argument("entries", nargs="*", metavar="ENTRY",
+                   help="complete only these entries (default: every one)")
     v.add_argument("--cache", metavar="DIR", help="where the kernels are (as for 'zoo run')")
     v.add_argument("--fstests", metavar="DIR",
                    help="a built fstests checkout (default: POWERCUT_XFSTESTS, else none)")

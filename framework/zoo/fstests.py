@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from framework.core import clock
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
@@ -36,9 +37,11 @@ class Verdict:
     kernel: str
     verdict: str  # "passed", "failed", "not run", "missing" (not in the checkout), "error"
     why: str = ""  # not run: fstests' reason; failed: the first lines of the diff
+    wall_s: float = 0.0  # guest start to the verdict
 
-    def to_dict(self) -> dict[str, str]:
-        return {"test": self.test, "kernel": self.kernel, "verdict": self.verdict, "why": self.why}
+    def to_dict(self) -> dict[str, str | float]:
+        return {"test": self.test, "kernel": self.kernel, "verdict": self.verdict, "why": self.why,
+                "wall_s": round(self.wall_s, 1)}
 
 
 def local_config(fstype: str, mkfs_options: str) -> str:
@@ -80,6 +83,7 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
     if not (checkout / "tests" / test).is_file():
         return Verdict(test, label, "missing", f"{test} is not in {checkout}")
     target = resolve(target_name)
+    start = clock.monotonic()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     copy = workdir / "xfstests"
@@ -97,5 +101,5 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
         ran = guest.run(["sh", "-c", f"cd {os.fspath(copy)} && ./check {test}"],
                         timeout_s=CHECK_TIMEOUT_S, ok_status=None)
     verdict, why = verdict_of(test, ran.stdout + ran.stderr, copy / "results")
-    return Verdict(test, label, verdict, why)
+    return Verdict(test, label, verdict, why, clock.monotonic() - start)
 

@@ -411,21 +411,32 @@ def fstests_verdicts(entry: ZooEntry, checkout: Path, kernel: Kernel | None, fix
                                work / f"{entry.name}-{k.name}")
     zoo, base = got[kernel.name], got[fixed.name]
     words = f"{zoo.verdict} on the zoo kernel, {base.verdict} on the fixed one"
-    return {"fstests_verdict": words,
+    return {"fstests": entry.fstests, "fstests_verdict": words,
             "fstests_runs": [zoo.to_dict(), base.to_dict()],
             "fstests_agrees": zoo.verdict == "failed" and base.verdict == "passed"}
 
 
 def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, results: Path,
-             *, fstests: Path | None, say: Callable[[str], None] = print) -> dict[str, Any]:
+             *, fstests: Path | None, say: Callable[[str], None] = print,
+             only: Sequence[str] = (),
+             after: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """What a finished recall lacks, added: each detection's confirmation and, with a built
-    fstests checkout, each entry's fstests verdicts. The report's totals are made again."""
+    fstests checkout, each entry's fstests verdicts. The report's totals are made again.
+
+    ``only`` names the entries to complete (default: every one); ``after`` sees the report
+    after each entry, so what was done survives a kill."""
     fixed = installed(cache, FIXED)
     if fixed is None:
         raise ConfigError(f"zoo kernel {FIXED!r} is not built in {cache}")
     by_name = {e.name: e for e in entries}
+    rows = {row["name"] for row in report["entries"]}
+    unknown = sorted(set(only) - rows)
+    if unknown:
+        raise ConfigError(f"zoo complete: {', '.join(unknown)} not in this report's entries")
     plan = RecallPlan(report["budget_s"], report["seed"])
     for row in report["entries"]:
+        if only and row["name"] not in only:
+            continue
         entry, kernel = by_name.get(row["name"]), installed(cache, row["name"])
         if entry is None or kernel is None:
             raise ConfigError(f"zoo entry {row['name']!r} is not known or not built in {cache}")
@@ -440,6 +451,8 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
                                                say)
         if fstests is not None and entry.fstests and "fstests_runs" not in row:
             row.update(fstests_verdicts(entry, fstests, kernel, fixed, results / "fstests", say))
+        if after is not None:
+            after(totals(report))
     return totals(report)
 
 
@@ -471,6 +484,14 @@ def totals(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def _fstests_cell(row: dict[str, Any]) -> str:
+    """The entry's fstests test and, once run, its verdicts on the two kernels."""
+    test, verdict = row.get("fstests") or "", row.get("fstests_verdict")
+    if not verdict:
+        return test or "-"
+    return f"{test}: {verdict}" if test else verdict
+
+
 def table(report: dict[str, Any]) -> str:
     """The per-entry table and the totals, in Markdown."""
     lines = ["| entry | fix | fs | detected | time to first failure | states checked | "
@@ -483,7 +504,7 @@ def table(report: dict[str, Any]) -> str:
             f"| {r['name']} | {r['fix'][:12]} | {r['filesystem']} | "
             f"{_detected(r)} | {'-' if t is None else f'{t:.0f} s'} | "
             f"{checked} | {r['failing_states']} | {r['findings']} | {_confirmed(r)} | "
-            f"{r.get('fstests_verdict') or (r['fstests'] or '-')} |")
+            f"{_fstests_cell(r)} |")
     rec = report["recall"]
     rule = "" if not report.get("shares") else ", an equal share of what is left per workload"
     lines.append("")

@@ -106,8 +106,9 @@ def test_the_report_says_recall_and_false_alarms() -> None:
               "recall": {"detected": 1, "entries": 2, "share": 0.5}, "false_alarms": 0,
               "budget_s": 900.0, "wall_s": 3600.0, "shares": True, "jobs": 2}
     text = table(report)
-    assert "| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | - | fails on the zoo kernel" in text
-    assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 | - |" in text
+    assert ("| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | - | generic/782: fails on "
+            "the zoo kernel") in text
+    assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 | - | generic/782: fails" in text
     assert "recall: 1/2 (50%); false alarms on the fixed kernel: 0" in text
     assert "an equal share of what is left per workload; 2 at a time; wall 60 min" in text
     assert entries_dir().is_dir()
@@ -324,3 +325,42 @@ def test_a_crash_command_that_fails_is_tried_again_then_recorded_and_the_recall_
     text = table({"entries": [row], "recall": {"detected": 0, "entries": 1, "share": 0.0},
                   "false_alarms": 0, "budget_s": 120.0, "wall_s": 60.0})
     assert "| e | 0123456789ab | xfs | no (1 step failed: xfs gen:seq1: twice: exit 2" in text
+
+
+def test_complete_runs_the_named_entries_and_saves_after_each(tmp_path, monkeypatch) -> None:
+    from framework.zoo import recall
+    from framework.zoo.kernels import Kernel
+
+    entries = {e.name: e for e in load_entries()}
+    names = ["btrfs-new-name-last-log-commit", "btrfs-link-after-truncate-zero-size",
+             "xfs-delalloc-writeback-stale-data"]
+
+    def row(name: str) -> dict:
+        return {"name": name, "fix": entries[name].fix, "filesystem": entries[name].filesystem,
+                "detected": False, "time_to_first_failure_s": None, "states": 5,
+                "failing_states": 0, "findings": 0, "steps": [], "fstests": "generic/788"}
+
+    report = {"entries": [row(n) for n in names], "fixed": {}, "budget_s": 60.0, "seed": 0,
+              "wall_s": 60.0, "shares": True, "jobs": 1}
+    monkeypatch.setattr(recall, "installed",
+                        lambda cache, name: Kernel(name, tmp_path, "6.12.117", "", "y", 0.0))
+    ran: list[str] = []
+
+    def fake_verdicts(entry, checkout, kernel, fixed, work, say):
+        ran.append(entry.name)
+        return {"fstests": entry.fstests, "fstests_verdict": "failed on the zoo kernel, "
+                "passed on the fixed one", "fstests_runs": [], "fstests_agrees": True}
+
+    monkeypatch.setattr(recall, "fstests_verdicts", fake_verdicts)
+    saved: list[list[str]] = []
+    done = recall.complete(report, list(entries.values()), tmp_path, tmp_path,
+                           fstests=tmp_path, say=lambda _: None, only=names[1:],
+                           after=lambda r: saved.append([x["name"] for x in r["entries"]
+                                                         if "fstests_runs" in x]))
+    assert ran == names[1:]  # the first was not named
+    assert saved == [names[1:2], names[1:]]  # written after each entry it completed
+    # The report names the test the entry names today (the run named an older number).
+    assert "generic/789: failed on the zoo kernel, passed on the fixed one" in table(done)
+    with pytest.raises(ConfigError, match="no-such-entry not in this report"):
+        recall.complete(report, list(entries.values()), tmp_path, tmp_path, fstests=tmp_path,
+                        only=["no-such-entry"])
