@@ -416,6 +416,13 @@ def fstests_verdicts(entry: ZooEntry, checkout: Path, kernel: Kernel | None, fix
             "fstests_agrees": zoo.verdict == "failed" and base.verdict == "passed"}
 
 
+def _has_verdicts(row: dict[str, Any]) -> bool:
+    """Whether fstests gave its verdict on both kernels (a test missing from the checkout or a
+    check that said nothing is run again by the next ``complete``)."""
+    runs = row.get("fstests_runs") or []
+    return len(runs) == 2 and all(r["verdict"] not in ("error", "missing") for r in runs)
+
+
 def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, results: Path,
              *, fstests: Path | None, say: Callable[[str], None] = print,
              only: Sequence[str] = (),
@@ -449,7 +456,7 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
         if detecting is not None and not row.get("confirm", {}).get("fixed"):
             row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan,
                                                say)
-        if fstests is not None and entry.fstests and "fstests_runs" not in row:
+        if fstests is not None and entry.fstests and not _has_verdicts(row):
             row.update(fstests_verdicts(entry, fstests, kernel, fixed, results / "fstests", say))
         if after is not None:
             after(totals(report))

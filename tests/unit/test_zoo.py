@@ -349,7 +349,8 @@ def test_complete_runs_the_named_entries_and_saves_after_each(tmp_path, monkeypa
     def fake_verdicts(entry, checkout, kernel, fixed, work, say):
         ran.append(entry.name)
         return {"fstests": entry.fstests, "fstests_verdict": "failed on the zoo kernel, "
-                "passed on the fixed one", "fstests_runs": [], "fstests_agrees": True}
+                "passed on the fixed one", "fstests_agrees": True,
+                "fstests_runs": [{"verdict": "failed"}, {"verdict": "passed"}]}
 
     monkeypatch.setattr(recall, "fstests_verdicts", fake_verdicts)
     saved: list[list[str]] = []
@@ -361,6 +362,12 @@ def test_complete_runs_the_named_entries_and_saves_after_each(tmp_path, monkeypa
     assert saved == [names[1:2], names[1:]]  # written after each entry it completed
     # The report names the test the entry names today (the run named an older number).
     assert "generic/789: failed on the zoo kernel, passed on the fixed one" in table(done)
+    # A verdict fstests did not give (the test missing, ./check silent) is asked for again.
+    done["entries"][1]["fstests_runs"] = [{"verdict": "error"}, {"verdict": "passed"}]
+    ran.clear()
+    recall.complete(done, list(entries.values()), tmp_path, tmp_path, fstests=tmp_path,
+                    only=names[1:])
+    assert ran == names[1:2]
     with pytest.raises(ConfigError, match="no-such-entry not in this report"):
         recall.complete(report, list(entries.values()), tmp_path, tmp_path, fstests=tmp_path,
                         only=["no-such-entry"])
