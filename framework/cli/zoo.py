@@ -120,7 +120,10 @@ def cmd_complete(args: argparse.Namespace) -> int:
     path = Path(args.report)
     report = load_report(path)
     fstests = args.fstests or os.environ.get("POWERCUT_XFSTESTS")
-    report = complete(report, load_entries(), zoo_cache(args.cache), path.parent,
+    # Named entries are checked against the zoo as the other verbs check them; complete()
+    # then checks that the report has them.
+    report = complete(report, load_entries(names=tuple(args.entries)), zoo_cache(args.cache),
+                      path.parent,
                       fstests=Path(fstests) if fstests else None, say=_say,
                       only=args.entries, after=lambda r: write_json_atomic(path, r))
     write_json_atomic(path, report)
