@@ -385,6 +385,11 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         finally:
             _STOP.event.clear()
     baseline = {t: baseline[t] for t in targets}  # in the targets' order, not finishing order
+    if plan.confirm:
+        fixed_steps = {t: [s.to_dict() for s in steps] for t, steps in baseline.items()}
+        for entry, row in zip(entries, rows, strict=True):
+            if row is not None and not _STOP.event.is_set():
+                _look_again(row, fixed_steps, kernels[entry.name], fixed, results, plan, say)
     checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
     if checkout:
         for entry, row in zip(entries, rows, strict=True):
@@ -456,6 +461,8 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
         if detecting is not None and not row.get("confirm", {}).get("fixed"):
             row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan,
                                                say)
+        if "masked" not in row:
+            _look_again(row, report["fixed"], kernel, fixed, results, plan, say)
         if fstests is not None and entry.fstests and not _has_verdicts(row):
             row.update(fstests_verdicts(entry, fstests, kernel, fixed, results / "fstests", say))
         if after is not None:
@@ -463,11 +470,47 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
     return totals(report)
 
 
+def _look_again(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]],
+                kernel: Kernel | None, fixed: Kernel, results: Path, plan: RecallPlan,
+                say: Callable[[str], None]) -> None:
+    """A row that is not a detection (no unexplained failing state, or one its confirmation
+    did not confirm) but has known-explained failing states gets
+    ``framework.zoo.masked``'s second look (``row["masked"]``, None when it has no
+    candidate); a confirmed one sets the time to the first failure from its state."""
+    from framework.zoo import masked
+
+    if (counts_as_detected(row) or not any(s.get("known") for s in row["steps"])
+            or kernel is None):
+        return
+    row["masked"] = masked.second_look(row, fixed_steps, kernel, fixed, results / "masked",
+                                       plan.seed, say)
+    hit = next((c for c in (row["masked"] or {}).get("candidates", []) if c["confirmed"]), None)
+    if hit is not None:
+        before = 0.0
+        for s in row["steps"]:
+            if s["run_dir"] == hit["run_dir"]:
+                started = _run_started(Path(s["run_dir"]))
+                checked = _first_check(Path(s["run_dir"]), {hit["state"]})
+                seconds = _seconds_between(started, checked)
+                row["time_to_first_failure_s"] = None if seconds is None else before + seconds
+                break
+            before += s["wall_s"]
+
+
+def _run_started(run_dir: Path) -> str:
+    """When the crash run of ``run_dir`` started, from its store."""
+    with Store(run_dir.parent / rundir.ZOO_DB) as store:
+        runs = [r for r in store.runs() if r.environment.get("run_dir") == os.fspath(run_dir)]
+    return runs[0].started_at if runs else ""
+
+
 def counts_as_detected(row: dict[str, Any]) -> bool:
     """Whether an entry's row is a detection of its bug: a failing state, and, where its
     sequence ran alone on both kernels, one that fails on the entry's kernel and passes on
     the fixed one (a sequence that fails on both found a bug both kernels have)."""
     c = row.get("confirm") or {}
+    if (row.get("masked") or {}).get("confirmed"):
+        return True  # framework.zoo.masked: a failure known behaviour explained, confirmed
     if c.get("fixed"):
         return bool(c.get("confirmed"))
     return bool(row["detected"])
@@ -532,6 +575,8 @@ def table(report: dict[str, Any]) -> str:
 def _detected(row: dict[str, Any]) -> str:
     errors = row.get("errors") or []
     c = row.get("confirm") or {}
+    if (row.get("masked") or {}).get("confirmed"):
+        return "yes, under a known behaviour"
     if row["detected"] and not counts_as_detected(row):
         return ("no: its failing sequence fails on the fixed kernel too, a bug both have"
                 if c["fixed"]["failing"] else "no: its failing sequence passed alone")
@@ -541,15 +586,19 @@ def _detected(row: dict[str, Any]) -> str:
 
 
 def _confirmed(row: dict[str, Any]) -> str:
+    from framework.zoo import masked
+
     c = row.get("confirm")
+    second = masked.describe(row.get("masked"))
     if not c:
-        return "-"
+        return second or "-"
     if c.get("error"):
-        return f"not run: {c['error']}"
+        return f"not run: {c['error']}" + (f"; {second}" if second else "")
     zoo, fixed = c["zoo"], c["fixed"]
     words = (f"{c['ops']} ops: {zoo['failing']} failing on the zoo kernel, "
              f"{fixed['failing']} of {fixed['states']} on the fixed one")
-    return ("confirmed, " if c["confirmed"] else "NOT confirmed, ") + words
+    return ("confirmed, " if c["confirmed"] else "NOT confirmed, ") + words + (
+        f"; {second}" if second else "")
 
 
 def load_report(path: Path) -> dict[str, Any]:

@@ -371,3 +371,72 @@ def test_complete_runs_the_named_entries_and_saves_after_each(tmp_path, monkeypa
     with pytest.raises(ConfigError, match="no-such-entry not in this report"):
         recall.complete(report, list(entries.values()), tmp_path, tmp_path, fstests=tmp_path,
                         only=["no-such-entry"])
+
+
+def test_known_behaviour_does_not_hide_a_zoo_kernels_failure(tmp_path, monkeypatch) -> None:
+    """A zoo kernel's known-explained failing state is a candidate where the fixed kernel
+    checked the same mark cleanly; it counts only if it fails alone on every zoo-kernel run
+    and on no fixed-kernel run."""
+    import json
+
+    from framework.zoo import masked, recall
+    from framework.zoo.kernels import Kernel
+    from tests.unit.test_shrink import fake_run
+
+    zoo_dir = fake_run(tmp_path)  # state 110/prefix fails; the cut keeps directory c
+    data = json.loads((zoo_dir / "results.json").read_text())
+    for state, mark in zip(data["states"], ("pc-3", "pc-5", "pc-9"), strict=True):
+        state["last_mark"] = mark
+    data["states"][1]["result"] = data["states"][0]["result"]  # 111 fails too, at pc-5
+    data["states"][2]["result"] = data["states"][0]["result"]  # 112 at pc-9
+    data["findings"] = [{"known": True, "explanation": "f2fs: old data after fsync",
+                         "states": ["110/prefix", "111/prefix", "112/prefix"]}]
+    (zoo_dir / "results.json").write_text(json.dumps(data))
+    base_dir = tmp_path / "fixed-run"
+    base_dir.mkdir()
+    ok, bad = {"outcome": "ok"}, {"outcome": "data-loss"}
+    (base_dir / "results.json").write_text(json.dumps({"states": [
+        {"key": "7/prefix", "last_mark": "pc-3", "result": ok},  # the fixed kernel passed it
+        {"key": "8/prefix", "last_mark": "pc-5", "result": bad}]}))  # failed there too; pc-9 unseen
+    step = {"target": "f2fs", "case": "gen:burst", "known": 3, "run_dir": str(zoo_dir), "states": 9,
+            "wall_s": 100.0}
+    fixed_steps = {"f2fs": [{"case": "gen:seq1", "run_dir": ""},
+                            {"case": "gen:burst", "run_dir": str(base_dir)}]}
+    found = masked.candidates([step], fixed_steps)
+    assert [(c["state"], c["mark"]) for c in found] == [("110/prefix", "pc-3")]
+    assert masked.candidates([{**step, "case": "gen:seq2"}], fixed_steps) == []  # not run there
+
+    fixed_failing: list[int] = []
+    ran: list[tuple[str, tuple[str, ...]]] = []
+
+    def fake_step(step, results, timeout_s, say):
+        ran.append((step.kernel, tuple(step.argv)))
+        step.states = 3
+        step.failing = 1 if step.kernel == "zoo" else fixed_failing.pop(0)
+
+    monkeypatch.setattr(recall, "_run_step", fake_step)
+    kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
+    fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
+    row = {"name": "f2fs-x", "fix": "0123456789abcdef", "filesystem": "f2fs", "detected": False,
+           "time_to_first_failure_s": None, "states": 9, "failing_states": 0, "findings": 0,
+           "steps": [step], "fstests": ""}
+    fixed_failing[:] = [0, 0, 0]
+    got = masked.second_look(row, fixed_steps, kernel, fixed, tmp_path / "m1", 0, lambda _: None)
+    assert got is not None and got["confirmed"]
+    assert [k for k, _ in ran] == ["zoo", "zoo", "fixed", "fixed", "fixed"]
+    assert all("--ignore-known" in argv for _, argv in ran)  # the known list would hide it
+    row["masked"] = got
+    assert recall.counts_as_detected(row)
+    text = table(recall.totals({"entries": [row], "fixed": {}, "budget_s": 60.0,
+                                "wall_s": 60.0}))
+    assert "| f2fs-x | 0123456789ab | f2fs | yes, under a known behaviour |" in text
+    assert ("known-explained state 110/prefix (gen:burst, 6 ops): failing alone in 2 of 2 "
+            "zoo-kernel runs, 0 of 3 fixed-kernel runs") in text
+    # One failing fixed-kernel run of three and it is a behaviour both kernels have.
+    fixed_failing[:] = [0, 1, 0]
+    got = masked.second_look(row, fixed_steps, kernel, fixed, tmp_path / "m2", 0, lambda _: None)
+    assert got is not None and not got["confirmed"]
+    row["masked"] = got
+    assert not recall.counts_as_detected(row)
+    assert "| f2fs-x | 0123456789ab | f2fs | no |" in table(recall.totals(
+        {"entries": [row], "fixed": {}, "budget_s": 60.0, "wall_s": 60.0}))

@@ -1,0 +1,152 @@
+"""Detections that known behaviour hides: a zoo kernel's known-explained failing states
+checked against the fixed kernel.
+
+The known list (``crashcases/known.toml``) explains failing states of the fixed kernels'
+family, so that they are not counted as false alarms. A reverted fix can fail in the same
+way as a known behaviour: f2fs's fdatasync that writes no node block is both a known
+behaviour of Debian's kernels and the bug of a zoo entry. Such a zoo kernel's failures are
+explained away, and the recall would call the entry missed however often it failed.
+
+So an entry with no unexplained failing state gets a second look. Its known-explained
+failing states are *candidates* when the fixed kernel ran the same workload (the same case
+and seed on the same target give the same operations) and checked the state's mark
+without any failing state there. Each candidate's own sequence then runs alone with the
+known list ignored, ``ZOO_RUNS`` times on the zoo kernel and ``FIXED_RUNS`` times on the
+fixed one, each time recorded afresh. It is a detection only if every zoo-kernel run
+fails and no fixed-kernel run does: a behaviour that shows up at random on both kernels
+passes that test with a probability of at most p^2 (1-p)^3 <= 3.5% per candidate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from framework.core import rundir
+from framework.core.errors import ConfigError
+from framework.zoo.kernels import Kernel
+
+#: Candidates confirmed per entry, at most (each costs ZOO_RUNS + FIXED_RUNS small runs).
+MAX_CANDIDATES = 2
+ZOO_RUNS = 2
+FIXED_RUNS = 3
+
+
+def _states(run_dir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(states, findings) of a step's results.json; nothing for a step that checked none."""
+    if not run_dir:
+        return [], []
+    try:
+        data = rundir.read_json_object(Path(run_dir) / rundir.RESULTS, "crash results")
+    except ConfigError:
+        return [], []
+    return list(data.get("states") or []), list(data.get("findings") or [])
+
+
+def candidates(steps: Sequence[dict[str, Any]], fixed: dict[str, list[dict[str, Any]]],
+               limit: int = MAX_CANDIDATES) -> list[dict[str, str]]:
+    """Known-explained failing states of an entry's ``steps`` whose mark the fixed kernel's
+    step of the same target and case checked with no failing state at that mark.
+
+    ``fixed`` is the report's fixed-kernel steps by target. One candidate per mark, in the
+    order the steps ran, at most ``limit``."""
+    out: list[dict[str, str]] = []
+    for step in steps:
+        if not step.get("known") or not step.get("run_dir"):
+            continue
+        base = next((s for s in fixed.get(step["target"], []) if s["case"] == step["case"]),
+                    None)
+        if base is None:
+            continue
+        base_states, _ = _states(base.get("run_dir", ""))
+        checked = {s.get("last_mark") for s in base_states if s.get("result")}
+        failed = {s.get("last_mark") for s in base_states
+                  if s.get("result") and s["result"].get("outcome") != "ok"}
+        states, findings = _states(step["run_dir"])
+        mark_of = {s["key"]: s.get("last_mark") for s in states}
+        seen: set[str] = set()
+        for finding in findings:
+            if not finding.get("known"):
+                continue
+            for key in finding.get("states", []):
+                mark = mark_of.get(key)
+                if not mark or mark in seen or mark not in checked or mark in failed:
+                    continue
+                seen.add(mark)
+                out.append({"target": step["target"], "case": step["case"],
+                            "run_dir": step["run_dir"], "state": key, "mark": mark,
+                            "known_as": str(finding.get("explanation", ""))[:200]})
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def confirm_masked(candidate: dict[str, str], kernel: Kernel, fixed: Kernel, work: Path,
+                   seed: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Run a candidate's sequence alone, known list ignored: ZOO_RUNS times on ``kernel``,
+    FIXED_RUNS times on ``fixed``. Confirmed if every zoo run fails and no fixed run does."""
+    from framework.zoo.confirm import CONFIRM_TIMEOUT_S, cut_workload
+    from framework.zoo.recall import Step, _crash_argv, _run_step
+
+    work.mkdir(parents=True, exist_ok=True)
+    workload = cut_workload(Path(candidate["run_dir"]), candidate["state"])
+    path = work / "workload.json"
+    rundir.write_json_atomic(path, json.loads(workload.to_json()))
+    runs: dict[str, list[dict[str, Any]]] = {kernel.name: [], fixed.name: []}
+    for k, times in ((kernel, ZOO_RUNS), (fixed, FIXED_RUNS)):
+        for n in range(times):
+            results = work / f"{k.name}-{n}"
+            results.mkdir(parents=True, exist_ok=True)
+            step = Step(k.name, candidate["target"], f"file:{path}",
+                        _crash_argv(k, candidate["target"], f"file:{path}", ("--ignore-known",),
+                                    seed, results, results / "confirm.sqlite"))
+            _run_step(step, results, CONFIRM_TIMEOUT_S, say)
+            say(f"zoo: masked {candidate['state']} on {k.name} (run {n + 1} of {times}): "
+                f"{step.states} states, {step.failing} failing")
+            runs[k.name].append(step.to_dict())
+    zoo, base = runs[kernel.name], runs[fixed.name]
+    ran = all(r["states"] > 0 and not r["error"] for r in zoo + base)
+    return {**candidate, "workload": str(path), "ops": len(workload.ops),
+            "zoo": zoo, "fixed": base,
+            "confirmed": ran and all(r["failing"] > 0 for r in zoo)
+            and not any(r["failing"] for r in base)}
+
+
+def second_look(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]],
+                kernel: Kernel, fixed: Kernel, work: Path, seed: int,
+                say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The ``masked`` field of an entry's row that no unexplained failing state detected:
+    its candidates and their confirmations, stopping at the first confirmed one; None when
+    it has no candidate."""
+    found = candidates(row["steps"], fixed_steps)
+    if not found:
+        return None
+    say(f"zoo: {row['name']}: {len(found)} known-explained failing state(s) the fixed "
+        "kernel passed at the same mark; running each alone on both kernels")
+    tried = []
+    for n, c in enumerate(found):
+        try:
+            tried.append(confirm_masked(c, kernel, fixed, work / row["name"] / f"masked-{n}",
+                                        seed, say))
+        except ConfigError as exc:
+            tried.append({**c, "error": str(exc), "confirmed": False})
+        if tried[-1]["confirmed"]:
+            break
+    return {"candidates": tried, "confirmed": any(t["confirmed"] for t in tried)}
+
+
+def describe(masked: dict[str, Any] | None) -> str:
+    """One cell: what the second look found."""
+    if not masked:
+        return ""
+    for t in masked["candidates"]:
+        if t.get("confirmed"):
+            zf = sum(1 for r in t["zoo"] if r["failing"])
+            ff = sum(1 for r in t["fixed"] if r["failing"])
+            return (f"known-explained state {t['state']} ({t['case']}, {t['ops']} ops): failing "
+                    f"alone in {zf} of {len(t['zoo'])} zoo-kernel runs, {ff} of "
+                    f"{len(t['fixed'])} fixed-kernel runs")
+    return (f"{len(masked['candidates'])} known-explained state(s) tried alone; none failed "
+            "only on the zoo kernel")
