@@ -1,7 +1,8 @@
 """Crash workloads by name: the hand-written cases and every spec ``--case`` takes.
 
 ``hand:<name>`` is a known idiom (atomic replace, log append, ...);
-``gen:seq1``, ``gen:seq2``, ``gen:seq3``, ``gen:burst``, ``random:N`` and ``stress:N`` come
+``gen:seq1``, ``gen:seq2``, ``gen:seq3``, ``gen:burst``, ``gen:chain``, ``random:N`` and
+``stress:N`` come
 from the generators (crashcases.workload.generate); ``file:PATH`` is a
 workload in JSON.
 """
@@ -13,12 +14,14 @@ from collections.abc import Iterable, Sequence
 
 from crashcases.workload.generate import (
     BURST_DEFAULT,
+    CHAIN_DEFAULT,
     SEQ3_DEFAULT,
     B,
     OpSelection,
     _packed,
     _sample,
     burst,
+    chain,
     pack,
     parse_ops,
     random_ops,
@@ -176,8 +179,7 @@ def _names(items: Iterable[str] | None) -> str:
 
 def list_cases() -> list[str]:
     return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "gen:burst",
-            "random:200", "stress:200",
-            "file:PATH"]
+            "gen:chain", "random:200", "stress:200", "file:PATH"]
 
 
 def load_case(
@@ -219,7 +221,7 @@ def load_case(
             namespaces=["h"],
         )
     if family == "gen":
-        if arg in ("seq1", "seq2", "seq3", "burst") and not variants(selection):
+        if arg in ("seq1", "seq2", "seq3", "burst", "chain") and not variants(selection):
             raise ConfigError(
                 f"case {spec!r}: no generated operation is of kinds {_names(kinds)} "
                 f"on this target (capabilities: {_names(selection.capabilities)})")
@@ -231,8 +233,14 @@ def load_case(
             return _packed(spec, seq3(seed, max_sequences or SEQ3_DEFAULT, selection), seed)
         if arg == "burst":
             return _packed(spec, burst(seed, max_sequences or BURST_DEFAULT, selection), seed)
+        if arg == "chain":
+            found = chain(seed, max_sequences or CHAIN_DEFAULT, selection)
+            if not found:
+                raise ConfigError(f"case {spec!r}: no chain is made of operations of kinds "
+                                  f"{_names(kinds)}")
+            return _packed(spec, found, seed)
         raise ConfigError(
-            f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3, burst)")
+            f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3, burst, chain)")
     if family == "stress":
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected stress:N with N >= 1 ops")
@@ -263,5 +271,5 @@ def load_case(
             model.apply(op, bytes(op.length))
         return workload
     raise ConfigError(
-        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3|burst, random:N, stress:N or file:PATH"
+        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3|burst|chain, random:N, stress:N or file:PATH"
     )

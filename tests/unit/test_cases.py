@@ -51,7 +51,8 @@ def test_every_listed_case_loads_and_executes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["gen:seq1", "gen:seq2", "gen:seq3", "gen:burst", "random:80", "hand:link-unlink"]
+    "spec", ["gen:seq1", "gen:seq2", "gen:seq3", "gen:burst", "gen:chain", "random:80",
+             "hand:link-unlink"]
 )
 def test_cases_are_deterministic_for_a_seed(spec: str) -> None:
     a = load_case(spec, seed=7, max_sequences=20)
@@ -135,6 +136,51 @@ def test_bursts_have_no_durability_between_most_ops_and_end_in_one_of_what_they_
     w = load_case("gen:burst", seed=3, max_sequences=40)
     assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == 40
     assert load_case("gen:burst", seed=4, max_sequences=5) != load_case("gen:burst", seed=3, max_sequences=5)
+
+
+def test_chains_persist_the_file_then_move_it_and_persist_what_holds_it() -> None:
+    from crashcases.oracle.log import NodeKind
+    from crashcases.workload.generate import chain, chains
+
+    everything = OpSelection(frozenset({"fallocate", "punch-hole", "zero-range"}))
+    found = chains(everything)
+    assert len(found) > 900 and len({label for label, _ in found}) == len(found)
+    setup = len(cases._setup())
+    moved = 0
+    for _label, ops in found:
+        body = ops[setup:]
+        assert ops[:setup] == cases._setup()
+        fsyncs = [i for i, op in enumerate(body) if op.kind in DURABILITY_OPS]
+        assert len(fsyncs) == 2 and fsyncs[1] == len(body) - 1  # one in the middle, one last
+        subject = body[fsyncs[0]].path
+        assert body[fsyncs[0]].kind is K.FSYNC  # of the file, under the name it has then
+        model = FsModel()
+        for op in ops:
+            model.apply(op, bytes(op.length))
+        last = body[-1]
+        # The last durability op is of the file (under its name now) or of a directory that
+        # holds one of its names, old or new.
+        node = model.lookup(last.path)
+        names = [subject, *(op.dst for op in body if op.dst),
+                 *(op.path for op in body if op.kind is K.CREAT)]
+        holds = {p.rpartition("/")[0] for p in names}
+        assert (last.kind is K.FSYNC_DIR and last.path in holds) or (
+            node is not None and model.kind_of(last.path) is not NodeKind.DIR)
+        moved += any(op.kind in (K.RENAME, K.LINK) for op in body[fsyncs[0]:])
+    assert moved > len(found) // 3
+    # Seeded order: a sample's first part is a sample of the whole, not its first moves.
+    first = [label for _, label, _ in chain(0, 50, everything)]
+    assert len({label.split(";")[0] for label in first}) > 5
+    assert first == [label for _, label, _ in chain(0, 50, everything)]
+    assert first != [label for _, label, _ in chain(1, 50, everything)]
+    # A filesystem without fallocate's modes gets no chain that punches or zeroes.
+    assert not any(op.kind is K.FALLOCATE
+                   for _, ops in chains(OpSelection(frozenset({"reflink"}))) for op in ops)
+    # --ops naming only durability ops leaves no chain: a one-line error.
+    with pytest.raises(ConfigError, match="no generated operation|no chain"):
+        load_case("gen:chain", seed=0, ops=["fsync"])
+    w = load_case("gen:chain", seed=0, max_sequences=30)
+    assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == 30
 
 
 def test_pack_keeps_namespaces_disjoint() -> None:
