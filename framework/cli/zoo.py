@@ -5,7 +5,8 @@
     powercut zoo run [--budget-min M]  the recall run: the same general workloads on every
                                        zoo kernel and the fixed one; recall and false alarms
     powercut zoo complete ZOO_JSON [ENTRY...]
-                                       confirm a finished run's detections, add fstests verdicts
+                                       confirm a finished run's detections, take second looks
+                                       at known-explained failures, add fstests verdicts
     powercut zoo report ZOO_JSON       a finished run's table again
 """
 
@@ -166,7 +167,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "kernel and the fixed one (default: POWERCUT_XFSTESTS, else skipped)")
     v.set_defaults(func=cmd_run)
     v = verbs.add_parser("complete", help="add to a finished run what it lacks: each "
-                         "detection confirmed alone on both kernels, fstests verdicts")
+                         "detection confirmed alone on both kernels, a second look at "
+                         "failures known behaviour explained, fstests verdicts")
     v.add_argument("report", metavar="ZOO_JSON", help="the zoo.json of a finished 'zoo run' "
                    "(written again after each entry)")
     v.add_argument("entries", nargs="*", metavar="ENTRY",
