@@ -115,7 +115,7 @@ def _findings(items: list[Finding]) -> list[dict[str, Any]]:
 
 
 #: Lines of a checker's output kept in a result (the end, where verdicts are).
-OUTPUT_LINES = 12
+OUTPUT_LINES = 40  # as many as recovery.fsck keeps: a known entry's fsck_says needs them all
 
 
 def _tail(fsck: FsckResult) -> str:

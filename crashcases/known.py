@@ -20,6 +20,7 @@ FILE``. Every entry is one ``[[known]]`` table::
     op = "fsync*"                  # glob on the durability op of the broken promise
     variants = ["prefix", "subset"]  # crash-state variant kinds; absent: any
     findings = ["data-loss"]       # outcomes and/or finding kinds it explains
+    fsck_says = "ref count is"     # regex: every problem line of the read-only fsck matches
     reason = "One or two sentences: what happens and why."
     source = "fs/jfs/jfs_logmgr.c lbmStartIO(), Linux 6.1"   # and/or link = "https://..."
 
@@ -72,7 +73,7 @@ EXPLAINABLE = tuple(dict.fromkeys(
 OP_KINDS = tuple(sorted(str(k) for k in DURABILITY_OPS))
 ENTRY_KEYS = ("id", "fstype", "target", "journal", "kernel_min", "kernel_max", "run", "case",
               "op", "variants", "findings", "reason", "link", "source", "fix", "fix_subject",
-              "fixed_in", "fixed_in_stable", "no_fix_checked", "fsck")
+              "fixed_in", "fixed_in_stable", "no_fix_checked", "fsck", "fsck_says")
 _COMMIT = re.compile(r"^[0-9a-f]{12,40}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 JOURNALS = tuple(p.value for p in JournalPlacement)
@@ -167,13 +168,24 @@ class KnownEntry:
     #: "repaired": explains a state only if its read-only fsck found errors that the repair
     #: fixed (behaviour whose mark is fsck cleaning up after it).
     fsck: str | None = None
+    #: A regular expression: explains a state only if its read-only fsck reported problems
+    #: and every one of them matches (``fsck_problems``: each line that is not progress,
+    #: summary or version); output that may have been cut matches nothing. It tells one
+    #: bug's fsck signature from another's on the same outcome.
+    fsck_says: str | None = None
     file: str = ""  # the list it came from
 
     def fsck_matches(self, check: CheckResult | None) -> bool:
-        if self.fsck is None:
+        if self.fsck is not None and not (
+                check is not None and check.fsck_check not in ("", "clean")
+                and check.fsck_repair == "repaired"):
+            return False
+        if self.fsck_says is None:
             return True
-        return (check is not None and check.fsck_check not in ("", "clean")
-                and check.fsck_repair == "repaired")
+        if check is None:
+            return False
+        problems = fsck_problems(check.fsck_check_output)
+        return bool(problems) and all(re.search(self.fsck_says, p) for p in problems or ())
 
     @property
     def upstream(self) -> str:
@@ -311,6 +323,13 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
     if fsck is not None and fsck != "repaired":
         raise _fail(source, entry, "fsck", f"{fsck!r}: expected \"repaired\" (the read-only "
                                            "check found errors and the repair fixed them)")
+    says = _text(raw, "fsck_says", source, entry)
+    if says is not None:
+        try:
+            re.compile(says)
+        except re.error as exc:
+            raise _fail(source, entry, "fsck_says", f"{says!r}: not a regular expression "
+                                                    f"({exc})") from None
     fix, checked = _text(raw, "fix", source, entry), _text(raw, "no_fix_checked", source, entry)
     if fix is not None and checked is not None:
         raise _fail(source, entry, "fix", "give fix (the upstream commit) or no_fix_checked "
@@ -328,7 +347,27 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
                       case=_text(raw, "case", source, entry), op=op, variants=variants,
                       link=link, source=where, fix=fix, fix_subject=fix_subject,
                       fixed_in=fixed_in, fixed_in_stable=_words(raw, "fixed_in_stable", source, entry),
-                      no_fix_checked=checked, fsck=fsck, file=source)
+                      no_fix_checked=checked, fsck=fsck, fsck_says=says, file=source)
+
+
+#: Lines of fsck output that report no problem: its passes and progress, the summary and
+#: warnings it prints about the device, its version, a question alone on its line (it
+#: belongs to the problem on the line before).
+_FSCK_INFO = re.compile(r"^(|Pass \d.*|/dev/.*|\*+.*|e2fsck \d.*|Running additional passes.*|"
+                        r"[A-Za-z /+]+\? no)$")
+
+
+def fsck_problems(output: str) -> list[str] | None:
+    """The problems in a read-only fsck's output as ``crashcases.check`` keeps it (a command
+    line, then the output's last lines): every line that is not progress, summary, version
+    or a question alone. None when the output may have been cut (as many lines as are
+    kept), since a problem may have been in the part left out."""
+    from crashcases.check import OUTPUT_LINES
+
+    lines = [line.strip() for line in output.splitlines()[1:]]
+    if len(lines) >= OUTPUT_LINES:
+        return None
+    return [text for text in lines if not _FSCK_INFO.match(text)]
 
 
 def parse_known(text: str, *, source: str) -> tuple[KnownEntry, ...]:

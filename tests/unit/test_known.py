@@ -795,3 +795,40 @@ def test_the_external_journal_entry_explains_ext3_and_ext4_logdev_but_not_intern
         assert judged_known(m, check("5/prefix", Outcome.DATA_LOSS, lost)) is applies, target
         if applies:
             assert m.known_ids("5/prefix") == ("ext4-external-journal-fsync-no-data-flush",)
+
+
+def test_the_fast_commit_directory_count_entry_is_matched_by_what_e2fsck_says() -> None:
+    """ext4-fc-replay-dir-counts explains a recovered fast_commit state in any workload when
+    e2fsck reports only a directory's counts; another problem beside them (a replay bug's
+    multiply-claimed blocks) keeps the state failing, and so does output cut short."""
+    from crashcases.known import fsck_problems
+
+    said = ("e2fsck -f -n /dev/dm-1 (exit 4):\nPass 1: Checking inodes, blocks, and sizes\n"
+            "Inode 17, i_blocks is 0, should be 2.  Fix? no\n\nPass 2: Checking directory "
+            "structure\nPass 4: Checking reference counts\n"
+            "Inode 13 ref count is 2, should be 3.  Fix? no\n"
+            "Pass 5: Checking group summary information\n"
+            "Directories count wrong for group #0 (5, counted=6).\nFix? no\n\n"
+            "/dev/dm-1: 17/32768 files (0.0% non-contiguous), 13965/131072 blocks\n")
+    assert fsck_problems(said) == [
+        "Inode 17, i_blocks is 0, should be 2.  Fix? no",
+        "Inode 13 ref count is 2, should be 3.  Fix? no",
+        "Directories count wrong for group #0 (5, counted=6).",
+    ]  # not the passes, the bare "Fix? no", the device's summary
+    shipped = load_known(())
+    m = matcher(shipped, "ext4/fast_commit", case="gen:chain", kernel="6.12.117")
+
+    def recovered(key: str, output: str) -> CheckResult:
+        return check(key, Outcome.RECOVERED, fsck_check="corrupt", fsck_repair="repaired",
+                     fsck_check_output=output)
+
+    assert judged_known(m, recovered("5/prefix", said))
+    assert m.known_ids("5/prefix") == ("ext4-fc-replay-dir-counts",)
+    doubly = said.replace("Pass 2:", "Multiply-claimed block(s) in inode 12: 1090\nPass 2:")
+    assert not judged_known(m, recovered("6/prefix", doubly))
+    cut = "e2fsck -f -n /dev/dm-1 (exit 4):\n" + "Inode 13 ref count is 2, should be 3.  Fix? no\n" * 40
+    assert fsck_problems(cut) is None and not judged_known(m, recovered("7/prefix", cut))
+    assert not judged_known(matcher(shipped, "ext4/fast_commit", case="gen:chain",
+                                    kernel="6.1.0-28-amd64"), recovered("8/prefix", said))
+    with pytest.raises(ConfigError, match="fsck_says: .*not a regular expression"):
+        parse_known(known(extra='fsck_says = "("'), source="mine.toml")
