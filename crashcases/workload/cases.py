@@ -234,11 +234,11 @@ def load_case(
         if arg == "burst":
             return _packed(spec, burst(seed, max_sequences or BURST_DEFAULT, selection), seed)
         if arg == "chain":
-            found = chain(seed, max_sequences or CHAIN_DEFAULT, selection)
-            if not found:
+            chained = chain(seed, max_sequences or CHAIN_DEFAULT, selection)
+            if not chained:
                 raise ConfigError(f"case {spec!r}: no chain is made of operations of kinds "
                                   f"{_names(kinds)}")
-            return _packed(spec, found, seed)
+            return _packed(spec, chained, seed)
         raise ConfigError(
             f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3, burst, chain)")
     if family == "stress":
