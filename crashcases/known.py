@@ -353,8 +353,8 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
 #: Lines of fsck output that report no problem: its passes and progress, the summary and
 #: warnings it prints about the device, its version, a question alone on its line (it
 #: belongs to the problem on the line before).
-_FSCK_INFO = re.compile(r"^(|Pass \d.*|/dev/.*|\*+.*|e2fsck \d.*|Running additional passes.*|"
-                        r"[A-Za-z /+]+\? no)$")
+_FSCK_INFO = re.compile(r"^(|Pass \d.*|/dev/.*|\*+.*|[\w.-]+ \d+\.\d+[\w.]* \(.*\)|"
+                        r"Running additional passes.*|[A-Za-z /+]+\? no)$")
 
 
 def fsck_problems(output: str) -> list[str] | None:
