@@ -19,9 +19,9 @@ kernel until a step finds a failing state that no known behaviour explains
 (detected; the time to it is from the kernel's first step to that state's
 check), on the fixed kernel all of them, where any such state is a false
 alarm. A zoo kernel whose failing states known behaviour explains gets a
-second look (``framework.zoo.masked``). Each step is one ``powercut crash`` command, printed, so any step can
-be run again by hand; a step the budget cuts short is interrupted (SIGTERM)
-and keeps what it checked.
+second look (``framework.zoo.masked``). Each step is one ``powercut crash``
+command, printed, so any step can be run again by hand; a step the budget cuts
+short is interrupted (SIGTERM) and keeps what it checked.
 """
 
 from __future__ import annotations
