@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashcases.crash.plan import load_checked
 from crashcases.execute import mark_name
@@ -24,6 +24,9 @@ from crashcases.findings.shrink import cheap_cut, load_failure
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
 from framework.core.rundir import write_json_atomic
 from framework.zoo.kernels import Kernel
+
+if TYPE_CHECKING:
+    from framework.zoo.recall import Step
 
 #: A confirmation run is small (one sequence); this bounds a kernel that hangs on it.
 CONFIRM_TIMEOUT_S = 900.0
@@ -61,23 +64,35 @@ def mark_cut(ops: Sequence[Op], mark: str | None) -> tuple[int, ...] | None:
     return kept if len(kept) < len(ops) else None
 
 
-def confirm(run_dir: Path, key: str, target: str, kernel: Kernel, fixed: Kernel,
-            work: Path, seed: int, say: Callable[[str], None]) -> dict[str, Any]:
-    """Run state ``key``'s sequence of ``run_dir`` on ``kernel`` and on ``fixed``."""
-    from framework.zoo.recall import Step, _crash_argv, _run_step
-
+def write_cut(run_dir: Path, key: str, work: Path) -> tuple[Workload, Path]:
+    """State ``key``'s cut (``cut_workload``), written as ``work``/workload.json."""
     work.mkdir(parents=True, exist_ok=True)
     workload = cut_workload(run_dir, key)
     path = work / "workload.json"
     write_json_atomic(path, json.loads(workload.to_json()))
+    return workload, path
+
+
+def run_alone(path: Path, target: str, kernel: Kernel, results: Path, seed: int,
+              say: Callable[[str], None], options: Sequence[str] = ()) -> Step:
+    """One ``powercut crash --case file:PATH`` run of a cut on ``kernel``, into ``results``."""
+    from framework.zoo.recall import Step, _crash_argv, _run_step  # recall imports this module
+
+    results.mkdir(parents=True, exist_ok=True)
+    step = Step(kernel.name, target, f"file:{path}",
+                _crash_argv(kernel, target, f"file:{path}", options, seed, results,
+                            results / "confirm.sqlite"))
+    _run_step(step, results, CONFIRM_TIMEOUT_S, say)
+    return step
+
+
+def confirm(run_dir: Path, key: str, target: str, kernel: Kernel, fixed: Kernel,
+            work: Path, seed: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Run state ``key``'s sequence of ``run_dir`` on ``kernel`` and on ``fixed``."""
+    workload, path = write_cut(run_dir, key, work)
     runs = {}
     for k in (kernel, fixed):
-        results = work / k.name
-        results.mkdir(parents=True, exist_ok=True)
-        step = Step(k.name, target, f"file:{path}",
-                    _crash_argv(k, target, f"file:{path}", (), seed, results,
-                                results / "confirm.sqlite"))
-        _run_step(step, results, CONFIRM_TIMEOUT_S, say)
+        step = run_alone(path, target, k, work / k.name, seed, say)
         say(f"zoo: confirm {key} on {k.name}: {step.states} states, {step.failing} failing, "
             f"{step.known} known")
         runs[k.name] = step.to_dict()

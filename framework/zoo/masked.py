@@ -20,7 +20,6 @@ probability of p^2 (1-p)^3, at most 3.5% per candidate.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,30 +87,22 @@ def confirm_masked(candidate: dict[str, str], kernel: Kernel, fixed: Kernel, wor
                    seed: int, say: Callable[[str], None]) -> dict[str, Any]:
     """Run a candidate's sequence alone, known list ignored: ZOO_RUNS times on ``kernel``,
     FIXED_RUNS times on ``fixed``. Confirmed if every zoo run fails and no fixed run does."""
-    from framework.zoo.confirm import CONFIRM_TIMEOUT_S, cut_workload
-    from framework.zoo.recall import Step, _crash_argv, _run_step
+    from framework.zoo.confirm import run_alone, write_cut
 
-    work.mkdir(parents=True, exist_ok=True)
-    workload = cut_workload(Path(candidate["run_dir"]), candidate["state"])
-    path = work / "workload.json"
-    rundir.write_json_atomic(path, json.loads(workload.to_json()))
+    workload, path = write_cut(Path(candidate["run_dir"]), candidate["state"], work)
     runs: dict[str, list[dict[str, Any]]] = {kernel.name: [], fixed.name: []}
-    for k, times in ((kernel, ZOO_RUNS), (fixed, FIXED_RUNS)):
-        for n in range(times):
-            results = work / f"{k.name}-{n}"
-            results.mkdir(parents=True, exist_ok=True)
-            step = Step(k.name, candidate["target"], f"file:{path}",
-                        _crash_argv(k, candidate["target"], f"file:{path}", ("--ignore-known",),
-                                    seed, results, results / "confirm.sqlite"))
-            _run_step(step, results, CONFIRM_TIMEOUT_S, say)
-            say(f"zoo: masked {candidate['state']} on {k.name} (run {n + 1} of {times}): "
-                f"{step.states} states, {step.failing} failing")
-            runs[k.name].append(step.to_dict())
-            if not step.states or step.error or bool(step.failing) != (k is kernel):
-                break  # the answer is no already: the runs left would not change it
-        else:
-            continue
-        break
+
+    def says_no(k: Kernel, n: int, times: int) -> bool:
+        step = run_alone(path, candidate["target"], k, work / f"{k.name}-{n}", seed, say,
+                         ("--ignore-known",))
+        say(f"zoo: masked {candidate['state']} on {k.name} (run {n + 1} of {times}): "
+            f"{step.states} states, {step.failing} failing")
+        runs[k.name].append(step.to_dict())
+        return not step.states or bool(step.error) or bool(step.failing) != (k is kernel)
+
+    # Stop at the first run that says no: the runs left would not change the answer.
+    any(says_no(k, n, times) for k, times in ((kernel, ZOO_RUNS), (fixed, FIXED_RUNS))
+        for n in range(times))
     zoo, base = runs[kernel.name], runs[fixed.name]
     done = len(zoo) == ZOO_RUNS and len(base) == FIXED_RUNS
     return {**candidate, "workload": str(path), "ops": len(workload.ops),
