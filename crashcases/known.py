@@ -352,9 +352,12 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
 
 #: Lines of fsck output that report no problem: its passes and progress, the summary and
 #: warnings it prints about the device, its version, a question alone on its line (it
-#: belongs to the problem on the line before).
+#: belongs to the problem on the line before); "Info:" lines, the kernel versions quoted
+#: under them, a check that passed ("[Ok..]") and the image size.
 _FSCK_INFO = re.compile(r"^(|Pass \d.*|/dev/.*|\*+.*|[\w.-]+ \d+\.\d+[\w.]* \(.*\)|"
-                        r"Running additional passes.*|[A-Za-z /+]+\? no)$")
+                        r"Running additional passes.*|[A-Za-z /+]+\? no|Info: .*|"
+                        r"(from |to )?\".*\"|.* \[Ok\.\.\]( \[0x[0-9a-f]+\])?|"
+                        r"\[FSCK\] Max image size: .*)$")
 
 
 def fsck_problems(output: str) -> list[str] | None:

@@ -6,7 +6,9 @@ linux-source-6.12, applied with ``patch -p1``). The keys of the TOML file:
 
     name           the file's stem
     filesystem     the code that has the bug: a filesystem, or jbd2
-    targets        the powercut targets whose configuration exercises it
+    targets        the powercut targets whose configuration the bug needs: a feature's
+                   (fast_commit, nojournal, an external log) if it lives there, else
+                   the filesystem's default (the kernel's budget is shared among them)
     fix            the upstream (mainline) fix commit, 12 hex digits or more
     subject        the fix's subject line
     fixed_in       the first mainline release with the fix

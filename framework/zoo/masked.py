@@ -16,6 +16,12 @@ fixed one, each time recorded afresh (stopping at the first run that says no). I
 detection only if every zoo-kernel run fails and no fixed-kernel run does: a behaviour that
 shows up at random on both kernels, with probability p per run, passes that test with a
 probability of p^2 (1-p)^3, at most 3.5% per candidate.
+
+Candidates are tried by workload, the workload whose share of known-explained failing
+states most exceeds the fixed kernel's share on the same workload first, then one from each
+workload in turn: a known behaviour that both kernels show at random (f2fs's fsync that
+writes no node block fails a few percent of gen:seq1's states on every kernel) should not
+use up every try while a workload where only the zoo kernel fails waits behind it.
 """
 
 from __future__ import annotations
@@ -45,15 +51,23 @@ def _states(run_dir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return list(data.get("states") or []), list(data.get("findings") or [])
 
 
+def _known_share(step: dict[str, Any]) -> float:
+    """The share of a step's checked states that failed as known behaviour."""
+    states = step.get("states") or 0
+    return (step.get("known") or 0) / states if states else 0.0
+
+
 def candidates(steps: Sequence[dict[str, Any]], fixed: dict[str, list[dict[str, Any]]],
                limit: int = MAX_CANDIDATES) -> list[dict[str, str]]:
     """Known-explained failing states of an entry's ``steps`` whose mark the fixed kernel's
     step of the same target and case checked with no failing state at that mark.
 
-    ``fixed`` is the report's fixed-kernel steps by target. One candidate per mark, in the
-    order the steps ran, at most ``limit``."""
-    out: list[dict[str, str]] = []
-    for step in steps:
+    ``fixed`` is the report's fixed-kernel steps by target. One candidate per mark and step;
+    the steps ranked by how far their share of known failing states exceeds the fixed
+    kernel's on the same workload, then taken in turn, one candidate each; at most
+    ``limit``."""
+    ranked: list[tuple[float, int, list[dict[str, str]]]] = []
+    for n, step in enumerate(steps):
         if not step.get("known") or not step.get("run_dir"):
             continue
         base = next((s for s in fixed.get(step["target"], []) if s["case"] == step["case"]),
@@ -67,6 +81,7 @@ def candidates(steps: Sequence[dict[str, Any]], fixed: dict[str, list[dict[str, 
         states, findings = _states(step["run_dir"])
         mark_of = {s["key"]: s.get("last_mark") for s in states}
         seen: set[str] = set()
+        mine: list[dict[str, str]] = []
         for finding in findings:
             if not finding.get("known"):
                 continue
@@ -75,12 +90,16 @@ def candidates(steps: Sequence[dict[str, Any]], fixed: dict[str, list[dict[str, 
                 if not mark or mark in seen or mark not in checked or mark in failed:
                     continue
                 seen.add(mark)
-                out.append({"target": step["target"], "case": step["case"],
-                            "run_dir": step["run_dir"], "state": key, "mark": mark,
-                            "known_as": str(finding.get("explanation", ""))[:200]})
-                if len(out) >= limit:
-                    return out
-    return out
+                mine.append({"target": step["target"], "case": step["case"],
+                             "run_dir": step["run_dir"], "state": key, "mark": mark,
+                             "known_as": str(finding.get("explanation", ""))[:200]})
+        if mine:
+            ranked.append((_known_share(step) - _known_share(base), -n, mine))
+    ranked.sort(key=lambda r: (r[0], r[1]), reverse=True)
+    out: list[dict[str, str]] = []
+    for turn in range(max((len(r[2]) for r in ranked), default=0)):
+        out += [r[2][turn] for r in ranked if turn < len(r[2])]
+    return out[:limit]
 
 
 def confirm_masked(candidate: dict[str, str], kernel: Kernel, fixed: Kernel, work: Path,

@@ -832,3 +832,64 @@ def test_the_fast_commit_directory_count_entry_is_matched_by_what_e2fsck_says() 
                                     kernel="6.1.0-28-amd64"), recovered("8/prefix", said))
     with pytest.raises(ConfigError, match="fsck_says: .*not a regular expression"):
         parse_known(known(extra='fsck_says = "("'), source="mine.toml")
+
+
+#: fsck.f2fs's dry run on a real crash state of f2fs (6.1.0-56, f2fs-tools 1.15): `mkdir s/d`,
+#: `creat s/d/f1`, sync, `rename s/d s/e/pa`, `creat s/d`, `fsync s/d`; the version lines cut.
+F2FS_ROLL_FORWARD_FSCK = """fsck.f2fs -f --dry-run /dev/dm-0 (exit 255):
+Info: Force to fix corruption
+Info: Dry run
+Info: MKFS version
+  "Linux version 6.1.0-56-amd64"
+Info: FSCK version
+  from "Linux version 6.1.0-56-amd64"
+    to "Linux version 6.1.0-56-amd64"
+Info: superblock features = 0 :
+Info: superblock encrypt level = 0, salt = 00000000000000000000000000000000
+Info: total FS sectors = 262144 (128 MB)
+Info: checkpoint state = 45 :  crc compacted_summary unmount
+NID[0x7] is unreachable, blkaddr:0x1201
+[FSCK] Max image size: 22 MB, Free space: 61 MB
+[FSCK] Unreachable nat entries                        [Fail] [0x1]
+[FSCK] SIT valid block bitmap checking                [Fail]
+[FSCK] Hard link checking for regular file            [Ok..] [0x0]
+[FSCK] valid_block_count matching with CP             [Fail] [0x5]
+[FSCK] valid_node_count matching with CP (de lookup)  [Fail] [0x4]
+[FSCK] valid_node_count matching with CP (nat lookup) [Ok..] [0x5]
+[FSCK] valid_inode_count matched with CP              [Fail] [0x4]
+[FSCK] free segment_count matched with CP             [Ok..] [0x31]
+[FSCK] next block offset is free                      [Ok..]
+[FSCK] fixing SIT types
+[FSCK] other corrupted bugs                           [Ok..]
+Do you want to restore lost files into ./lost_found/? [Y/N] [ASSERT] (fsck_verify:3330) res >= 0
+"""
+
+
+def test_the_f2fs_replaced_directory_entry_is_matched_by_what_fsck_says() -> None:
+    """f2fs-roll-forward-replaces-dir explains a corrupt f2fs state whose fsck reports only
+    unreachable nodes and the counts they put off; another failed check beside them, a lost
+    promise, or a kernel outside the entry's range keeps the state failing."""
+    from crashcases.known import fsck_problems
+
+    problems = fsck_problems(F2FS_ROLL_FORWARD_FSCK)
+    assert problems is not None and problems[0] == "NID[0x7] is unreachable, blkaddr:0x1201"
+    assert not [p for p in problems if p.startswith("Info:") or "[Ok..]" in p or '"' in p]
+    assert len(problems) == 8  # the NID, five failed checks, the fix and the question
+    shipped = load_known(())
+    m = matcher(shipped, "f2fs", case="gen:chain", kernel="6.12.117")
+
+    def corrupt(key: str, output: str, *findings: dict[str, Any]) -> CheckResult:
+        outcome = Outcome.DATA_LOSS if findings else Outcome.CORRUPT
+        return check(key, outcome, *findings, fsck_check="failed", fsck_repair="failed",
+                     fsck_check_output=output)
+
+    assert judged_known(m, corrupt("5/prefix", F2FS_ROLL_FORWARD_FSCK))
+    assert m.known_ids("5/prefix") == ("f2fs-roll-forward-replaces-dir",)
+    hard_links = F2FS_ROLL_FORWARD_FSCK.replace("regular file            [Ok..] [0x0]",
+                                                "regular file            [Fail] [0x1]")
+    assert not judged_known(m, corrupt("6/prefix", hard_links))
+    # lost although sync (pc-1) made it durable: no entry explains that
+    lost = {"kind": "data-loss", "broken": "missing", "path": "s/d/f1", "mark": "pc-1"}
+    assert not judged_known(m, corrupt("7/prefix", F2FS_ROLL_FORWARD_FSCK, lost))
+    assert not judged_known(matcher(shipped, "f2fs", case="gen:chain", kernel="5.10.0"),
+                            corrupt("8/prefix", F2FS_ROLL_FORWARD_FSCK))

@@ -440,3 +440,43 @@ def test_known_behaviour_does_not_hide_a_zoo_kernels_failure(tmp_path, monkeypat
     assert not recall.counts_as_detected(row)
     assert "| f2fs-x | 0123456789ab | f2fs | no |" in table(recall.totals(
         {"entries": [row], "fixed": {}, "budget_s": 60.0, "wall_s": 60.0}))
+
+
+def test_the_second_look_tries_first_the_workload_that_fails_more_than_on_the_fixed_kernel(
+        tmp_path) -> None:
+    """Candidates come from the step whose share of known failing states most exceeds the
+    fixed kernel's on the same workload, then one from each step in turn: a behaviour both
+    kernels show at random does not use up every try."""
+    import json
+
+    from framework.zoo import masked
+    from tests.unit.test_shrink import fake_run
+
+    zoo_dir = fake_run(tmp_path)
+    data = json.loads((zoo_dir / "results.json").read_text())
+    for state, mark in zip(data["states"], ("pc-3", "pc-5", "pc-9"), strict=True):
+        state["last_mark"] = mark
+        state["result"] = data["states"][0]["result"]
+    data["findings"] = [{"known": True, "explanation": "f2fs: no node block",
+                         "states": ["110/prefix", "111/prefix", "112/prefix"]}]
+    (zoo_dir / "results.json").write_text(json.dumps(data))
+    base_dir = tmp_path / "fixed-run"
+    base_dir.mkdir()
+    (base_dir / "results.json").write_text(json.dumps({"states": [
+        {"key": f"{n}/prefix", "last_mark": m, "result": {"outcome": "ok"}}
+        for n, m in ((7, "pc-3"), (8, "pc-5"), (9, "pc-9"))]}))
+    steps = [{"target": "f2fs", "case": c, "known": 3, "states": 30, "run_dir": str(zoo_dir)}
+             for c in ("gen:seq1", "gen:chain")]
+    fixed_steps = {"f2fs": [
+        {"case": "gen:seq1", "known": 3, "states": 30, "run_dir": str(base_dir)},  # as often
+        {"case": "gen:chain", "known": 0, "states": 30, "run_dir": str(base_dir)}]}
+    found = masked.candidates(steps, fixed_steps, limit=4)
+    assert [(c["case"], c["state"]) for c in found] == [
+        ("gen:chain", "110/prefix"), ("gen:seq1", "110/prefix"),
+        ("gen:chain", "111/prefix"), ("gen:seq1", "111/prefix")]
+    assert [c["case"] for c in masked.candidates(steps, fixed_steps)] == ["gen:chain",
+                                                                          "gen:seq1"]
+    # Equal shares: the order the steps ran.
+    fixed_steps["f2fs"][1]["known"] = 3
+    assert [c["case"] for c in masked.candidates(steps, fixed_steps)] == ["gen:seq1",
+                                                                          "gen:chain"]
