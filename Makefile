@@ -21,8 +21,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
 KERNEL_612 = $$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64$$' \
 	| cut -d' ' -f1 | sort -V | tail -1)
 
-.PHONY: setup run test lint docs unit integration clean kernels image
-setup: apt $(STAMPS)/venv $(STAMPS)/native $(BIN)/actionlint
+.PHONY: setup bytecode run test lint docs unit integration clean kernels image
+setup: apt $(STAMPS)/venv $(STAMPS)/native bytecode $(BIN)/actionlint
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -49,6 +49,13 @@ NATIVE_SOURCES := devicemapper/_lognative.c devicemapper/_lognative.h \
 	devicemapper/_lognative_plan.c devicemapper/build_native.py
 $(STAMPS)/native: $(NATIVE_SOURCES) | $(STAMPS)/venv
 	@if $(BIN)/python -W ignore -m devicemapper.build_native; then touch $@; fi
+
+# Bytecode of powercut's own modules, written once here. Guests run this tree read-only over
+# 9p with PYTHONDONTWRITEBYTECODE, and so do hosts where that is set: without it every guest
+# program compiles every module it imports, each time, and under TCG that was 2 to 9 s of a
+# check task's start (bench/crash.py, "task start"). compileall skips what is up to date.
+bytecode: | $(STAMPS)/venv
+	@$(BIN)/python -m compileall -q framework devicemapper crashcases recovery bench > /dev/null
 
 # actionlint checks the GitHub Actions example (tests/unit/test_ci_examples.py); it is a Go
 # program, built from the Go module proxy where Go is installed (the test says why it
@@ -102,3 +109,4 @@ image:
 
 clean:
 	rm -rf $(VENV) $(STAMPS) .pytest_cache .mypy_cache .ruff_cache build devicemapper/_lognative*.so
+	find framework devicemapper crashcases recovery bench tests -name __pycache__ -prune -exec rm -rf {} +
