@@ -52,8 +52,9 @@ $(STAMPS)/native: $(NATIVE_SOURCES) | $(STAMPS)/venv
 
 # Bytecode of powercut's own modules, written once here. Guests run this tree read-only over
 # 9p with PYTHONDONTWRITEBYTECODE, and so do hosts where that is set: without it every guest
-# program compiles every module it imports, each time, and under TCG that was 2 to 9 s of a
-# check task's start (bench/crash.py, "task start"). compileall skips what is up to date.
+# program compiles every module it imports, each time: under TCG on a quiet 2-core host a
+# check task started in 3.3 to 4.2 s with it, 4.3 to 5.0 s without (bench/crash.py, "task
+# start", random:200, three runs each). compileall skips what is up to date.
 bytecode: | $(STAMPS)/venv
 	@$(BIN)/python -m compileall -q framework devicemapper crashcases recovery bench > /dev/null
 
