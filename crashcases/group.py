@@ -40,6 +40,7 @@ PROMISE_KINDS = {
     Broken.SIZE_BELOW: "size",
     Broken.SIZE_ABOVE: "size",
     Broken.VERSIONS: "old data",
+    Broken.OTHER_FILE: "other file's data",
     Broken.PRESENT: "unexpected name",
     Broken.LATE: "unexpected name",
     Broken.NEVER_MADE: "unexpected name",

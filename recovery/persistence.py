@@ -141,6 +141,32 @@ class PersistenceRules:
     # when its data is written (btrfs_finish_ordered_io(),
     # fs/btrfs/inode.c). Linux 6.1.
     stale_data_after_extension: bool = True
+    # No block of a file, promised or not, ever reads data that was written
+    # to another file: a freed block is handed out again only once its free
+    # is durable, and a file points at a newly allocated block only once
+    # the block's new data is written (or the extent is unwritten and reads
+    # as zeros). ext4 with a journal, data=ordered or journal: blocks freed
+    # in a transaction are not reused before it commits
+    # (ext4_mb_free_metadata(), fs/ext4/mballoc.c), and "all data are forced
+    # directly out to the main file system prior to its metadata being
+    # committed to the journal" (Documentation/admin-guide/ext4.rst,
+    # data=ordered); fast commits write the inode's data first
+    # (ext4_fc_submit_inode_data_all(), fs/ext4/fast_commit.c). xfs: freed
+    # extents stay busy until the free is on disk (xfs_extent_busy_insert(),
+    # fs/xfs/xfs_extent_busy.c), and writeback of delayed allocations
+    # allocates unwritten extents (xfs_bmapi_convert_one_delalloc(),
+    # fs/xfs/libxfs/xfs_bmap.c, Linux 6.12; mainline a5949d3faedf "xfs:
+    # force writes to delalloc regions to unwritten" calls a written
+    # extent there stale data exposure). btrfs: freed extents stay pinned
+    # until the transaction commits (btrfs_pin_extent(),
+    # fs/btrfs/extent-tree.c), and a file extent item is inserted only
+    # when its data is written (btrfs_finish_ordered_io(),
+    # fs/btrfs/inode.c). Not f2fs: a checkpoint does not wait for regular
+    # file data (f2fs_is_cp_guaranteed(), fs/f2fs/data.c), nor ext4
+    # data=writeback, nor any filesystem without a journal. Linux 6.12.
+    # Only a block that equals a block of another file's data is reported:
+    # a torn or unknown block cannot be told from a legitimate one.
+    other_files_data_never_exposed: bool = False
 
     def guarantees(self) -> list[str]:
         """The rule fields that hold (for stale_data_after_extension: that does not), in order."""
@@ -173,6 +199,8 @@ RULE_SENTENCES: dict[str, str] = {
                           "blocks.",
     "stale_data_after_extension": "Blocks that a crash leaves allocated by an unfinished append read "
                                   "as the new data or zeros, never old disk contents.",
+    "other_files_data_never_exposed": "No block of a file ever reads data that was written to "
+                                      "another file.",
 }
 
 
@@ -190,4 +218,5 @@ def journalled(name: str) -> PersistenceRules:
         fdatasync_persists_new_names=True,
         metadata_atomic=True,
         stale_data_after_extension=False,
+        other_files_data_never_exposed=True,
     )

@@ -102,6 +102,8 @@ class CheckBuilder:
                           "2>/dev/null", f"size $(pc_size {p})")]
         if broken is Broken.BLOCK and finding.block is not None and finding.op is not None:
             return [self._block(name, p, path, finding.block, finding.op, why)]
+        if broken is Broken.OTHER_FILE and finding.block is not None:
+            return [self._own_block(name, p, path, finding.block, finding.found)]
         if broken is Broken.VERSIONS and finding.op is not None:
             hashes = sorted({_sha256(v) for v in self._versions(path, finding.op)})
             return [Check(f"{name} holds one of {len(hashes)} allowed versions ({why})",
@@ -152,6 +154,17 @@ class CheckBuilder:
         return Check(
             f"{name} block {block} (bytes {block * B}-{(block + 1) * B - 1}) holds one of "
             f"{len(hashes)} allowed versions ({why})",
+            f'pc_one_of "$(pc_block {p} {block})" {shlex.quote(" ".join(hashes))}',
+            f"it holds $(pc_block_words {p} {block})")
+
+    def _own_block(self, name: str, p: str, path: str, block: int, found: str) -> Check:
+        """Block ``block`` holds zeros or data the file at ``path`` was given at that offset."""
+        B = self.block_bytes
+        hashes = sorted({_sha256(v[block * B:(block + 1) * B].ljust(B, b"\0"))
+                         for v in self._versions(path, -1)} | {_sha256(bytes(B))})
+        return Check(
+            f"{name} block {block} (bytes {block * B}-{(block + 1) * B - 1}) holds zeros or data "
+            f"written to this file, not another file's (it held {found})",
             f'pc_one_of "$(pc_block {p} {block})" {shlex.quote(" ".join(hashes))}',
             f"it holds $(pc_block_words {p} {block})")
 

@@ -36,6 +36,9 @@ class Broken(StrEnum):
     SIZE_BELOW = "size-below"  # the file is shorter than promised (size, bound: at least)
     SIZE_ABOVE = "size-above"  # the file is longer than any allowed version (size, bound: at most)
     BLOCK = "block"  # a block holds data no allowed version has (block, size, found)
+    #: a block holds another file's data (block, size, found: whose, names: its paths,
+    #: bound: how many of the file's blocks do)
+    OTHER_FILE = "other-file"
     VERSIONS = "versions"  # whole-file writes: the file is none of the allowed versions (size)
     PRESENT = "present"  # a name promised absent is there (found: its type)
     LATE = "late"  # a name only an op after the window made is there (op: that op)
@@ -109,6 +112,9 @@ def render(f: Finding) -> str:
         Broken.SIZE_ABOVE: lambda: f"size {f.size} B; {f.promise}: at most {f.bound} B",
         Broken.BLOCK: lambda: (
             f"block {f.block} (bytes {_block_span(f)}) holds {f.found}; {f.promise}"),
+        Broken.OTHER_FILE: lambda: (
+            f"block {f.block} (bytes {_block_span(f)}) holds {f.found}, which this file never "
+            f"had" + (f" ({f.bound} such blocks)" if f.bound and f.bound > 1 else "")),
         Broken.VERSIONS: lambda: (
             f"{f.size} B matching none of {f.versions} whole versions; {f.promise}"),
         Broken.PRESENT: lambda: f"present ({f.found}); {f.promise}: absent",

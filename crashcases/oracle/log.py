@@ -290,6 +290,25 @@ class OracleLog:
 
         return self._cached("children", make)
 
+    def written_blocks(self) -> dict[str, tuple[int, int]]:
+        """Every non-zero block hash any file ever held -> (inode, op) of the first version with it."""
+        def make() -> dict[str, tuple[int, int]]:
+            zero = block_digest(b"", self.block_bytes)
+            out: dict[str, tuple[int, int]] = {}
+            for ino, rec in self.inodes.items():
+                for v in rec.data:
+                    for digest in v.blocks:
+                        if digest != zero and (digest not in out or v.op < out[digest][1]):
+                            out[digest] = (ino, v.op)
+            return out
+
+        return self._cached("written_blocks", make)
+
+    def blocks_of(self, ino: int) -> frozenset[str]:
+        """Every block hash inode ``ino`` ever held, at any offset."""
+        return self._cached(("blocks_of", ino), lambda: frozenset(
+            d for v in self.inodes[ino].data for d in v.blocks))
+
     def inode_paths(self) -> dict[int, list[str]]:
         def make() -> dict[int, list[str]]:
             out: dict[int, list[str]] = defaultdict(list)

@@ -142,6 +142,7 @@ class _Checker:
         self._seen: dict[str, _Seen | None] = {}
         self._missing: set[str] = set()  # lstat said ENOENT or ENOTDIR
         self._content: dict[str, bytes | None] = {}
+        self._digests: dict[str, tuple[str, ...]] = {}
         self._pinned: dict[tuple[str, int], int | None] = {}
         self._identified: dict[tuple[str, int], int | None] = {}
 
@@ -269,6 +270,12 @@ class _Checker:
                 self.findings.append(io_error(path, f"reading: {exc}"))
                 self._content[path] = None
         return self._content[path]
+
+    def digests(self, path: str, data: bytes) -> tuple[str, ...]:
+        """The block hashes of ``data``, the content read at ``path``."""
+        if path not in self._digests:
+            self._digests[path] = data_digests(data, self.o.block_bytes)
+        return self._digests[path]
 
     def add(self, kind: FindingKind, path: str, broken: Broken, **fields: Any) -> None:
         self.findings.append(Finding.make(kind, path, broken, **fields))
@@ -410,6 +417,8 @@ class _Checker:
             ranges = self.range_promises(ino, dp[0] if dp is not None else -1)
             if dp is not None or ranges:
                 out += self.check_data(ino, path, dp, ranges)
+            if self.rules.other_files_data_never_exposed:
+                out += self.check_other_files_data(ino, path)
         xp = self.inode_promise(self.prom.xattr, ino)
         if xp is not None and rec.xattrs:
             out += self.check_xattrs(ino, path, xp)
@@ -441,7 +450,7 @@ class _Checker:
             else None
         )
         size = len(data)
-        found = data_digests(data, B)
+        found = self.digests(path, data)
         zero = block_digest(b"", B)
         if self.rules.data_writes_atomic:
             base = whole.versions if whole is not None else self.o.versions_between(ino, -1, self.end)
@@ -502,6 +511,30 @@ class _Checker:
             out.append(Finding.make(kind, path, Broken.BLOCK, block=b, block_bytes=B, size=size,
                                     found=what, **self.promised(gov.key)))
         return out
+
+    def check_other_files_data(self, ino: int, path: str) -> list[Finding]:
+        """A finding if a block at ``path``, promised or not, equals a block of another file's
+        data and of none of inode ``ino``'s versions (PersistenceRules.other_files_data_never_exposed).
+
+        Only a block that is exactly another file's data is reported: a mix, a torn block or
+        bytes the workload never wrote cannot be told from what a crash may legitimately leave.
+        """
+        written = self.o.written_blocks()
+        if not written:
+            return []
+        data = self.content(path)
+        if data is None:
+            return []
+        own = self.o.blocks_of(ino)
+        hits = [(b, written[d]) for b, d in enumerate(self.digests(path, data))
+                if d in written and d not in own]
+        if not hits:
+            return []
+        b, (other, op) = hits[0]
+        names = tuple(self.o.inode_paths().get(other, ()))
+        return [Finding.make(FindingKind.WRONG_CONTENT, path, Broken.OTHER_FILE, block=b,
+                             block_bytes=self.o.block_bytes, size=len(data), bound=len(hits),
+                             found=f"the data of {self.o.describe_op(op)}", names=names)]
 
     def check_xattrs(self, ino: int, path: str, promise: tuple[int, int]) -> list[Finding]:
         events = self.o.inodes[ino].xattrs

@@ -179,7 +179,8 @@ class ExtAdapter(FilesystemAdapter):
         if mode.data is DataMode.WRITEBACK:
             # No data ordering: the replace-via-rename blocks may land after
             # the rename, and allocated blocks may show old disk contents.
-            return replace(journalled(name), stale_data_after_extension=True)
+            return replace(journalled(name), stale_data_after_extension=True,
+                           other_files_data_never_exposed=False)
         if not mode.auto_da_alloc:
             # Different checks, a different name.
             name += ",noauto_da_alloc"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from framework.core.command import Tool
@@ -43,8 +44,10 @@ class F2fsAdapter(FilesystemAdapter):
         # stale_data_after_extension=False is kept as it was; Linux 6.1's
         # checkpoint does not wait for regular file data
         # (f2fs_is_cp_guaranteed(), fs/f2fs/data.c), so a positive finding
-        # of this kind deserves a second look before it is reported.
-        return journalled("f2fs")
+        # of this kind deserves a second look before it is reported. For the
+        # same reason a block may read another file's old data after a
+        # checkpoint: other_files_data_never_exposed is not promised.
+        return replace(journalled("f2fs"), other_files_data_never_exposed=False)
 
     def mkfs_argv(
         self,

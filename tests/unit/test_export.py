@@ -132,6 +132,11 @@ def _other_block_2(t: Path) -> None:
     (t / "d/f").write_bytes(data)
 
 
+def _other_files_block(t: Path) -> None:
+    # d/g (and its link d/h) never had data: d/f's first block read through it is stale data.
+    (t / "d/g").write_bytes((t / "d/f").read_bytes()[:B])
+
+
 def _retarget(t: Path) -> None:
     (t / "d/l").unlink()
     (t / "d/l").symlink_to("g")
@@ -151,6 +156,7 @@ DOCTORINGS: dict[str, tuple[Callable[[Path], None], set[FindingKind]]] = {
     "missing": (lambda t: (t / "d/g").unlink(), {FindingKind.DATA_LOSS}),
     "zeros": (_zero_block_0, {FindingKind.DATA_LOSS}),
     "other-data": (_other_block_2, {FindingKind.WRONG_CONTENT}),
+    "other-file": (_other_files_block, {FindingKind.WRONG_CONTENT}),
     "short": (lambda t: os.truncate(t / "d/f", 100), {FindingKind.DATA_LOSS}),
     "long": (lambda t: os.truncate(t / "d/f", 5 * B), {FindingKind.WRONG_CONTENT}),
     "xattr": (lambda t: os.setxattr(t / "d/f", "user.a", b"x"), {FindingKind.WRONG_XATTR}),
