@@ -152,7 +152,10 @@ class Grouper:
 
     def signature(self, result: CheckResult, last_mark: str | None) -> Signature:
         first = primary(result.findings)
-        durability, ops = self._span(first.mark if first is not None else last_mark)
+        # A block of another file's data breaks no promise: its shape is the ops before the
+        # crash point, as for a state that does not mount.
+        mark = last_mark if first is None or first.broken is Broken.OTHER_FILE else first.mark
+        durability, ops = self._span(mark)
         return Signature(self.fstype, promise_kind(result.outcome, first), durability,
                          normalise(ops))
 

@@ -534,7 +534,8 @@ class _Checker:
         names = tuple(self.o.inode_paths().get(other, ()))
         return [Finding.make(FindingKind.WRONG_CONTENT, path, Broken.OTHER_FILE, block=b,
                              block_bytes=self.o.block_bytes, size=len(data), bound=len(hits),
-                             found=f"the data of {self.o.describe_op(op)}", names=names)]
+                             found=f"another file's data, from {self.o.describe_op(op)}",
+                             names=names)]
 
     def check_xattrs(self, ino: int, path: str, promise: tuple[int, int]) -> list[Finding]:
         events = self.o.inodes[ino].xattrs

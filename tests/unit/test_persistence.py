@@ -208,7 +208,7 @@ def test_a_block_of_another_files_data_fires_only_under_its_rule(tmp_path: Path)
     found = verify(oracle, tmp_path / "r", last_mark=marks[0], rules=rule)
     assert kinds(found) == {(FindingKind.WRONG_CONTENT, "b")}
     assert found[0].block == 1 and found[0].names == ("a",)
-    assert "op 1 (write a" in found[0].detail and "never had" in found[0].detail
+    assert "another file's data, from op 1 (write a" in found[0].detail and "never had" in found[0].detail
 
 
 def test_punched_hole_reads_zeros_once_promised(tmp_path: Path) -> None:
