@@ -148,24 +148,28 @@ class CheckBuilder:
                           f"({finding.detail!r}): no shell check for it")
 
     def _block(self, name: str, p: str, path: str, block: int, since: int, why: str) -> Check:
-        B = self.block_bytes
-        hashes = sorted({_sha256(v[block * B:(block + 1) * B].ljust(B, b"\0"))
-                         for v in self._versions(path, since)})
-        return Check(
-            f"{name} block {block} (bytes {block * B}-{(block + 1) * B - 1}) holds one of "
-            f"{len(hashes)} allowed versions ({why})",
-            f'pc_one_of "$(pc_block {p} {block})" {shlex.quote(" ".join(hashes))}',
-            f"it holds $(pc_block_words {p} {block})")
+        hashes = self._block_hashes(path, block, since)
+        return self._block_check(name, p, block, hashes,
+                                 f"holds one of {len(hashes)} allowed versions ({why})")
 
     def _own_block(self, name: str, p: str, path: str, block: int, found: str) -> Check:
         """Block ``block`` holds zeros or data the file at ``path`` was given at that offset."""
+        hashes = self._block_hashes(path, block, -1) | {_sha256(bytes(self.block_bytes))}
+        return self._block_check(name, p, block, hashes, "holds zeros or data written to this "
+                                 f"file, not another file's (it held {found})")
+
+    def _block_hashes(self, path: str, block: int, since: int) -> set[str]:
+        """The sha256 of block ``block`` (zero-padded) of each version ``path`` may hold."""
         B = self.block_bytes
-        hashes = sorted({_sha256(v[block * B:(block + 1) * B].ljust(B, b"\0"))
-                         for v in self._versions(path, -1)} | {_sha256(bytes(B))})
+        return {_sha256(v[block * B:(block + 1) * B].ljust(B, b"\0"))
+                for v in self._versions(path, since)}
+
+    def _block_check(self, name: str, p: str, block: int, hashes: set[str], what: str) -> Check:
+        """A check that block ``block`` of ``name`` hashes to one of ``hashes``."""
+        B = self.block_bytes
         return Check(
-            f"{name} block {block} (bytes {block * B}-{(block + 1) * B - 1}) holds zeros or data "
-            f"written to this file, not another file's (it held {found})",
-            f'pc_one_of "$(pc_block {p} {block})" {shlex.quote(" ".join(hashes))}',
+            f"{name} block {block} (bytes {block * B}-{(block + 1) * B - 1}) {what}",
+            f'pc_one_of "$(pc_block {p} {block})" {shlex.quote(" ".join(sorted(hashes)))}',
             f"it holds $(pc_block_words {p} {block})")
 
     def _xattr(self, name: str, p: str, path: str, attr: str, since: int, why: str) -> Check:
