@@ -1,9 +1,8 @@
 """Crash workloads by name: the hand-written cases and every spec ``--case`` takes.
 
 ``hand:<name>`` is a known idiom (atomic replace, log append, ...);
-``gen:seq1``, ``gen:seq2``, ``gen:seq3``, ``gen:burst``, ``gen:chain``, ``random:N`` and
-``stress:N`` come
-from the generators (crashcases.workload.generate); ``file:PATH`` is a
+``gen:seq1``, ``gen:seq2``, ``gen:seq3``, ``gen:burst``, ``gen:chain``, ``random:N``,
+``stress:N`` and ``ranges:N`` come from the generators (crashcases.workload.generate); ``file:PATH`` is a
 workload in JSON.
 """
 
@@ -15,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from crashcases.workload.generate import (
     BURST_DEFAULT,
     CHAIN_DEFAULT,
+    RANGES_KINDS,
     SEQ3_DEFAULT,
     B,
     OpSelection,
@@ -25,6 +25,7 @@ from crashcases.workload.generate import (
     pack,
     parse_ops,
     random_ops,
+    ranges_ops,
     seq1,
     seq2,
     seq3,
@@ -179,7 +180,7 @@ def _names(items: Iterable[str] | None) -> str:
 
 def list_cases() -> list[str]:
     return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "gen:burst",
-            "gen:chain", "random:200", "stress:200", "file:PATH"]
+            "gen:chain", "random:200", "stress:200", "ranges:200", "file:PATH"]
 
 
 def load_case(
@@ -204,9 +205,9 @@ def load_case(
     if max_sequences is not None and max_sequences < 1:
         raise ConfigError(f"case {spec!r}: max_sequences must be at least 1, got {max_sequences}")
     kinds = parse_ops(ops) if ops else None
-    if kinds is not None and family not in ("gen", "random", "stress"):
+    if kinds is not None and family not in ("gen", "random", "stress", "ranges"):
         raise ConfigError(
-            f"case {spec!r}: ops choose what generated cases use (gen:*, random:N, stress:N); "
+            f"case {spec!r}: ops choose what generated cases use (gen:*, random:N, stress:N, ranges:N); "
             f"{family}: cases have their own")
     selection = OpSelection(
         None if capabilities is None else frozenset(capabilities), kinds)
@@ -246,6 +247,15 @@ def load_case(
             raise ConfigError(f"case {spec!r}: expected stress:N with N >= 1 ops")
         return Workload(name=spec, seed=seed, ops=tuple(
             random_ops(int(arg), seed, block=64 * 1024, selection=selection)))
+    if family == "ranges":
+        if not arg.isdigit() or int(arg) < 1:
+            raise ConfigError(f"case {spec!r}: expected ranges:N with N >= 1 ops")
+        if kinds is not None and not kinds & RANGES_KINDS:
+            raise ConfigError(
+                f"case {spec!r}: ranges:N uses data and durability operations; "
+                f"{_names(kinds)} are none of them ({_names(RANGES_KINDS)})")
+        return Workload(name=spec, seed=seed, ops=tuple(
+            ranges_ops(int(arg), seed, selection=selection)))
     if family == "random":
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected random:N with N >= 1 ops")
@@ -271,5 +281,5 @@ def load_case(
             model.apply(op, bytes(op.length))
         return workload
     raise ConfigError(
-        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3|burst|chain, random:N, stress:N or file:PATH"
+        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3|burst|chain, random:N, stress:N, ranges:N or file:PATH"
     )

@@ -24,6 +24,8 @@ Specs:
   running transaction and a later change to it or its names is logged
   incrementally: the chain is that shape, every move on every side of it.
 - ``random:N``: N random ops for the seed, durability ops interleaved.
+- ``ranges:N``: N random data ops on two files, every offset relative to the
+  file's size at that point, durability ops interleaved (see ``ranges_ops``).
 
 Which operations the generators use is an ``OpSelection``: given a
 target's capabilities (``load_case(..., capabilities=...)``, as ``powercut
@@ -837,6 +839,116 @@ def random_ops(
                 break
         else:
             op = Op(OpKind.SYNC)
+        model.apply(op, bytes(op.length))
+        ops.append(op)
+    return ops[:n_ops]
+
+
+#: The two files of ``ranges:N``: ranges and durability ops of one interleave with the
+#: other's, so a log or a fast commit holds both.
+_RANGES_FILES = ("q/a", "q/b")
+#: The operations ``ranges:N`` draws from (``--ops`` must name at least one of them).
+RANGES_KINDS = frozenset({
+    OpKind.PWRITE, OpKind.APPEND, OpKind.TRUNCATE, OpKind.FALLOCATE, OpKind.DIRECT_WRITE,
+    OpKind.MMAP_WRITE, OpKind.FSYNC, OpKind.FDATASYNC, OpKind.WRITE_OSYNC, OpKind.WRITE_ODSYNC,
+    OpKind.SYNC,
+})
+
+
+def ranges_ops(n_ops: int, seed: int, *, selection: OpSelection = CLASSIC) -> list[Op]:
+    """``n_ops`` valid random data ops on two files, about one in four a durability op.
+
+    Every offset is drawn relative to the file's size at that point: writes at the end,
+    past it (leaving a hole) and inside, appends, truncations below, at and above the end,
+    and fallocate ranges over the block that holds the end of file, the one before it, a
+    block inside, and past the end. So the stream makes what data-path crash bugs need
+    that fixed offsets seldom give: a size not yet durable when a range op drops the page
+    holding it, files cut into many extents by holes and written back into them, and a
+    second fsync of a file in the transaction of the first. With capabilities it uses
+    the newer data ops the filesystem has (collapse and insert range, direct I/O, mmap,
+    O_SYNC/O_DSYNC writes); ``selection.kinds`` narrows the ops as for ``random:N``.
+    """
+    K, F = OpKind, FallocMode
+    rng = random.Random(f"powercut-ranges:{seed}")
+    model = FsModel()
+    ops: list[Op] = [Op(K.MKDIR, "q")]
+    # The first file is preallocated, then written (as databases and VM images are): its
+    # blocks sit where the allocator's goal was, not where delayed allocation would
+    # round them to.
+    prealloc = Op(K.FALLOCATE, _RANGES_FILES[0], length=15 * B, falloc=F.ALLOCATE)
+    ops += [Op(K.CREAT, _RANGES_FILES[0]),
+            *([prealloc] if selection.capable(prealloc) else []),
+            Op(K.PWRITE, _RANGES_FILES[0], offset=0, length=15 * B),
+            Op(K.CREAT, _RANGES_FILES[1]), Op(K.PWRITE, _RANGES_FILES[1], offset=0, length=2 * B),
+            Op(K.SYNC)]
+    for op in ops:
+        model.apply(op, bytes(op.length))
+    modes = [m for m in FallocMode if (selection.extended or m in CLASSIC_FALLOC_MODES)]
+
+    def ranges(size: int) -> list[tuple[int, int]]:
+        last = (size - 1) // B * B if size else 0  # the block holding the end of file
+        end = -(-size // B) * B
+        inside = rng.randrange(0, max(last, B), B)
+        return [(last, B), (last, 2 * B), (max(last - B, 0), 2 * B), (inside, B),
+                (inside, 3 * B), (end, 2 * B)]
+
+    def data_op(f: str) -> Op:
+        size = _size(model, f)
+        end = -(-size // B) * B
+        pick = rng.randrange(11)
+        if pick < 2:
+            return Op(K.PWRITE, f, offset=size, length=rng.choice((1, 100, B + 5, 3 * B)))
+        if pick == 2:
+            return Op(K.PWRITE, f, offset=end + rng.choice((B, 3 * B)),
+                      length=rng.choice((100, B)))
+        if pick == 3:
+            return Op(K.PWRITE, f, offset=rng.randrange(0, max(size, 1), 512),
+                      length=rng.choice((512, B, 2 * B + 5)))
+        if pick == 4:
+            return Op(K.APPEND, f, length=rng.choice((100, B + 1)))
+        if pick == 5:
+            return Op(K.TRUNCATE, f, size=rng.choice((max(size - 100, 0), size // B * B,
+                                                       size + 3 * B + 7)))
+        if pick < 9:
+            offset, length = rng.choice(ranges(size))
+            return Op(K.FALLOCATE, f, offset=offset, length=length, falloc=rng.choice(modes))
+        if pick == 9:
+            return Op(K.DIRECT_WRITE, f, offset=rng.choice((0, size // B * B, end)), length=B)
+        return Op(K.MMAP_WRITE, f, offset=rng.randrange(0, max(size, 1)),
+                  length=rng.choice((1, 100, B)))
+
+    def durable_op(f: str) -> Op:
+        size = _size(model, f)
+        pick = rng.randrange(8)
+        if pick < 3:
+            return Op(K.FSYNC, f)
+        if pick < 6:
+            return Op(K.FDATASYNC, f)
+        if pick == 6:
+            return Op(rng.choice((K.WRITE_OSYNC, K.WRITE_ODSYNC)), f,
+                      offset=rng.choice((0, size)), length=rng.choice((100, B)))
+        return Op(K.SYNC)
+
+    kinds = selection.kinds
+    named_durable = kinds is not None and bool(kinds & DURABILITY_OPS)
+    classic = frozenset(_CLASSIC_MAKER_KINDS + _CLASSIC_DURABLE_KINDS)
+
+    def wanted(op: Op, durable: bool) -> bool:
+        if not selection.extended:
+            return op.kind in classic
+        if kinds is None or (durable and not named_durable):
+            return True
+        return op.kind in kinds
+
+    while len(ops) < n_ops:
+        durable = rng.random() < 0.25
+        for _ in range(200):
+            f = rng.choice(_RANGES_FILES)
+            op = durable_op(f) if durable else data_op(f)
+            if wanted(op, durable) and selection.capable(op) and model.check(op) is None:
+                break
+        else:
+            op = Op(K.SYNC)
         model.apply(op, bytes(op.length))
         ops.append(op)
     return ops[:n_ops]

@@ -379,7 +379,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sequences", type=int, metavar="N",
                    help="gen:* cases: check a seeded sample of N sequences instead of all")
     p.add_argument("--ops", metavar="NAME[,NAME...]",
-                   help="generated cases (gen:*, random:N, stress:N): use only these operations "
+                   help="generated cases (gen:*, random:N, stress:N, ranges:N): use only these operations "
                         "(plus creat, mkdir, write and sync to set up), e.g. rename_exchange or "
                         "mmap_write,msync; named durability ops are then the only ones used. "
                         "Without it every operation the target's filesystem supports is used")

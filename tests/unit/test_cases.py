@@ -310,7 +310,7 @@ def kinds_in(w: Workload) -> set[OpKind]:
 
 
 def test_without_capabilities_generators_keep_the_classic_workloads() -> None:
-    for spec in ("gen:seq1", "gen:seq2", "random:300", "stress:50"):
+    for spec in ("gen:seq1", "gen:seq2", "random:300", "stress:50", "ranges:300"):
         w = load_case(spec, seed=2, max_sequences=400)
         assert kinds_in(w) <= CLASSIC_KINDS, spec
         assert not any(op.falloc in (FallocMode.COLLAPSE_RANGE, FallocMode.INSERT_RANGE)
@@ -342,6 +342,55 @@ def test_capable_random_ops_are_valid_and_use_the_newer_ops() -> None:
     assert NEWER_KINDS - {op.kind for op in ops} <= {K.CLONE}  # clones rarely find a valid pair
     ext4 = random_ops(400, seed=5, selection=OpSelection(EXT4_CAPS))
     assert not {op.kind for op in ext4} & {K.CLONE, K.CLONE_RANGE}
+
+
+def _ranges_sizes(w: Workload) -> list[tuple[Op, int, int]]:
+    """(op, size of its file before it, size after) for each op of a ranges:N workload."""
+    model, out = FsModel(), []
+    for op in w.ops:
+        assert model.check(op) is None, op
+        node = model.lookup(op.path) if op.path else None
+        before = len(model.nodes[node].data) if node is not None else 0
+        model.apply(op, bytes(op.length))
+        node = model.lookup(op.path) if op.path else None
+        out.append((op, before, len(model.nodes[node].data) if node is not None else 0))
+    return out
+
+
+def test_ranges_places_data_ops_relative_to_each_files_end() -> None:
+    w = load_case("ranges:600", seed=0, capabilities=EXT4_CAPS)
+    assert w == load_case("ranges:600", seed=0, capabilities=EXT4_CAPS)  # the seed decides
+    shorter = load_case("ranges:200", seed=0, capabilities=EXT4_CAPS).ops
+    assert w.ops[:len(shorter)] == shorter  # a longer run extends a shorter one
+    sized = _ranges_sizes(w)  # every op valid in the model
+    assert {op.path for op, _, _ in sized if op.path} == {"q", "q/a", "q/b"}
+    assert w.ops[2] == Op(K.FALLOCATE, "q/a", length=15 * 4096, falloc=FallocMode.ALLOCATE)
+    kinds = kinds_in(w)
+    assert {K.PWRITE, K.APPEND, K.TRUNCATE, K.FALLOCATE, K.DIRECT_WRITE, K.MMAP_WRITE,
+            K.FSYNC, K.FDATASYNC, K.SYNC} <= kinds
+    assert not kinds & {K.RENAME, K.LINK, K.UNLINK, K.CLONE, K.SETXATTR}
+    # The partitions that fixed offsets seldom give: a write at the end of file, a punch
+    # over the block that holds the end (not past it), a truncation onto a block boundary.
+    assert any(op.kind is K.PWRITE and op.offset == before > 0 for op, before, _ in sized)
+    assert any(op.kind is K.FALLOCATE and op.falloc is FallocMode.PUNCH_HOLE
+               and op.offset < before <= op.offset + op.length and before % 4096
+               for op, before, _ in sized)
+    assert any(op.kind is K.TRUNCATE and 0 < after < before and after % 4096 == 0
+               for op, before, after in sized)
+    durable = sum(op.kind in DURABILITY_OPS for op in w.ops)
+    assert 0.15 < durable / len(w.ops) < 0.35
+
+
+def test_ranges_keeps_to_the_classic_ops_or_those_named() -> None:
+    classic = load_case("ranges:300", seed=1)
+    assert kinds_in(classic) <= CLASSIC_KINDS
+    _ranges_sizes(classic)
+    only = load_case("ranges:200", seed=1, capabilities=EXT4_CAPS, ops=["fallocate", "fdatasync"])
+    assert kinds_in(only) - {K.MKDIR, K.CREAT, K.PWRITE, K.SYNC} == {K.FALLOCATE, K.FDATASYNC}
+    with pytest.raises(ConfigError, match="ranges:N uses data and durability operations"):
+        load_case("ranges:50", seed=0, capabilities=EXT4_CAPS, ops=["rename"])
+    with pytest.raises(ConfigError, match="expected ranges:N"):
+        load_case("ranges:x", seed=0)
 
 
 def test_generated_sequences_include_argument_partitions() -> None:
