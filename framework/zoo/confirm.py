@@ -9,11 +9,21 @@ that names no path, the ops of the directory its mark's durability op is in, up 
 written as a workload file and run with ``powercut crash --case file:PATH`` on the zoo kernel and on
 the fixed one. Confirmed means the zoo kernel fails it and the fixed kernel does not; a
 fixed kernel that fails it is a false alarm.
+
+A sequence can pass alone on both kernels where its failure needs the whole history
+before it: a journal whose head has wrapped needs thousands of operations. Then the
+failing state itself is rebuilt from the recorded log and checked on each kernel
+(``powercut recheck``): the image is the same, so a state that fails on the zoo kernel and
+passes on the fixed one fails by the zoo kernel's recovery, where the reverted fix is.
+That confirms it too (``same_image``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,7 +107,45 @@ def confirm(run_dir: Path, key: str, target: str, kernel: Kernel, fixed: Kernel,
             f"{step.known} known")
         runs[k.name] = step.to_dict()
     zoo, base = runs[kernel.name], runs[fixed.name]
-    return {"state": key, "run_dir": str(run_dir), "workload": str(path),
-            "ops": len(workload.ops), "zoo": zoo, "fixed": base,
-            "confirmed": zoo["failing"] > 0 and base["failing"] == 0 and base["states"] > 0,
-            "false_alarm": base["failing"] > 0}
+    out = {"state": key, "run_dir": str(run_dir), "workload": str(path),
+           "ops": len(workload.ops), "zoo": zoo, "fixed": base,
+           "confirmed": zoo["failing"] > 0 and base["failing"] == 0 and base["states"] > 0,
+           "false_alarm": base["failing"] > 0}
+    if lacks_same_image(out):
+        add_same_image(out, kernel, fixed, say)
+    return out
+
+
+def lacks_same_image(confirmation: dict[str, Any]) -> bool:
+    """Whether a confirmation's sequence passed alone on both kernels and its state has not
+    been rechecked on them (a confirmation made before that step existed lacks it)."""
+    zoo, base = confirmation.get("zoo") or {}, confirmation.get("fixed") or {}
+    return (zoo.get("failing") == 0 and base.get("failing") == 0
+            and "same_image" not in confirmation)
+
+
+def add_same_image(confirmation: dict[str, Any], kernel: Kernel, fixed: Kernel,
+                   say: Callable[[str], None]) -> None:
+    """The confirmation's state rebuilt from its run's log and checked on both kernels; it
+    confirms when it fails on ``kernel`` and passes on ``fixed``."""
+    run_dir, key = Path(confirmation["run_dir"]), confirmation["state"]
+    same = {k.name: recheck_on(run_dir, key, k, say) for k in (kernel, fixed)}
+    confirmation["same_image"] = {"zoo": same[kernel.name], "fixed": same[fixed.name]}
+    confirmation["confirmed"] = same[kernel.name]["fails"] and same[fixed.name]["passes"]
+
+
+def recheck_on(run_dir: Path, key: str, kernel: Kernel,
+               say: Callable[[str], None]) -> dict[str, Any]:
+    """State ``key`` of ``run_dir`` rebuilt from its log and checked on ``kernel``
+    (``powercut recheck``): whether it fails (exit 1) or passes (exit 0); anything else (a
+    harness error) is neither."""
+    argv = [sys.executable, "-m", "framework.cli", "recheck", os.fspath(run_dir), key,
+            "--kernel", os.fspath(kernel.image), "--modules", os.fspath(kernel.modules)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CONFIRM_TIMEOUT_S,
+                              check=False)
+        code, said = proc.returncode, (proc.stdout.strip().splitlines() or [""])[0]
+    except subprocess.TimeoutExpired:
+        code, said = -1, f"no answer in {CONFIRM_TIMEOUT_S:.0f} s"
+    say(f"zoo: recheck {key} on {kernel.name}: {said or f'exit {code}'}")
+    return {"argv": argv, "exit": code, "said": said, "fails": code == 1, "passes": code == 0}

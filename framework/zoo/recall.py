@@ -451,11 +451,15 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
              *, fstests: Path | None, say: Callable[[str], None] = print,
              only: Sequence[str] = (),
              after: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """What a finished recall lacks, added: each detection's confirmation and, with a built
-    fstests checkout, each entry's fstests verdicts. The report's totals are made again.
+    """What a finished recall lacks, added: each detection's confirmation (or the recheck of
+    its state on both kernels, for a confirmation made before that step existed) and, with
+    a built fstests checkout, each entry's fstests verdicts. The report's totals are made
+    again.
 
     ``only`` names the entries to complete (default: every one); ``after`` sees the report
     after each entry, so what was done survives a kill."""
+    from framework.zoo.confirm import add_same_image, lacks_same_image
+
     fixed = installed(cache, FIXED)
     if fixed is None:
         raise ConfigError(f"zoo kernel {FIXED!r} is not built in {cache}")
@@ -480,6 +484,8 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
         if detecting is not None and not row.get("confirm", {}).get("fixed"):
             row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan,
                                                say)
+        elif detecting is not None and lacks_same_image(row["confirm"]):
+            add_same_image(row["confirm"], kernel, fixed, say)
         if "masked" not in row:
             _look_again(row, report["fixed"], kernel, fixed, results, plan, say)
         if fstests is not None and entry.fstests and not _has_verdicts(row):
@@ -616,8 +622,16 @@ def _confirmed(row: dict[str, Any]) -> str:
     zoo, fixed = c["zoo"], c["fixed"]
     words = (f"{c['ops']} ops: {zoo['failing']} failing on the zoo kernel, "
              f"{fixed['failing']} of {fixed['states']} on the fixed one")
+    same = c.get("same_image")
+    if same:
+        words += (f"; state {c['state']} rebuilt from its log {_verdict(same['zoo'])} on the "
+                  f"zoo kernel and {_verdict(same['fixed'])} on the fixed one")
     return ("confirmed, " if c["confirmed"] else "NOT confirmed, ") + words + (
         f"; {second}" if second else "")
+
+
+def _verdict(recheck: dict[str, Any]) -> str:
+    return "fails" if recheck["fails"] else "passes" if recheck["passes"] else "gives no answer"
 
 
 def load_report(path: Path) -> dict[str, Any]:

@@ -182,6 +182,69 @@ def test_a_detection_is_confirmed_by_its_sequence_alone_on_both_kernels(tmp_path
                                             "1 of 4 on the fixed one")
 
 
+def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
+        tmp_path, monkeypatch):
+    """A failure that needs the whole history (a wrapped journal) passes as a sequence alone;
+    the state rebuilt from the recorded log then decides: failing on the zoo kernel and
+    passing on the fixed one confirms it, anything else does not."""
+    import subprocess
+
+    from framework.zoo import confirm as confirm_mod
+    from framework.zoo import recall
+    from framework.zoo.kernels import Kernel
+    from tests.unit.test_shrink import fake_run
+
+    run_dir = fake_run(tmp_path)
+
+    def fake_step(step, results, timeout_s, say):  # the sequence alone passes on both
+        step.states, step.failing = 4, 0
+
+    monkeypatch.setattr(recall, "_run_step", fake_step)
+    exits: dict[str, int] = {}
+    argvs: list[list[str]] = []
+
+    def fake_recheck(argv, **kwargs):
+        argvs.append(argv)
+        kernel = Path(argv[argv.index("--modules") + 1]).name
+        return subprocess.CompletedProcess(argv, exits[kernel], stdout="110/prefix: x\n")
+
+    monkeypatch.setattr(confirm_mod.subprocess, "run", fake_recheck)
+    kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
+    fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
+    said: list[str] = []
+    for (zoo_exit, fixed_exit), confirmed in (((1, 0), True), ((1, 1), False),
+                                              ((0, 0), False), ((2, 0), False)):
+        exits.update(zoo=zoo_exit, fixed=fixed_exit)
+        got = confirm_mod.confirm(run_dir, "110/prefix", "ext4/ordered", kernel, fixed,
+                                  tmp_path / f"c-{zoo_exit}{fixed_exit}", 0, said.append)
+        assert (got["confirmed"], got["false_alarm"]) == (confirmed, False), (zoo_exit, fixed_exit)
+        assert (got["same_image"]["zoo"]["exit"], got["same_image"]["fixed"]["exit"]) == (
+            zoo_exit, fixed_exit)
+    assert argvs[0][3:6] == ["recheck", str(run_dir), "110/prefix"]
+    assert "zoo: recheck 110/prefix on zoo: 110/prefix: x" in said
+    words = recall._confirmed({"confirm": got})
+    assert words.startswith("NOT confirmed, 6 ops: 0 failing on the zoo kernel, 0 of 4 on the "
+                            "fixed one; state 110/prefix rebuilt from its log gives no answer "
+                            "on the zoo kernel and passes on the fixed one")
+    exits.update(zoo=1, fixed=0)
+    got = confirm_mod.confirm(run_dir, "110/prefix", "ext4/ordered", kernel, fixed,
+                              tmp_path / "c-last", 0, said.append)
+    assert recall.counts_as_detected({"confirm": got, "detected": True})
+    # A sequence that fails alone is decided by its runs alone: no recheck.
+    monkeypatch.setattr(recall, "_run_step",
+                        lambda step, *a: setattr(step, "failing", 1) or setattr(step, "states", 4))
+    before = len(argvs)
+    got = confirm_mod.confirm(run_dir, "110/prefix", "ext4/ordered", kernel, fixed,
+                              tmp_path / "c-alone", 0, said.append)
+    assert "same_image" not in got and len(argvs) == before
+    # A confirmation made before the recheck existed gets it from zoo complete's helper.
+    older = {"run_dir": str(run_dir), "state": "110/prefix", "confirmed": False,
+             "zoo": {"failing": 0}, "fixed": {"failing": 0, "states": 4}}
+    assert confirm_mod.lacks_same_image(older)
+    confirm_mod.add_same_image(older, kernel, fixed, said.append)
+    assert older["confirmed"] and not confirm_mod.lacks_same_image(older)
+
+
 def test_a_failure_that_names_no_path_is_cut_to_the_directory_of_its_mark() -> None:
     from crashcases.workload.ops import Op
     from crashcases.workload.ops import OpKind as K
