@@ -761,6 +761,16 @@ _RANDOM_FILES = ("f0", "f1", "f2", "d0/f0", "d0/f1", "d1/f0")
 _RANDOM_DIRS = ("d0", "d1", "d2", "d0/e")
 
 
+def _first_valid(make: Callable[[], Op], valid: Callable[[Op], bool], tries: int = 200) -> Op:
+    """The first of ``tries`` ops ``make`` draws that is ``valid``; a ``sync`` if none is
+    (the random streams' draw: every draw consumes the stream's random numbers in order)."""
+    for _ in range(tries):
+        op = make()
+        if valid(op):
+            return op
+    return Op(OpKind.SYNC)
+
+
 def random_ops(
     n_ops: int, seed: int, *, block: int = B, selection: OpSelection = CLASSIC
 ) -> list[Op]:
@@ -830,15 +840,14 @@ def random_ops(
         makers, durable_makers = _newer_makers(
             selection, rng, path, anything, B, makers, durable_makers, bool(falloc_modes)
         )
+    def draw(pool: Sequence[Callable[[], Op]]) -> Op:
+        return _first_valid(lambda: rng.choice(pool)(),
+                            lambda op: model.check(op) is None and selection.capable(op))
+
     while len(ops) < n_ops:
         pool = durable_makers if rng.random() < 0.25 or not makers else makers
         pool = pool or makers
-        for _ in range(200):
-            op = rng.choice(pool)()
-            if model.check(op) is None and selection.capable(op):
-                break
-        else:
-            op = Op(OpKind.SYNC)
+        op = draw(pool)
         model.apply(op, bytes(op.length))
         ops.append(op)
     return ops[:n_ops]
@@ -940,15 +949,14 @@ def ranges_ops(n_ops: int, seed: int, *, selection: OpSelection = CLASSIC) -> li
             return True
         return op.kind in kinds
 
+    def draw(durable: bool) -> Op:
+        make = durable_op if durable else data_op
+        return _first_valid(lambda: make(rng.choice(_RANGES_FILES)),
+                            lambda op: wanted(op, durable) and selection.capable(op)
+                            and model.check(op) is None)
+
     while len(ops) < n_ops:
-        durable = rng.random() < 0.25
-        for _ in range(200):
-            f = rng.choice(_RANGES_FILES)
-            op = durable_op(f) if durable else data_op(f)
-            if wanted(op, durable) and selection.capable(op) and model.check(op) is None:
-                break
-        else:
-            op = Op(K.SYNC)
+        op = draw(rng.random() < 0.25)
         model.apply(op, bytes(op.length))
         ops.append(op)
     return ops[:n_ops]
