@@ -19,7 +19,6 @@ devicemapper/native.py runs the same loop in C; this is the reference.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import enum
 import errno
 import fcntl
@@ -29,9 +28,13 @@ import stat
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from devicemapper.logformat import LogEntry, LogReader
 from framework.core.errors import PowercutError
+
+if TYPE_CHECKING:
+    import ctypes
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,8 @@ def _fallocate_punch(fd: int, offset: int, length: int) -> bool:
         return False
     rc = libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length)
     if rc != 0:
+        import ctypes
+
         log.debug("fallocate(PUNCH_HOLE) failed: %s", os.strerror(ctypes.get_errno()))
         return False
     return True
@@ -105,6 +110,10 @@ _LIBC: ctypes.CDLL | None = None
 def _libc() -> ctypes.CDLL | None:
     global _LIBC
     if _LIBC is None:
+        # Imported here, not at the top: only a discard onto a file needs it, and every
+        # command that replays would pay its load at start.
+        import ctypes
+
         try:
             lib = ctypes.CDLL(None, use_errno=True)
             lib.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import json
 import logging
 import os
 import signal
@@ -15,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from framework import __version__
-from framework.core import rundir
 from framework.core.errors import MissingPrerequisite, PowercutError
 
 if TYPE_CHECKING:
@@ -190,6 +188,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     its database beside them, in the --results directory."""
     args = parser.parse_args(argv)
     if getattr(args, "db", "") is None and getattr(args, "results", None):
+        from framework.core import rundir  # here, not at the top: light commands start faster
+
         args.db = os.path.join(args.results, getattr(args, "db_name", rundir.DB))
     return args
 
@@ -251,6 +251,8 @@ def _full(exc: BaseException, args: argparse.Namespace) -> str | None:
 
 
 def print_json(obj: object) -> None:
+    import json  # here, not at the top: light commands start faster
+
     json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -39,6 +38,14 @@ def _reporting_errors(handler: Handler) -> Handler:
     return wrapped
 
 
+def _json_text(obj: object) -> str:
+    """``obj`` as indented JSON; json is imported only by the commands that print it, so
+    `log replay-log`, which fstests-style scripts start once per replay, starts faster."""
+    import json
+
+    return json.dumps(obj, indent=2)
+
+
 def _entry_dict(entry: LogEntry) -> dict[str, object]:
     return {
         "index": entry.index,
@@ -68,7 +75,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         data["log"] = args.log
         data["log_bytes"] = size_bytes
         data["marks"] = [{"index": i, "mark": _printable(m)} for i, m in summary.marks]
-        print(json.dumps(data, indent=2))
+        print(_json_text(data))
         return 0
     print(f"log:           {args.log} ({size_bytes} bytes)")
     print(f"sectorsize:    {summary.sectorsize}")
@@ -103,7 +110,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     f"{flags_str(entry.flags):<24} {mark}".rstrip()
                 )
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(_json_text(rows))
     return 0
 
 
@@ -130,7 +137,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             "bytes_discarded": replayer.bytes_discarded,
         }
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_json_text(result))
     else:
         print(
             f"replayed entries 0..{result['last_entry']} ({result['last_flags']}) onto "

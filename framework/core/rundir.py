@@ -13,7 +13,6 @@ and what is wrong, and nothing is written in reply.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -93,6 +92,8 @@ def content_digest(path: Path) -> str:
     cache_key = (os.fspath(path), st.st_size, st.st_mtime_ns)
     if cache_key in _digests:
         return _digests[cache_key]
+    import hashlib  # here, not at the top: OpenSSL's load costs every command milliseconds
+
     h = hashlib.sha256(str(st.st_size).encode())
     zero = bytes(_BLOCK)
     with open(path, "rb") as f:

@@ -139,3 +139,31 @@ def test_the_same_answers_and_images_as_fstests_replay_log(logged, tmp_path) -> 
         ours = subprocess.run([*powercut, "--log", str(path), "--replay", str(b), *options])
         assert ours.returncode == theirs.returncode, options
         assert a.read_bytes() == b.read_bytes(), options
+
+
+#: Modules `log replay-log` has no use for on its way to a replay; scripts start it once per
+#: state, so each one imported at the top of a module on that path costs every start
+#: (json, hashlib with OpenSSL and ctypes cost 6 to 10 ms together on the host).
+NOT_AT_START = ("json", "hashlib", "ctypes")
+
+
+def test_a_replay_imports_nothing_it_does_not_use(logged, tmp_path) -> None:
+    path, _, _ = logged
+    target = fresh_target(tmp_path, "t.img", seed=7)
+    root = Path(__file__).resolve().parents[2]
+    probe = ("import sys\nfrom framework.cli import main\n"
+             f"status = main(['log', 'replay-log', '--log', {str(path)!r}, '--replay', "
+             f"{str(target)!r}, '--next-fua'])\n"
+             f"print(status, *sorted(m for m in {NOT_AT_START!r} if m in sys.modules))\n")
+    # -I: no PYTHON* variables (the checkout is put on the path by hand), so the probe
+    # sees what a user's start imports.
+    done = subprocess.run([sys.executable, "-I", "-c",
+                           f"import sys; sys.path.insert(0, {str(root)!r})\n" + probe],
+                          capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"], f"imported at start: {done.stdout.split()[1:]}"
+    # The positive control: the same probe sees a module that is imported.
+    shown = subprocess.run([sys.executable, "-I", "-c",
+                            f"import sys, json; sys.path.insert(0, {str(root)!r})\n" + probe],
+                           capture_output=True, text=True, cwd=root)
+    assert shown.stdout.split() == ["0", "json"], shown.stderr
