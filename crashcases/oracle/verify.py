@@ -7,6 +7,7 @@ the window after the crash's last mark.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import stat
@@ -108,6 +109,58 @@ def _path_trees(paths: Iterable[str]) -> list[tuple[str, bool, list[str]]]:
     return [(head, head in names, rest) for head, rest in sorted(below.items())]
 
 
+class _TopNames:
+    """Which of ``_path_trees``' top-level names a state's check must visit, found without
+    a look at each: a long packed workload made thousands, one or more per sequence, and a
+    state's check visits only those its root directory lists, those that name something
+    at its window's end, and those that were never a path of their own. Every other one
+    is a name the check would find absent and allowed to be (``_Checker.run``): it was
+    visited once per name per state, most of the oracle check's time on gen:seq2.
+
+    The bound intervals are kept sorted by start in blocks with their latest end, so a
+    query reads the blocks' ends and the intervals of the few blocks that reach it.
+    """
+
+    BLOCK = 64
+
+    def __init__(self, oracle: OracleLog, trees: list[tuple[str, bool, list[str]]]) -> None:
+        self.index = {name: i for i, (name, _, _) in enumerate(trees)}
+        self.not_paths = [i for i, (_, is_path, _) in enumerate(trees) if not is_path]
+        spans: list[tuple[int, float, int]] = []
+        for i, (name, is_path, _) in enumerate(trees):
+            if not is_path:
+                continue
+            hist = oracle.paths.get(name, ())
+            # A binding is in effect from its op until the next one's (binding_at).
+            for b, after in zip(hist, [*hist[1:], None], strict=True):
+                if b.inode is not None:
+                    spans.append((b.op, after.op if after is not None else float("inf"), i))
+        spans.sort()
+        self.spans = spans
+        self.starts = [start for start, _, _ in spans]
+        self.block_end = [max(stop for _, stop, _ in spans[j:j + self.BLOCK])
+                          for j in range(0, len(spans), self.BLOCK)]
+
+    def named_at(self, op: int) -> set[int]:
+        """The names bound to an inode after op ``op``."""
+        out: set[int] = set()
+        n = bisect.bisect_right(self.starts, op)  # the spans that start by then
+        for b in range((n - 1) // self.BLOCK, -1, -1):
+            if self.block_end[b] <= op:
+                continue
+            for start, stop, i in self.spans[b * self.BLOCK:min(n, (b + 1) * self.BLOCK)]:
+                if start <= op < stop:
+                    out.add(i)
+        return out
+
+    def to_visit(self, top: frozenset[str], op: int) -> list[int]:
+        """In order, the names a state whose root lists ``top`` visits at window end ``op``."""
+        visit = self.named_at(op)
+        visit.update(self.not_paths)
+        visit.update(self.index[name] for name in top if name in self.index)
+        return sorted(visit)
+
+
 def verify(
     oracle: OracleLog, root: Path, *, last_mark: str | None, rules: PersistenceRules
 ) -> list[Finding]:
@@ -134,10 +187,12 @@ class _Checker:
         # Ops up to the durability op of the next mark may be on disk in any part.
         self.end = marks[k + 1].op if k + 1 < len(marks) else oracle.n_ops - 1
         self.prom: Promises = oracle._cached(("promises", rules), lambda: durable_at_marks(oracle, rules))
-        self.last_sync: tuple[int, int] | None = None
-        for m, d in self.prom.syncs:
-            if m <= k:
-                self.last_sync = (d, m)
+        # The last sync at or before mark k; durable_at_marks appends them in mark order.
+        sync_marks: list[int] = oracle._cached(("sync_marks", rules),
+                                               lambda: [m for m, _ in self.prom.syncs])
+        i = bisect.bisect_right(sync_marks, k)
+        self.last_sync: tuple[int, int] | None = (
+            (self.prom.syncs[i - 1][1], self.prom.syncs[i - 1][0]) if i else None)
         self.findings: list[Finding] = []
         self._seen: dict[str, _Seen | None] = {}
         self._missing: set[str] = set()  # lstat said ENOENT or ENOTDIR
@@ -294,7 +349,12 @@ class _Checker:
         # check_path returns True for, found without an lstat or a promise lookup each:
         # a long workload has thousands of such names, one per finished sequence.
         top = self._root_names()
-        for name, is_path, below in self.o._cached("path_trees", lambda: _path_trees(self.o.paths)):
+        trees = self.o._cached("path_trees", lambda: _path_trees(self.o.paths))
+        order: Iterable[int] = range(len(trees))
+        if top is not None and self.prune:
+            names = self.o._cached("top_names", lambda: _TopNames(self.o, trees))
+            order = names.to_visit(top, self.end)
+        for name, is_path, below in (trees[i] for i in order):
             if not is_path:
                 pass  # only names below it were ever made: they are checked on their own
             elif top is not None and name not in top:

@@ -470,6 +470,25 @@ def test_skipping_below_missing_directories_changes_no_finding(
         assert pruned == full, (done, last, rules.name)
 
 
+
+def test_the_last_sync_before_a_mark_is_the_one_a_scan_of_every_sync_finds(tmp_path: Path) -> None:
+    """The checker finds the last sync at or before its mark by bisection over the syncs'
+    marks; it must be the one a scan of all of them in order finds, at every mark."""
+    seqs = [Workload(name=f"w{i}", seed=5 + i, ops=tuple(random_ops(40, 5 + i)))
+            for i in range(6)]
+    oracle, _ = record(pack(seqs, name="p", seed=5, retire_every=2), tmp_path / "recorded")
+    (tmp_path / "state").mkdir()
+    rules = persistence_rules(get_target("ext4/ordered"))
+    syncs = oracle_mod.durable_at_marks(oracle, rules).syncs
+    assert 1 < len(syncs) < len(oracle.mark_records)  # some marks before the first, some between
+    for k in range(len(oracle.mark_records)):
+        scanned = None
+        for m, d in syncs:
+            if m <= k:
+                scanned = (d, m)
+        assert oracle_mod._Checker(oracle, tmp_path / "state", k, rules).last_sync == scanned, k
+
+
 # -- the range durability ops, syncfs, sync_file_range and the newer ops ------
 
 EXT4 = persistence_rules(get_target("ext4/ordered"))
