@@ -142,7 +142,7 @@ def phase_table(summary: CheckSummary, checked: Sequence[CheckResult], *, boot_s
     rows = [
         ("guest start (boot, host)", boot_s, "wall"),
         ("task start (python, imports)", max(0.0, task_s - summary.wall_s), "wall"),
-        ("oracle load", summary.oracle_load_s, "wall"),
+        ("oracle load", summary.oracle_load_s, "wall, beside the index"),
         ("log header index", summary.index_s, "wall"),
         ("replay forward", summary.replay_s, "lanes"),
         ("snapshot make + remove", summary.snapshot_s, "lanes"),
@@ -161,7 +161,7 @@ def phase_table(summary: CheckSummary, checked: Sequence[CheckResult], *, boot_s
     width = max(len(name) for name, _, _ in rows)
     out = [f"{'phase':<{width}}  {'seconds':>8}  {'ms/state':>8}  counted"]
     for name, seconds, kind in rows:
-        counted = "wall" if kind == "wall" else f"summed over {lanes} lane{'s' * (lanes > 1)}"
+        counted = kind if kind != "lanes" else f"summed over {lanes} lane{'s' * (lanes > 1)}"
         out.append(f"{name:<{width}}  {seconds:>8.1f}  {1000 * seconds / n:>8.0f}  {counted}")
     out.append(f"{'the task, wall (guest clock)':<{width}}  {summary.wall_s:>8.1f}  "
                f"{1000 * summary.wall_s / n:>8.0f}  {len(checked)} states")

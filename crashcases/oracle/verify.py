@@ -161,6 +161,37 @@ class _TopNames:
         return sorted(visit)
 
 
+def _promises(oracle: OracleLog, rules: PersistenceRules) -> Promises:
+    return oracle._cached(("promises", rules), lambda: durable_at_marks(oracle, rules))
+
+
+def _sync_marks(oracle: OracleLog, rules: PersistenceRules) -> list[int]:
+    """The marks of the syncs, in order (durable_at_marks appends them in mark order)."""
+    return oracle._cached(("sync_marks", rules),
+                          lambda: [m for m, _ in _promises(oracle, rules).syncs])
+
+
+def _trees(oracle: OracleLog) -> list[tuple[str, bool, list[str]]]:
+    return oracle._cached("path_trees", lambda: _path_trees(oracle.paths))
+
+
+def _top_names(oracle: OracleLog) -> _TopNames:
+    return oracle._cached("top_names", lambda: _TopNames(oracle, _trees(oracle)))
+
+
+def prepare(oracle: OracleLog, rules: PersistenceRules) -> None:
+    """Build now what every check of a state under ``rules`` reads and the first one would
+    build otherwise: the promises, the name indexes and, where the rule that another
+    file's data is never exposed holds, the index of every block written. On gen:seq2 that
+    is seconds of an emulated guest's time that a checking guest spends beside its log's
+    header walk instead of in its first state's check, with the lanes waiting for it."""
+    _sync_marks(oracle, rules)
+    _top_names(oracle)
+    oracle.inode_paths()
+    if rules.other_files_data_never_exposed:
+        oracle.written_blocks()
+
+
 def verify(
     oracle: OracleLog, root: Path, *, last_mark: str | None, rules: PersistenceRules
 ) -> list[Finding]:
@@ -186,11 +217,9 @@ class _Checker:
         marks = oracle.mark_records
         # Ops up to the durability op of the next mark may be on disk in any part.
         self.end = marks[k + 1].op if k + 1 < len(marks) else oracle.n_ops - 1
-        self.prom: Promises = oracle._cached(("promises", rules), lambda: durable_at_marks(oracle, rules))
-        # The last sync at or before mark k; durable_at_marks appends them in mark order.
-        sync_marks: list[int] = oracle._cached(("sync_marks", rules),
-                                               lambda: [m for m, _ in self.prom.syncs])
-        i = bisect.bisect_right(sync_marks, k)
+        self.prom: Promises = _promises(oracle, rules)
+        # The last sync at or before mark k.
+        i = bisect.bisect_right(_sync_marks(oracle, rules), k)
         self.last_sync: tuple[int, int] | None = (
             (self.prom.syncs[i - 1][1], self.prom.syncs[i - 1][0]) if i else None)
         self.findings: list[Finding] = []
@@ -349,11 +378,10 @@ class _Checker:
         # check_path returns True for, found without an lstat or a promise lookup each:
         # a long workload has thousands of such names, one per finished sequence.
         top = self._root_names()
-        trees = self.o._cached("path_trees", lambda: _path_trees(self.o.paths))
+        trees = _trees(self.o)
         order: Iterable[int] = range(len(trees))
         if top is not None and self.prune:
-            names = self.o._cached("top_names", lambda: _TopNames(self.o, trees))
-            order = names.to_visit(top, self.end)
+            order = _top_names(self.o).to_visit(top, self.end)
         for name, is_path, below in (trees[i] for i in order):
             if not is_path:
                 pass  # only names below it were ever made: they are checked on their own

@@ -489,6 +489,44 @@ def test_the_last_sync_before_a_mark_is_the_one_a_scan_of_every_sync_finds(tmp_p
         assert oracle_mod._Checker(oracle, tmp_path / "state", k, rules).last_sync == scanned, k
 
 
+
+def test_prepare_builds_what_a_check_would_build_on_its_first_state(tmp_path: Path) -> None:
+    """A checking guest prepares the oracle beside its log's header walk so that its lanes'
+    first states find everything built: after prepare() a check adds nothing to the
+    oracle's cache but the per-inode block sets it looks up as it goes and the table of
+    mark names (one dict entry per mark)."""
+    seqs = [Workload(name=f"w{i}", seed=9 + i, ops=tuple(random_ops(30, 9 + i))) for i in range(4)]
+    w = pack(seqs, name="p", seed=9, retire_every=2)
+    # The state at the op where the tree holds the most files (all are retired at the end).
+    state = tmp_path / "state"
+    most, when = -1, None
+    for done, last in prefix_states(w, state):
+        files = sum(1 for p in state.rglob("*") if p.is_file())
+        if files > most:
+            most, when = files, (done, last)
+    assert when is not None and most > 3
+    shutil.rmtree(state)
+    for done, last in prefix_states(w, state):
+        if (done, last) == when:
+            break
+    for rules in (EXT4, persistence_rules(get_target("f2fs"))):
+        oracle, _ = record(w, tmp_path / "recorded")
+        cold = set(oracle._cache)
+        verify(oracle, state, last_mark=last, rules=rules)
+        built_by_a_check = set(oracle._cache) - cold
+        # The control: a check builds these itself.
+        assert {("promises", rules), "top_names"} <= built_by_a_check
+        assert ("written_blocks" in built_by_a_check) == rules.other_files_data_never_exposed
+
+        oracle, _ = record(w, tmp_path / "recorded")
+        oracle_mod.prepare(oracle, rules)
+        prepared = set(oracle._cache)
+        verify(oracle, state, last_mark=last, rules=rules)
+        late = {key for key in set(oracle._cache) - prepared - {"mark_index"}
+                if not (isinstance(key, tuple) and key[0] == "blocks_of")}
+        assert not late, (rules.name, late)
+
+
 # -- the range durability ops, syncfs, sync_file_range and the newer ops ------
 
 EXT4 = persistence_rules(get_target("ext4/ordered"))
