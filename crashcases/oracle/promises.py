@@ -17,6 +17,7 @@ from crashcases.oracle.log import (
     RANGE_KINDS,
     SYNC_KINDS,
     WHOLE_FILE_KINDS,
+    Binding,
     DataVersion,
     NodeKind,
     OracleLog,
@@ -47,11 +48,86 @@ def _ancestors(path: str) -> Iterable[str]:
         yield path
 
 
+class _ReplacedInEffect:
+    """The bindings a rename over an existing name made that are still in effect after a
+    given op, asked for at op after op (the syncs of a workload, in mark order).
+
+    Each is in effect from its op until the path's next binding (``binding_at``), so a
+    sweep in op order adds those that began and drops those that ended: a long packed
+    workload has thousands of them and hundreds of syncs, and testing every one at every
+    sync was most of the time a checking guest spent on its promises.
+    """
+
+    def __init__(self, oracle: OracleLog) -> None:
+        # (start op, end op, the binding), in the order of oracle.paths and each history.
+        self.spans: list[tuple[int, float, Binding]] = []
+        for hist in oracle.paths.values():
+            for j, b in enumerate(hist):
+                if b.cause == "rename-replace":
+                    end = hist[j + 1].op if j + 1 < len(hist) else float("inf")
+                    self.spans.append((b.op, end, b))
+        self._by_start = sorted(range(len(self.spans)), key=lambda i: self.spans[i][0])
+        self._rewind()
+
+    def _rewind(self) -> None:
+        self._next = 0  # into _by_start: the first span not begun yet
+        self._active: set[int] = set()
+        self._last_op = -1
+
+    def at(self, op: int) -> list[Binding]:
+        """The bindings in effect after op ``op``, in the order of ``spans``."""
+        if op < self._last_op:
+            self._rewind()  # asked out of order: sweep again from the start
+        self._last_op = op
+        while self._next < len(self._by_start) and self.spans[self._by_start[self._next]][0] <= op:
+            self._active.add(self._by_start[self._next])
+            self._next += 1
+        self._active = {i for i in self._active if op < self.spans[i][1]}
+        return [self.spans[i][2] for i in sorted(self._active)]
+
+
+class _InodeDurable:
+    """Whether an inode itself was made durable at or before a mark.
+
+    Without atomic metadata, fsync of a directory writes the directory's
+    blocks and inode, not the inodes its new entries name: ext4 without a
+    journal (and ext2, served by ext4) syncs only the directory's
+    associated buffers and inode (ext4_fsync_nojournal(),
+    fs/ext4/fsync.c), while a new inode's table block is dirtied with no
+    owner (ext4_do_update_inode() -> ext4_handle_dirty_metadata(handle,
+    NULL, bh), fs/ext4/inode.c), and e2fsck pass 2 clears an entry that
+    names an unused inode. So the entry is owed only once its inode is:
+    by fsync/fdatasync of that inode or a sync after it was made. Linux
+    6.1 and 6.12.
+
+    Asked for every entry of every directory fsync, so the marks are read once: per
+    mark, the latest op of a sync at or before it; per inode, the first mark of an
+    fsync-like call of it.
+    """
+
+    def __init__(self, oracle: OracleLog) -> None:
+        self.oracle = oracle
+        self.latest_sync_op: list[float] = []  # -inf: no sync yet
+        self.first_own: dict[int, int] = {}
+        for m, rec in enumerate(oracle.mark_records):
+            latest = self.latest_sync_op[-1] if self.latest_sync_op else float("-inf")
+            self.latest_sync_op.append(max(latest, rec.op) if rec.kind in SYNC_KINDS else latest)
+            # O_SYNC/O_DSYNC writes and msync reach the same ->fsync with a range, and
+            # the range limits only which data pages are written.
+            if (rec.kind in WHOLE_FILE_KINDS or rec.kind in RANGE_KINDS) and rec.inode is not None:
+                self.first_own.setdefault(rec.inode, m)
+
+    def __call__(self, ino: int, m: int) -> bool:
+        """Whether inode ``ino`` was made durable at or before mark ``m``: a sync after it
+        was made, or an fsync-like call of it."""
+        own = self.first_own.get(ino)
+        return ((own is not None and own <= m)
+                or self.latest_sync_op[m] >= self.oracle.inodes[ino].created_op)
+
+
 def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
     prom = Promises()
-    replaced = [
-        (p, b) for p, hist in oracle.paths.items() for b in hist if b.cause == "rename-replace"
-    ]
+    in_effect = _ReplacedInEffect(oracle)
 
     def promise_entry(path: str, m: int, d: int) -> None:
         prom.entry[path].append((m, d))
@@ -65,29 +141,7 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
         ):
             prom.data[eff.inode].append((m, eff.op))
 
-    def inode_durable(ino: int, m: int) -> bool:
-        """Whether inode ``ino`` itself was made durable at or before mark ``m``.
-
-        Without atomic metadata, fsync of a directory writes the directory's
-        blocks and inode, not the inodes its new entries name: ext4 without a
-        journal (and ext2, served by ext4) syncs only the directory's
-        associated buffers and inode (ext4_fsync_nojournal(),
-        fs/ext4/fsync.c), while a new inode's table block is dirtied with no
-        owner (ext4_do_update_inode() -> ext4_handle_dirty_metadata(handle,
-        NULL, bh), fs/ext4/inode.c), and e2fsck pass 2 clears an entry that
-        names an unused inode. So the entry is owed only once its inode is:
-        by fsync/fdatasync of that inode or a sync after it was made. Linux
-        6.1 and 6.12.
-        """
-        created = oracle.inodes[ino].created_op
-        for rec in oracle.mark_records[: m + 1]:
-            if rec.kind in SYNC_KINDS and rec.op >= created:
-                return True
-            # O_SYNC/O_DSYNC writes and msync reach the same ->fsync with a range,
-            # and the range limits only which data pages are written.
-            if (rec.kind in WHOLE_FILE_KINDS or rec.kind in RANGE_KINDS) and rec.inode == ino:
-                return True
-        return False
+    inode_durable = _InodeDurable(oracle)
 
     def promise_new_ancestors(path: str, m: int, d: int) -> None:
         for anc in _ancestors(path):
@@ -105,8 +159,8 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
         if mk.kind in SYNC_KINDS:
             prom.syncs.append((m, d))
             if rules.rename_replace_flushes_data:
-                for path, b in replaced:
-                    if oracle.binding_at(path, d) == b and b.inode is not None:
+                for b in in_effect.at(d):
+                    if b.inode is not None:
                         prom.data[b.inode].append((m, b.op))
         elif mk.kind == "fsync_dir":
             for child in oracle.children().get(mk.path, ()):

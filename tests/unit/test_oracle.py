@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from crashcases.execute import execute, mark_name, perform
 from crashcases.oracle import verify as oracle_mod
 from crashcases.oracle.finding import Finding, FindingKind
-from crashcases.oracle.log import OracleError, OracleLog, Recorder
+from crashcases.oracle.log import (
+    RANGE_KINDS,
+    SYNC_KINDS,
+    WHOLE_FILE_KINDS,
+    OracleError,
+    OracleLog,
+    Recorder,
+)
+from crashcases.oracle.promises import _InodeDurable, _ReplacedInEffect
 from crashcases.oracle.verify import verify, walk_tree
 from crashcases.workload.cases import load_case
 from crashcases.workload.generate import pack, random_ops
@@ -525,6 +533,37 @@ def test_prepare_builds_what_a_check_would_build_on_its_first_state(tmp_path: Pa
         late = {key for key in set(oracle._cache) - prepared - {"mark_index"}
                 if not (isinstance(key, tuple) and key[0] == "blocks_of")}
         assert not late, (rules.name, late)
+
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32))
+def test_the_promise_indexes_answer_as_a_scan_of_every_mark_and_binding(
+    tmp_path_factory: pytest.TempPathFactory, seed: int
+) -> None:
+    """durable_at_marks asks two questions thousands of times on a long workload and
+    answers them from indexes: which rename-replace bindings are in effect after an op,
+    and whether an inode was made durable by a mark. Both must answer as the plain scans
+    do, for every sync's op (in order and out of it) and every inode at every mark."""
+    tmp = tmp_path_factory.mktemp("indexes")
+    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(25, seed + i))) for i in range(4)]
+    oracle, _ = record(pack(seqs, name="p", seed=seed, retire_every=2), tmp / "recorded")
+    replaced = [(p, b) for p, hist in oracle.paths.items() for b in hist
+                if b.cause == "rename-replace"]
+    in_effect = _ReplacedInEffect(oracle)
+    ops = [r.op for r in oracle.mark_records if r.kind in SYNC_KINDS]
+    for op in [*ops, *reversed(ops), *range(oracle.n_ops)]:
+        assert in_effect.at(op) == [b for p, b in replaced if oracle.binding_at(p, op) == b], op
+    durable = _InodeDurable(oracle)
+    for m in range(len(oracle.mark_records)):
+        for ino, rec in oracle.inodes.items():
+            scanned = any(
+                (r.kind in SYNC_KINDS and r.op >= rec.created_op)
+                or ((r.kind in WHOLE_FILE_KINDS or r.kind in RANGE_KINDS) and r.inode == ino)
+                for r in oracle.mark_records[: m + 1])
+            assert durable(ino, m) == scanned, (ino, m)
 
 
 # -- the range durability ops, syncfs, sync_file_range and the newer ops ------
