@@ -438,24 +438,32 @@ def check(req: CheckRequest) -> CheckSummary:
     started_path = Path(req.results_path).with_name(rundir.GUEST_STARTED)
     with contextlib.ExitStack() as stack, open(req.results_path, "a") as out, \
             open(started_path, "a") as started:
-        data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
-        journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
-                         req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
-        runs = list(same_content_runs(req.states, data, journal,
-                                      {req.inject_hang or "", *busy} - {""}))
-        lanes = [_Lane(data, journal, CHECK_MOUNTPOINT, req.target)]
-        # A second copy of the filesystem mounted beside the first may need an option to be
-        # mounted at all (xfs: nouuid); the first lane mounts the target as it is.
-        second = dataclasses.replace(req.target, mount_options=(
-            *req.target.mount_options, *adapter_for(req.target.fstype).second_copy_mount_options))
-        for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
-            lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
-                                     f"pc-snap-{n}", like=data), None,
-                               CHECK_MOUNTPOINT.with_name(f"check-{n}"), second))
-        # Dealt in turn, so the lanes stay near each other in the log and share the work
-        # evenly (later states have fuller filesystems, so slower checks).
-        for i, run in enumerate(runs):
-            lanes[i % len(lanes)].runs.append(run)
+        try:
+            data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
+            journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
+                             req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
+            runs = list(same_content_runs(req.states, data, journal,
+                                          {req.inject_hang or "", *busy} - {""}))
+            lanes = [_Lane(data, journal, CHECK_MOUNTPOINT, req.target)]
+            # A second copy of the filesystem mounted beside the first may need an option to be
+            # mounted at all (xfs: nouuid); the first lane mounts the target as it is.
+            second = dataclasses.replace(req.target, mount_options=(
+                *req.target.mount_options, *adapter_for(req.target.fstype).second_copy_mount_options))
+            for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
+                lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
+                                         f"pc-snap-{n}", like=data), None,
+                                   CHECK_MOUNTPOINT.with_name(f"check-{n}"), second))
+            # Dealt in turn, so the lanes stay near each other in the log and share the work
+            # evenly (later states have fuller filesystems, so slower checks).
+            for i, run in enumerate(runs):
+                lanes[i % len(lanes)].runs.append(run)
+        except BaseException:
+            # The oracle is read first, as it was before the two were done at once: a bad
+            # oracle is the error to report, not a log disk that fails after it.
+            failed = loading.exception()
+            if failed is not None:
+                raise failed from None
+            raise
         oracle, oracle_load_s = loading.result()
         setup_s = clock.monotonic() - start
 
