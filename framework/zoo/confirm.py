@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +31,9 @@ from crashcases.crash.plan import load_checked
 from crashcases.execute import mark_name
 from crashcases.findings.shrink import cheap_cut, load_failure
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
+from framework.core import clock
 from framework.core.rundir import write_json_atomic
+from framework.zoo.commands import run_command
 from framework.zoo.kernels import Kernel
 
 if TYPE_CHECKING:
@@ -141,11 +142,10 @@ def recheck_on(run_dir: Path, key: str, kernel: Kernel,
     harness error) is neither."""
     argv = [sys.executable, "-m", "framework.cli", "recheck", os.fspath(run_dir), key,
             "--kernel", os.fspath(kernel.image), "--modules", os.fspath(kernel.modules)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CONFIRM_TIMEOUT_S,
-                              check=False)
-        code, said = proc.returncode, (proc.stdout.strip().splitlines() or [""])[0]
-    except subprocess.TimeoutExpired:
+    end = clock.monotonic() + CONFIRM_TIMEOUT_S
+    code, out, _, late = run_command(argv, lambda _now: end, keep_stdout=True)
+    said = (out.strip().splitlines() or [""])[0]
+    if late:
         code, said = -1, f"no answer in {CONFIRM_TIMEOUT_S:.0f} s"
     say(f"zoo: recheck {key} on {kernel.name}: {said or f'exit {code}'}")
     return {"argv": argv, "exit": code, "said": said, "fails": code == 1, "passes": code == 0}

@@ -32,8 +32,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -45,6 +43,8 @@ from typing import Any
 from framework.core import clock, rundir
 from framework.core.errors import ConfigError
 from framework.core.store import Store
+from framework.zoo.commands import STOP as _STOP
+from framework.zoo.commands import run_command
 from framework.zoo.entry import ZooEntry
 from framework.zoo.kernels import FIXED, Kernel, installed
 
@@ -134,36 +134,6 @@ def _crash_argv(kernel: Kernel, target: str, case: str, options: Sequence[str], 
             "--db", os.fspath(db)]
 
 
-class _Stop:
-    """The recall is stopping (Ctrl-C, SIGTERM): no new step starts, running ones are
-    told to stop (each crash command keeps what it checked)."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.lock = threading.Lock()
-        self.live: set[subprocess.Popen[str]] = set()
-
-    def add(self, proc: subprocess.Popen[str]) -> None:
-        with self.lock:
-            self.live.add(proc)
-        if self.event.is_set():
-            proc.send_signal(signal.SIGTERM)
-
-    def discard(self, proc: subprocess.Popen[str]) -> None:
-        with self.lock:
-            self.live.discard(proc)
-
-    def stop(self) -> None:
-        self.event.set()
-        with self.lock:
-            for proc in self.live:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-
-
-_STOP = _Stop()
-
-
 def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None], *,
               left_s: float | None = None) -> None:
     """Run one crash command; SIGTERM when its share ends (it keeps what it checked).
@@ -174,43 +144,28 @@ def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], 
     before = set(results.glob("crash-*")) if results.is_dir() else set()
     say("zoo: + " + shlex.join(["powercut", *step.argv[3:]]))
     start = clock.monotonic()
-    hard = max(left_s if left_s is not None else timeout_s, 1.0)
+    hard = start + max(left_s if left_s is not None else timeout_s, 1.0)
     checking_since: float | None = None if left_s is not None else start
-    with subprocess.Popen(step.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True) as proc:
-        _STOP.add(proc)
-        while True:
-            now = clock.monotonic()
-            if checking_since is None and any(
-                    (d / rundir.RECORD).is_file() for d in set(results.glob("crash-*")) - before):
-                checking_since = now
-            ends = start + hard
-            if checking_since is not None:
-                ends = min(ends, checking_since + max(timeout_s, 1.0))
-            try:
-                _, err = proc.communicate(timeout=max(min(ends - now, 2.0), 0.01))
-                break
-            except subprocess.TimeoutExpired:
-                if clock.monotonic() < ends:
-                    continue
-            step.interrupted = True
-            proc.send_signal(signal.SIGTERM)
-            try:
-                _, err = proc.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                _, err = proc.communicate()
-            break
-        _STOP.discard(proc)
+
+    def ends(now: float) -> float:
+        nonlocal checking_since
+        if checking_since is None and any(
+                (d / rundir.RECORD).is_file() for d in set(results.glob("crash-*")) - before):
+            checking_since = now
+        if checking_since is None:
+            return hard
+        return min(hard, checking_since + max(timeout_s, 1.0))
+
+    code, _, err, step.interrupted = run_command(step.argv, ends)
     if _STOP.event.is_set():
         step.interrupted = True
     step.wall_s = clock.monotonic() - start
     made = sorted(set(results.glob("crash-*")) - before)
-    if proc.returncode not in (0, 1) and not step.interrupted:
+    if code not in (0, 1) and not step.interrupted:
         # The crash command's own error (a guest that panicked while booting, a harness
         # error): the step is recorded with it and the recall goes on.
-        last = (err or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        step.error = f"exit {proc.returncode}: {last[0]}"
+        last = err.strip().splitlines()[-1:] or [f"exit {code}"]
+        step.error = f"exit {code}: {last[0]}"
         say(f"zoo: step failed: {shlex.join(step.argv)} -- {step.error}")
     if made:
         step.run_dir = os.fspath(made[-1])

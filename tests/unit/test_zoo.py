@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -187,8 +188,6 @@ def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
     """A failure that needs the whole history (a wrapped journal) passes as a sequence alone;
     the state rebuilt from the recorded log then decides: failing on the zoo kernel and
     passing on the fixed one confirms it, anything else does not."""
-    import subprocess
-
     from framework.zoo import confirm as confirm_mod
     from framework.zoo import recall
     from framework.zoo.kernels import Kernel
@@ -203,12 +202,12 @@ def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
     exits: dict[str, int] = {}
     argvs: list[list[str]] = []
 
-    def fake_recheck(argv, **kwargs):
+    def fake_recheck(argv, ends, keep_stdout=False):
         argvs.append(argv)
         kernel = Path(argv[argv.index("--modules") + 1]).name
-        return subprocess.CompletedProcess(argv, exits[kernel], stdout="110/prefix: x\n")
+        return exits[kernel], "110/prefix: x\n", "", False
 
-    monkeypatch.setattr(confirm_mod.subprocess, "run", fake_recheck)
+    monkeypatch.setattr(confirm_mod, "run_command", fake_recheck)
     kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
     fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
     said: list[str] = []
@@ -355,6 +354,59 @@ def test_a_stopped_recall_stops_its_running_steps_and_keeps_no_half_kernel(tmp_p
     assert time.monotonic() - start < 30  # the two-minute step was told to stop
     assert not out.exists() or json.loads(out.read_text())["entries"] == []
     assert not recall._STOP.event.is_set()  # the next recall in this process starts afresh
+
+
+def test_a_command_whose_waiting_thread_is_interrupted_is_told_to_stop_and_waited_for(
+        tmp_path) -> None:
+    """Ctrl-C or SIGTERM of the recall can arrive in the thread that waits for a command (the
+    confirmations run in the main thread): the command gets SIGTERM, so it closes its guest,
+    and has ended before the exception goes on."""
+    import signal
+    import sys
+    import time
+
+    from framework.zoo import commands
+
+    said = tmp_path / "said"
+    script = ("import os, signal, sys, time\n"
+              "def bye(*_): open(sys.argv[1], 'w').write(str(os.getpid())); sys.exit(3)\n"
+              "signal.signal(signal.SIGTERM, bye)\n"
+              "open(sys.argv[1] + '.up', 'w').close()\n"
+              "time.sleep(120)\n")
+
+    def interrupt(*_):  # type: ignore[no-untyped-def]
+        if not (tmp_path / "said.up").exists():  # not yet ready for SIGTERM: ask again later
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            return
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    start = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            commands.run_command([sys.executable, "-c", script, str(said)],
+                                 lambda now: now + 600)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - start < 30
+    pid = int(said.read_text())  # it was told with SIGTERM, not killed
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # and it has ended (and been reaped)
+    assert not commands.STOP.live
+    # Its time's end: SIGTERM too, and the caller learns it was stopped.
+    said.unlink()
+    (tmp_path / "said.up").unlink()
+    up: list[float] = []
+
+    def ends(now: float) -> float:  # one second after it is ready for SIGTERM
+        if not up and (tmp_path / "said.up").exists():
+            up.append(now)
+        return up[0] + 1.0 if up else now + 5.0
+
+    code, _, _, stopped = commands.run_command([sys.executable, "-c", script, str(said)], ends)
+    assert (code, stopped) == (3, True) and said.exists()
 
 
 def test_a_crash_command_that_fails_is_tried_again_then_recorded_and_the_recall_goes_on(
