@@ -23,8 +23,6 @@ those come from; users define their own in a targets file::
 from __future__ import annotations
 
 import functools
-import importlib.resources
-import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -118,6 +116,9 @@ def parse_profiles(tables: Any, *, source: str) -> dict[str, DeviceProfile]:
 
 @functools.cache
 def builtin_profiles() -> dict[str, DeviceProfile]:
+    import importlib.resources  # imported when first needed (recovery.targets says why)
+    import tomllib
+
     text = importlib.resources.files("recovery").joinpath("builtin_profiles.toml").read_text(
         encoding="utf-8")
     return parse_profiles(tomllib.loads(text)["profiles"], source="builtin_profiles.toml")

@@ -23,9 +23,7 @@ with ``load_targets()``, and their own device profiles in the same file::
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -203,6 +201,10 @@ def parse_targets(text: str, *, source: str) -> dict[str, Target]:
 def parse_target_file(text: str, *, source: str
                       ) -> tuple[dict[str, Target], dict[str, DeviceProfile]]:
     """The targets and the device profiles a TOML file defines."""
+    # Imported here: a guest's task gets its targets in its request, and under emulation
+    # this import is ~70 ms of every task's start.
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -263,6 +265,8 @@ def with_profiles(target: Target, roles: Mapping[str, str],
 
 @functools.cache
 def _builtin() -> dict[str, Target]:
+    import importlib.resources  # with tempfile, shutil and random: ~230 ms of an emulated start
+
     resource = importlib.resources.files("recovery").joinpath("builtin_targets.toml")
     return parse_targets(resource.read_text(encoding="utf-8"), source="builtin_targets.toml")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import mmap
-import random
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -241,6 +240,8 @@ class Workload:
 
 def op_data(seed: int, index: int, length: int) -> bytes:
     """The bytes op ``index`` of a workload with ``seed`` writes (random, so no two blocks match)."""
+    import random  # only the recording guest writes data: a checking guest's start skips it
+
     # A str seed goes through sha512 in random.seed(), stable across runs and Python versions.
     return random.Random(f"powercut:{seed}:{index}").randbytes(length)
 

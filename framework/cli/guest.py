@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +73,8 @@ def environment(_req: EnvRequest) -> EnvFacts:
         dm_targets = []
     with open("/proc/filesystems") as f:
         filesystems = sorted({ln.split()[-1] for ln in f if ln.strip()})
+    import platform  # only this task needs it
+
     return EnvFacts(kernel=platform.release(), python=platform.python_version(),
                     cpus=os.cpu_count(), dm_targets=tuple(dm_targets),
                     filesystems=tuple(filesystems))

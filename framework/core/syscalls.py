@@ -10,7 +10,6 @@ differs.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 from collections.abc import Sequence
@@ -34,7 +33,9 @@ def runs_here(runner: object) -> bool:
 
 @cache
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The running program's symbols, libc's among them (dlopen(3) of NULL). find_library("c")
+    # would start ldconfig -p, a process of its own in every guest task.
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def split_options(options: Sequence[str]) -> tuple[int, str]:

@@ -7,7 +7,6 @@ No other package knows these details; everything else asks
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -84,6 +83,8 @@ def tool_versions(fstypes: Iterable[str]) -> dict[str, str]:
     """The versions of the programs these filesystem types are made and checked with.
 
     A run records them: a finding may depend on the mkfs defaults or fsck of one release."""
+    import shutil  # here: with bz2 and lzma, a cost of every emulated task's start otherwise
+
     out: dict[str, str] = {}
     for fstype in dict.fromkeys(fstypes):
         for tool in adapter_for(fstype).tools:

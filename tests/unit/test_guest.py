@@ -90,6 +90,26 @@ def test_the_lean_import_check_can_fire() -> None:
     assert "scipy" in _top_level_imports("framework.bench.engine")  # the host's statistics
 
 
+#: Standard-library modules the crash check does not use at start; under an emulated CPU each
+#: costs tens of milliseconds of every task's start (hashlib loads OpenSSL, importlib.resources
+#: brings tempfile, shutil, bz2, lzma and random, ctypes.util is for find_library).
+NOT_AT_CHECK_START = ("hashlib", "tomllib", "importlib.resources", "platform", "shutil",
+                      "random", "tempfile", "bz2", "lzma", "ctypes.util")
+
+
+def _imported(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(*sorted(m for m in {NOT_AT_CHECK_START!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True)
+    return set(out.stdout.split())
+
+
+def test_the_check_tasks_start_imports_nothing_it_does_not_use() -> None:
+    assert _imported("import framework.cli.guest, crashcases.crash.guest") == set()
+    # The positive control: the same probe sees one that is imported.
+    assert _imported("import framework.cli.guest, crashcases.crash.guest, tomllib") == {"tomllib"}
+
+
 def test_env_reports_the_kernels_dm_targets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("devicemapper.features.loaded_targets", lambda _runner: ["flakey", "log-writes"])
     out = io.StringIO()
