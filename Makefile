@@ -13,7 +13,7 @@ STAMPS := .stamps
 # Debian packages: the guest kernel and its tools, filesystems, benchmarks.
 # gcc and python3-dev build the compiled log walker (devicemapper/_lognative.c).
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
-	dmsetup kmod cpio e2fsprogs xfsprogs btrfs-progs f2fs-tools jfsutils \
+	dmsetup kmod cpio e2fsprogs e2fsck-static xfsprogs btrfs-progs f2fs-tools jfsutils \
 	reiserfsprogs fio bonnie++ postmark dbench fsmark attr chromium \
 	gcc libc6-dev python3-dev
 

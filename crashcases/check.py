@@ -124,15 +124,15 @@ def _tail(fsck: FsckResult) -> str:
 
 
 def _fsck(runner: CommandRunner, target: Target, dev: str, result: CheckResult,
-          timeouts: Timeouts, journal_dev: str | None) -> None:
+          timeouts: Timeouts, journal_dev: str | None, quick_start: bool) -> None:
     """Read-only check (timed); only if it finds errors, repair (timed)."""
     fck = run_fsck(runner, target, dev, repair=False, journal_dev=journal_dev,
-                   timeout_s=timeouts.fsck_s)
+                   timeout_s=timeouts.fsck_s, quick_start=quick_start)
     result.fsck_check, result.fsck_check_s = fck.verdict.value, fck.duration_s
     if fck.verdict is not FsckVerdict.CLEAN:
         result.fsck_check_output = _tail(fck)
         rep = run_fsck(runner, target, dev, repair=True, journal_dev=journal_dev,
-                       timeout_s=timeouts.fsck_s)
+                       timeout_s=timeouts.fsck_s, quick_start=quick_start)
         result.fsck_repair, result.fsck_repair_s = rep.verdict.value, rep.duration_s
         result.fsck_repair_output = _tail(rep)
         if fck.verdict is FsckVerdict.FAILED:
@@ -205,12 +205,13 @@ def check_state(runner: CommandRunner, target: Target, dev: str, mountpoint: Pat
 def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Path, *,
                  oracle: OracleLog, states: Sequence[tuple[str, str | None]],
                  rules: PersistenceRules, timeouts: Timeouts = Timeouts(),
-                 journal_dev: str | None = None) -> list[CheckResult]:
+                 journal_dev: str | None = None, quick_fsck: bool = False) -> list[CheckResult]:
     """Check crash states that have the same disk content, on ``dev``: ``states`` are
     (key, last mark) pairs. The first is checked in full; each other one shares its mount,
     tree read and fsck, and has its own promises (those up to its own last mark) verified
     on that mount. The promises differ, so the outcomes can. After a hang only the first
-    state has a result."""
+    state has a result. ``quick_fsck``: the checker's static build where there is one
+    (run_fsck's ``quick_start``), for checks whose fsck time is not a recovery figure."""
     start = clock.monotonic()
     key, last_mark = states[0]
     result = CheckResult(key=key)
@@ -221,7 +222,7 @@ def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Pa
     try:
         if early:
             _replay_log(runner, target, dev, result, timeouts, journal_dev)
-            _fsck(runner, target, dev, result, timeouts, journal_dev)
+            _fsck(runner, target, dev, result, timeouts, journal_dev, quick_fsck)
         mres = mount_timed(runner, target, dev, os.fspath(mountpoint), journal_dev=journal_dev,
                            timeout_s=timeouts.mount_s)
         result.mount_ok, result.mount_s = mres.ok, mres.duration_s
@@ -245,11 +246,11 @@ def check_states(runner: CommandRunner, target: Target, dev: str, mountpoint: Pa
                 result.umount_s = umount(runner, os.fspath(mountpoint),
                                          timeout_s=timeouts.umount_s).duration_s
         if not early:
-            _fsck(runner, target, dev, result, timeouts, journal_dev)
+            _fsck(runner, target, dev, result, timeouts, journal_dev, quick_fsck)
         elif result.mount_ok:
             # After repair, mount and unmount, the filesystem must check clean.
             after = run_fsck(runner, target, dev, repair=False, journal_dev=journal_dev,
-                             timeout_s=timeouts.fsck_s)
+                             timeout_s=timeouts.fsck_s, quick_start=quick_fsck)
             if after.verdict is not FsckVerdict.CLEAN:
                 result.notes.append(f"fsck after repair and remount: {after.verdict.value}: "
                                     f"{_tail(after)}")

@@ -354,7 +354,7 @@ def missing_prerequisites(runner: CommandRunner, target: Target) -> list[str]:
     """
     adapter = adapter_for(target.fstype)
     missing: list[str] = []
-    for tool in adapter.tools:
+    for tool in (t for t in adapter.tools if t.needed):
         if runner.run(["which", tool.binary], timeout_s=DMESG_TIMEOUT_S, ok_status=None).status != 0:
             missing.append(f"program {tool.binary} (install Debian package {tool.package})")
     if not _fs_registered(runner, target.fstype):

@@ -503,7 +503,7 @@ def check(req: CheckRequest) -> CheckSummary:
                                                oracle=oracle,
                                                states=[(s.key, s.last_mark) for s in group],
                                                rules=rules, timeouts=req.timeouts,
-                                               journal_dev=journal_dev)
+                                               journal_dev=journal_dev, quick_fsck=True)
                         t2 = clock.monotonic()
                 except DeviceBusy as exc:
                     # A mount or device that stays busy is the harness's problem, not the

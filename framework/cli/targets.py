@@ -60,7 +60,8 @@ def availability(target: Target, kernel: KernelModules | str) -> Availability:
     """What ``target`` needs that this machine lacks: the adapter's programs and kernel modules."""
     adapter = adapter_for(target.fstype)
     missing = [f"program {tool.binary} (install Debian package {tool.package})"
-               for tool in adapter.tools if doctor.find_tool(tool.binary) is None]
+               for tool in adapter.tools
+               if tool.needed and doctor.find_tool(tool.binary) is None]
     if isinstance(kernel, KernelModules):
         missing += [f"kernel module {module} (not in kernel {kernel.release})"
                     for module in adapter.kernel_modules if not kernel.has(module)]

@@ -186,6 +186,9 @@ class Tool:
     version_argv: tuple[str, ...] | None = None
     #: Whether ``powercut doctor`` fails without it (else it only warns).
     required: bool = True
+    #: Whether its filesystem's commands need it (False: run instead of another when
+    #: installed, as a checker's static build is; its absence stops nothing).
+    needed: bool = True
 
 
 def tool_version(binary: str, version_argv: Sequence[str] | None) -> str:

@@ -180,6 +180,12 @@ class FilesystemAdapter(abc.ABC):
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         """A non-interactive fsck: no-modify check, or repair with every answer yes."""
 
+    #: Checkers with a statically linked build of the same program, as (the checker, its
+    #: static build) pairs. Where the time is not the answer (the check of a crash state)
+    #: the static build runs instead when installed (recovery.fsck.run_fsck's
+    #: ``quick_start``).
+    static_checkers: tuple[tuple[str, str], ...] = ()
+
     #: How the lines of ``journal_location_argv``'s output that say where the journal is
     #: begin.
     journal_location_prefixes: tuple[str, ...] = ()

@@ -114,7 +114,11 @@ class ExtAdapter(FilesystemAdapter):
     tools = (
         Tool("mke2fs", "e2fsprogs", ("-V",)),
         Tool("e2fsck", "e2fsprogs", ("-V",)),
+        # e2fsck statically linked (Debian's e2fsck-static, built from the same source): a
+        # crash state's check runs it when it says the same version as e2fsck.
+        Tool("e2fsck.static", "e2fsck-static", ("-V",), required=False, needed=False),
     )
+    static_checkers = (("e2fsck", "e2fsck.static"),)
     supports_external_journal = True
     # ext4_fill_super() (Linux 6.1) looks at no other mounted filesystem's UUID: copies of
     # one filesystem mount side by side.

@@ -507,3 +507,79 @@ def test_a_device_node_of_another_name_is_known_by_its_kernel_name(tmp_path: Pat
     assert about_devices([f"EXT4-fs ({name}): recovery complete", "EXT4-fs (dm-99): x"],
                          os.fspath(node)) == [f"EXT4-fs ({name}): recovery complete"]
     assert kernel_name("/no/such/vdb") == "vdb"
+
+
+# --- the checker's static build ------------------------------------------------------------
+
+
+def _ext4_image(tmp_path: Path) -> Path:
+    import shutil
+    import subprocess
+
+    if shutil.which("mke2fs") is None or shutil.which("debugfs") is None:
+        pytest.skip("e2fsprogs not installed ('make setup')")
+    image = tmp_path / "fs.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mke2fs", "-F", "-q", "-t", "ext4", image], check=True)
+    return image
+
+
+def test_a_crash_check_runs_e2fscks_static_build_with_the_same_verdict(tmp_path: Path) -> None:
+    """quick_start runs e2fsck.static where it is installed and says e2fsck's version; on a
+    clean image and on a damaged one (the control: a root directory whose link count is
+    wrong must be found) it says what e2fsck says, word for word."""
+    import shutil
+    import subprocess
+
+    from framework.core.command import HostRunner
+
+    if shutil.which("e2fsck.static") is None:
+        pytest.skip("e2fsck-static not installed ('make setup')")
+    image = _ext4_image(tmp_path)
+    target = get_target("ext4/ordered")
+    for damaged in (False, True):
+        if damaged:
+            subprocess.run(["debugfs", "-w", "-R", "sif <2> links_count 7", image],
+                           check=True, capture_output=True)
+        quick = run_fsck(HostRunner(), target, str(image), repair=False, timeout_s=60,
+                         quick_start=True)
+        plain = run_fsck(HostRunner(), target, str(image), repair=False, timeout_s=60)
+        assert quick.argv[0] == "e2fsck.static" and plain.argv[0] == "e2fsck"
+        assert quick.argv[1:] == plain.argv[1:]
+        assert (quick.verdict, quick.status, quick.output_tail) == (
+            plain.verdict, plain.status, plain.output_tail)
+        assert quick.verdict is (CORRUPT if damaged else FsckVerdict.CLEAN), quick.output_tail
+
+
+def test_the_static_build_runs_only_where_it_says_the_same_version_and_runs_here(
+        monkeypatch: pytest.MonkeyPatch, make_fake: Callable[..., FakeMachine]) -> None:
+    import shutil
+
+    from framework.core.command import HostRunner
+    from recovery import fsck
+
+    target = get_target("ext4/ordered")
+    fake = make_fake(strict=True)
+    fake.on("e2fsck -f -n *", status=0)
+    # A runner whose commands run elsewhere: the program named, never a local build's.
+    assert run_fsck(fake, target, "/dev/vdb", repair=False, timeout_s=10,
+                    quick_start=True).argv[0] == "e2fsck"
+    versions = {"e2fsck": "e2fsck 1.47.0 (5-Feb-2023)", "e2fsck.static": "e2fsck 1.46.5 (30-Dec-2021)"}
+    monkeypatch.setattr(fsck, "tool_version", lambda binary, argv: versions[binary])
+    monkeypatch.setattr(shutil, "which", lambda name: f"/sbin/{name}")
+    fsck._same_version.cache_clear()
+    try:
+        assert not fsck.static_build("e2fsck", "e2fsck.static")  # another release: not it
+        fsck._same_version.cache_clear()
+        versions["e2fsck.static"] = versions["e2fsck"]
+        assert fsck.static_build("e2fsck", "e2fsck.static")
+        fsck._same_version.cache_clear()
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+        assert not fsck.static_build("e2fsck", "e2fsck.static")  # not installed
+        # A filesystem without a static checker keeps its own.
+        assert not dict(adapter_for("xfs").static_checkers)
+        assert run_fsck(HostRunner(), get_target("ext4/ordered"), "/dev/null", repair=False,
+                        timeout_s=10, quick_start=True).argv[0] == "e2fsck"
+    finally:
+        fsck._same_version.cache_clear()
