@@ -31,15 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashcases.check import CheckResult, check_states, explain
-from crashcases.execute import MKFS_MARK, ORDER_SUFFIX, execute
 from crashcases.oracle.log import OracleLog
 from crashcases.oracle.verify import prepare
 from crashcases.vocabulary import Outcome
-from crashcases.workload.ops import Workload
-from devicemapper.delay import delayed_path
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.logindex import LogIndex
-from devicemapper.logwrites import LogWritesDevice, recording
 from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
 from framework.core import agent, clock, rundir
@@ -52,6 +48,8 @@ from recovery.targets import Target
 
 if TYPE_CHECKING:  # the guest builds no crash state: points.py stays unread there
     from crashcases.crash.points import CrashState
+    from crashcases.workload.ops import Workload
+    from devicemapper.logwrites import LogWritesDevice
 
 
 RECORD_MOUNTPOINT = Path("/tmp/powercut/record")
@@ -82,6 +80,8 @@ class RecordRequest:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RecordRequest:
+        from crashcases.workload.ops import Workload
+
         return cls(Target.from_dict(raw["target"]), Workload.from_json(raw["workload"]),
                    str(raw["data_dev"]), str(raw["log_dev"]), str(raw["oracle_path"]),
                    raw.get("journal_dev"), raw.get("journal_log_dev"))
@@ -104,6 +104,11 @@ class RecordResult:
 
 
 def record(req: RecordRequest) -> RecordResult:
+    # Imported here: the checking guest, which starts far more often, needs none of them.
+    from crashcases.execute import MKFS_MARK, execute
+    from devicemapper.delay import delayed_path
+    from devicemapper.logwrites import recording
+
     runner = HostRunner()
     start = clock.monotonic()
     with contextlib.ExitStack() as stack:
@@ -138,6 +143,8 @@ def _marks_both(data: LogWritesDevice, journal: LogWritesDevice) -> Callable[[st
     """Mark both logs: the data log, the journal log, the data log again (NAME +
     ORDER_SUFFIX). Nothing logged between the two data marks says the data disk
     completed nothing while the journal was marked (crashcases.crash.points.plan_two_disk_states)."""
+
+    from crashcases.execute import ORDER_SUFFIX
 
     def mark(name: str) -> None:
         data.mark_fast(name)

@@ -90,11 +90,13 @@ def test_the_lean_import_check_can_fire() -> None:
     assert "scipy" in _top_level_imports("framework.bench.engine")  # the host's statistics
 
 
-#: Standard-library modules the crash check does not use at start; under an emulated CPU each
-#: costs tens of milliseconds of every task's start (hashlib loads OpenSSL, importlib.resources
+#: Modules the crash check does not use at start; under an emulated CPU each costs tens of
+#: milliseconds of every task's start (hashlib loads OpenSSL, importlib.resources
 #: brings tempfile, shutil, bz2, lzma and random, ctypes.util is for find_library).
 NOT_AT_CHECK_START = ("hashlib", "tomllib", "importlib.resources", "platform", "shutil",
-                      "random", "tempfile", "bz2", "lzma", "ctypes.util")
+                      "random", "tempfile", "bz2", "lzma", "ctypes.util",
+                      # and the recording task's own: the workload runner, dm-delay, the recorder
+                      "crashcases.execute", "devicemapper.delay", "devicemapper.logwrites")
 
 
 def _imported(code: str) -> set[str]:
