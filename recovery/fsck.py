@@ -55,7 +55,7 @@ def run_fsck(
     ``quick_start``: run the checker's statically linked build where the filesystem has one,
     it is installed and it says the same version (``static_build``). The verdict is the
     same program's; the time lacks the loading of its shared libraries, which under an
-    emulated CPU is most of the check of a small filesystem (e2fsck: about 70 of 150 ms).
+    emulated CPU is most of the check of a small filesystem (e2fsck: 70 to 100 ms of about 150).
     For a crash state's check, whose time is not a recovery figure: recovery timings
     (``powercut cut``, ``sweep``) run the checker a booting system runs.
     """
