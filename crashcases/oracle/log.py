@@ -50,6 +50,7 @@ import bisect
 import json
 import threading
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -89,6 +90,14 @@ class Binding:
     op: int
     inode: int | None
     cause: str  # the op kind, "rename-replace", or "moved" (an ancestor was renamed)
+
+
+def binding_spans(hist: Sequence[Binding]) -> Iterator[tuple[Binding, float]]:
+    """Each binding of a path's history, in order, with the op at which the next one took
+    over (inf: none did): ``OracleLog.binding_at`` gives it after every op from its own up
+    to that one, excluded."""
+    for b, after in zip(hist, [*hist[1:], None], strict=True):
+        yield b, (after.op if after is not None else float("inf"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from crashcases.oracle.log import (
     DataVersion,
     NodeKind,
     OracleLog,
+    binding_spans,
 )
 from recovery.persistence import PersistenceRules
 
@@ -62,9 +63,8 @@ class _ReplacedInEffect:
         # (start op, end op, the binding), in the order of oracle.paths and each history.
         self.spans: list[tuple[int, float, Binding]] = []
         for hist in oracle.paths.values():
-            for j, b in enumerate(hist):
+            for b, end in binding_spans(hist):
                 if b.cause == "rename-replace":
-                    end = hist[j + 1].op if j + 1 < len(hist) else float("inf")
                     self.spans.append((b.op, end, b))
         self._by_start = sorted(range(len(self.spans)), key=lambda i: self.spans[i][0])
         self._rewind()

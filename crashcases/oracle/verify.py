@@ -22,6 +22,7 @@ from crashcases.oracle.log import (
     DataVersion,
     NodeKind,
     OracleLog,
+    binding_spans,
     block_digest,
     data_digests,
     value_digest,
@@ -130,11 +131,9 @@ class _TopNames:
         for i, (name, is_path, _) in enumerate(trees):
             if not is_path:
                 continue
-            hist = oracle.paths.get(name, ())
-            # A binding is in effect from its op until the next one's (binding_at).
-            for b, after in zip(hist, [*hist[1:], None], strict=True):
+            for b, end in binding_spans(oracle.paths.get(name, ())):
                 if b.inode is not None:
-                    spans.append((b.op, after.op if after is not None else float("inf"), i))
+                    spans.append((b.op, end, i))
         spans.sort()
         self.spans = spans
         self.starts = [start for start, _, _ in spans]

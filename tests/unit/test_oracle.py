@@ -566,6 +566,30 @@ def test_the_promise_indexes_answer_as_a_scan_of_every_mark_and_binding(
             assert durable(ino, m) == scanned, (ino, m)
 
 
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**32))
+def test_the_top_name_index_answers_as_a_scan_of_every_binding(
+    tmp_path_factory: pytest.TempPathFactory, seed: int
+) -> None:
+    """The names a state's check visits without a look at each are those bound to an inode
+    after its window's end: at every op, exactly the top-level names binding_at says are
+    (one op too few or too many is a name skipped or visited for nothing)."""
+    tmp = tmp_path_factory.mktemp("top-names")
+    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(25, seed + i))) for i in range(4)]
+    oracle, _ = record(pack(seqs, name="p", seed=seed, retire_every=2), tmp / "recorded")
+    trees = oracle_mod._trees(oracle)
+    index = oracle_mod._TopNames(oracle, trees)
+    for op in range(-1, oracle.n_ops + 1):
+        scanned = set()
+        for i, (name, is_path, _) in enumerate(trees):
+            bound = oracle.binding_at(name, op) if is_path else None
+            if bound is not None and bound.inode is not None:
+                scanned.add(i)
+        assert index.named_at(op) == scanned, op
+
+
 # -- the range durability ops, syncfs, sync_file_range and the newer ops ------
 
 EXT4 = persistence_rules(get_target("ext4/ordered"))
