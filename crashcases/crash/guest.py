@@ -20,11 +20,14 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
+import gc
 import json
+import logging
+import mmap
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +41,7 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.logindex import LogIndex
 from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
-from framework.core import agent, clock, rundir
+from framework.core import agent, clock, errors, rundir
 from framework.core.command import HostRunner
 from framework.core.errors import DeviceBusy
 from recovery.filesystems import adapter_for, persistence_rules
@@ -51,6 +54,7 @@ if TYPE_CHECKING:  # the guest builds no crash state: points.py stays unread the
     from crashcases.workload.ops import Workload
     from devicemapper.logwrites import LogWritesDevice
 
+log = logging.getLogger(__name__)
 
 RECORD_MOUNTPOINT = Path("/tmp/powercut/record")
 CHECK_MOUNTPOINT = Path("/tmp/powercut/check")
@@ -437,9 +441,10 @@ def check(req: CheckRequest) -> CheckSummary:
     loader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="oracle-load")
     loading = loader.submit(_load_oracle, Path(req.oracle_path), rules)
     loader.shutdown(wait=False)  # the load runs on; nothing else is queued
+    # Per process: a lane in a process of its own reports its share at the end.
     tally: dict[str, float] = {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0}
-    hung = threading.Event()
-    write_lock = threading.Lock()
+    stop = _Flag()  # a lane hung or failed: every lane stops after its current state
+    baton = _Baton()  # the lanes' writes to the results and started files, one at a time
     busy = busy_faults(req.inject_busy)
     panics = {item.partition("@")[0] for item in (req.inject_panic or "").split(",") if item}
     started_path = Path(req.results_path).with_name(rundir.GUEST_STARTED)
@@ -451,19 +456,11 @@ def check(req: CheckRequest) -> CheckSummary:
                              req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
             runs = list(same_content_runs(req.states, data, journal,
                                           {req.inject_hang or "", *busy} - {""}))
-            lanes = [_Lane(data, journal, CHECK_MOUNTPOINT, req.target)]
-            # A second copy of the filesystem mounted beside the first may need an option to be
-            # mounted at all (xfs: nouuid); the first lane mounts the target as it is.
-            second = dataclasses.replace(req.target, mount_options=(
-                *req.target.mount_options, *adapter_for(req.target.fstype).second_copy_mount_options))
-            for n, disks in enumerate(req.lanes[: max(0, len(runs) - 1)], 2):
-                lanes.append(_Lane(_Disk(stack, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
-                                         f"pc-snap-{n}", like=data), None,
-                                   CHECK_MOUNTPOINT.with_name(f"check-{n}"), second))
+            more = req.lanes[: max(0, len(runs) - 1)]
             # Dealt in turn, so the lanes stay near each other in the log and share the work
             # evenly (later states have fuller filesystems, so slower checks).
-            for i, run in enumerate(runs):
-                lanes[i % len(lanes)].runs.append(run)
+            shares: list[list[list[StateRecipe]]] = [runs[i::1 + len(more)]
+                                                     for i in range(1 + len(more))]
         except BaseException:
             # The oracle is read first, as it was before the two were done at once: a bad
             # oracle is the error to report, not a log disk that fails after it.
@@ -476,10 +473,10 @@ def check(req: CheckRequest) -> CheckSummary:
 
         def check_lane(lane: _Lane) -> None:
             for group in lane.runs:
-                if hung.is_set():
+                if stop.is_set():
                     return
                 first = group[0]
-                with write_lock:
+                with baton:
                     # What is in flight when the guest dies: the host checks exactly those
                     # states again, alone (begun here, no result yet).
                     started.write("".join(f"{s.key}\n" for s in group))
@@ -519,48 +516,190 @@ def check(req: CheckRequest) -> CheckSummary:
                     error = CheckResult(key=first.key, outcome=Outcome.ERROR,
                                         notes=[str(exc)])
                     error.explanation = explain(error)
-                    with write_lock:
+                    with baton:
                         out.write(json.dumps(error.to_dict(), sort_keys=True) + "\n")
                         out.flush()
                         os.fsync(out.fileno())
-                    hung.set()
+                    stop.set()
                     return
                 t3 = clock.monotonic()  # the state's disks and snapshots released
-                with write_lock:
-                    tally["prepare_s"] += (t1 - t0) + (t3 - t2)
-                    tally["check_s"] += t2 - t1
+                tally["prepare_s"] += (t1 - t0) + (t3 - t2)
+                tally["check_s"] += t2 - t1
+                tally["checked"] += len(results)
+                tally["shared"] += len(results) - 1
+                with baton:
                     for result in results:
                         out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
                     out.flush()
                     os.fsync(out.fileno())
-                    tally["checked"] += len(results)
-                    tally["shared"] += len(results) - 1
                 if results[0].outcome is Outcome.HANG:
                     # Something in the kernel is stuck; nothing more here is trustworthy.
-                    hung.set()
+                    stop.set()
                     return
 
-        if len(lanes) == 1:
-            check_lane(lanes[0])
+        # A second copy of the filesystem mounted beside the first may need an option to be
+        # mounted at all (xfs: nouuid); the first lane mounts the target as it is.
+        second = dataclasses.replace(req.target, mount_options=(
+            *req.target.mount_options, *adapter_for(req.target.fstype).second_copy_mount_options))
+
+        def other_lane(n: int, disks: LaneDisks, share: list[list[StateRecipe]]) -> dict[str, Any]:
+            """Lane ``n``, in its own process: its disks opened and released there."""
+            with contextlib.ExitStack() as own:
+                disk = _Disk(own, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
+                             f"pc-snap-{n}", like=data)
+                check_lane(_Lane(disk, None, CHECK_MOUNTPOINT.with_name(f"check-{n}"), second,
+                                 share))
+            return {"tally": tally, "spent": disk.spent, "written": disk.rep.bytes_written,
+                    "discarded": disk.rep.bytes_discarded, "applied": disk.rep.entries_applied}
+
+        lane = _Lane(data, journal, CHECK_MOUNTPOINT, req.target, shares[0])
+        reports: list[dict[str, Any]] = []
+        if more:
+            # Each lane past the first is a process of its own, forked once everything they
+            # share is built (the oracle, the log's index): the lanes' Python work (the oracle
+            # check, the tree read) runs on both CPUs at once instead of in turns under one
+            # interpreter lock. What a forked lane would otherwise ask again, it inherits.
+            _warm_static_checkers(req.target)
+            out.flush()
+            started.flush()
+            gc.freeze()  # the collector leaves the shared objects' pages unwritten in the forks
+            others = [_LaneProcess(n, functools.partial(other_lane, n, disks, share))
+                      for n, (disks, share) in enumerate(zip(more, shares[1:]), 2)]
+            try:
+                check_lane(lane)
+            except BaseException:
+                stop.set()  # the other lanes stop after their current state
+                for other in others:
+                    with contextlib.suppress(Exception):
+                        other.wait()
+                raise
+            reports = [other.wait() for other in others]
+            _raise_first(others)
         else:
-            with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
-                futures = [pool.submit(check_lane, lane) for lane in lanes]
-                try:
-                    for f in concurrent.futures.as_completed(futures):
-                        f.result()
-                except BaseException:
-                    hung.set()  # one lane failed: the others stop after their current state
-                    raise
-        replayed = [d for lane in lanes for d in (lane.data, lane.journal) if d is not None]
-        reps = [d.rep for d in replayed]
-        spent = {name: sum(d.spent[name] for d in replayed) for name in replayed[0].spent}
-    return CheckSummary(checked=int(tally["checked"]), abandoned=hung.is_set(),
-                        replay_written_bytes=sum(r.bytes_written for r in reps),
-                        replay_discarded_bytes=sum(r.bytes_discarded for r in reps),
-                        entries_applied=sum(r.entries_applied for r in reps),
+            check_lane(lane)
+        replayed = [d for d in (data, journal) if d is not None]
+        spent = {name: sum(d.spent[name] for d in replayed)
+                 + sum(r["spent"][name] for r in reports) for name in data.spent}
+        for report in reports:
+            for name in tally:
+                tally[name] += report["tally"][name]
+        written = sum(d.rep.bytes_written for d in replayed) + sum(r["written"] for r in reports)
+        discarded = (sum(d.rep.bytes_discarded for d in replayed)
+                     + sum(r["discarded"] for r in reports))
+        applied = (sum(d.rep.entries_applied for d in replayed)
+                   + sum(r["applied"] for r in reports))
+    return CheckSummary(checked=int(tally["checked"]), abandoned=stop.is_set(),
+                        replay_written_bytes=written, replay_discarded_bytes=discarded,
+                        entries_applied=applied,
                         shared=int(tally["shared"]), setup_s=setup_s,
                         prepare_s=tally["prepare_s"], check_s=tally["check_s"],
                         oracle_load_s=oracle_load_s, wall_s=clock.monotonic() - start, **spent)
+
+
+class _Flag:
+    """A flag every lane's process sees: one byte of memory shared across fork."""
+
+    def __init__(self) -> None:
+        self._byte = mmap.mmap(-1, 1)  # anonymous and shared (MAP_SHARED is mmap's default)
+
+    def set(self) -> None:
+        self._byte[0] = 1
+
+    def is_set(self) -> bool:
+        return self._byte[0] != 0
+
+
+class _Baton:
+    """A lock that holds across fork: one byte in a pipe, taken by reading it. Each
+    process has one lane, so one thread, taking it."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.write(self._w, b".")
+
+    def __enter__(self) -> None:
+        os.read(self._r, 1)
+
+    def __exit__(self, *exc: object) -> None:
+        os.write(self._w, b".")
+
+
+class _LaneProcess:
+    """``work()``, a lane's checks, in a forked process; its report (JSON) or its error
+    comes back through a pipe. The fork never returns into the caller's code: whatever
+    ``work`` does, it ends in ``os._exit``, so the parent's open disks and devices are
+    never released twice."""
+
+    def __init__(self, n: int, work: Callable[[], dict[str, Any]]) -> None:
+        self.n = n
+        self.error: BaseException | None = None
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the lane's process
+            status = 1
+            try:
+                os.close(r)
+                try:
+                    report: dict[str, Any] = {"report": work()}
+                    status = 0
+                except errors.PowercutError as exc:
+                    report = {"error": str(exc), "type": errors.kind_name(type(exc))}
+                except BaseException as exc:  # reported to the parent, never raised here
+                    log.exception("checking lane %d failed", n)
+                    report = {"error": f"{type(exc).__name__}: {exc}"}
+                raw = json.dumps(report).encode()
+                while raw:
+                    raw = raw[os.write(w, raw):]
+            finally:
+                os._exit(status)
+        os.close(w)
+        self._pid, self._r = pid, r
+
+    def wait(self) -> dict[str, Any]:
+        """The lane's report once its process has ended; an error it met is kept in
+        ``error`` (raised by ``_raise_first``), and the report is then empty."""
+        chunks = []
+        try:
+            while chunk := os.read(self._r, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(self._r)
+            _, status = os.waitpid(self._pid, 0)
+        raw = json.loads(b"".join(chunks) or b"{}")
+        if "report" in raw:
+            return dict(raw["report"])
+        if "error" in raw:
+            kind = errors.error_kind(str(raw.get("type"))) or errors.PowercutError
+            message = f"checking lane {self.n}: {raw['error']}"
+            try:
+                self.error = kind(message)
+            except TypeError:  # an error class whose constructor wants more than a message
+                self.error = errors.PowercutError(message)
+        else:
+            self.error = errors.PowercutError(
+                f"checking lane {self.n} ended without a report ({_how_it_ended(status)})")
+        return {}
+
+
+def _how_it_ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _raise_first(lanes: Sequence[_LaneProcess]) -> None:
+    for lane in lanes:
+        if lane.error is not None:
+            raise lane.error
+
+
+def _warm_static_checkers(target: Target) -> None:
+    """Ask once, before the lanes fork, whether the static checkers may stand in (each
+    process would otherwise ask for itself: two commands each)."""
+    from recovery.fsck import static_build
+
+    for program, static in adapter_for(target.fstype).static_checkers:
+        static_build(program, static)
 
 
 def _load_oracle(path: Path, rules: PersistenceRules) -> tuple[OracleLog, float]:
