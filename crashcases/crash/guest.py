@@ -563,7 +563,7 @@ def check(req: CheckRequest) -> CheckSummary:
             out.flush()
             started.flush()
             gc.freeze()  # the collector leaves the shared objects' pages unwritten in the forks
-            others = [_LaneProcess(n, functools.partial(other_lane, n, disks, share))
+            others = [_LaneProcess(n, functools.partial(other_lane, n, disks, share), stop)
                       for n, (disks, share) in enumerate(zip(more, shares[1:]), 2)]
             try:
                 check_lane(lane)
@@ -626,11 +626,12 @@ class _Baton:
 
 class _LaneProcess:
     """``work()``, a lane's checks, in a forked process; its report (JSON) or its error
-    comes back through a pipe. The fork never returns into the caller's code: whatever
+    comes back through a pipe, and an error sets ``stop`` at once, so the other lanes end
+    after their current state. The fork never returns into the caller's code: whatever
     ``work`` does, it ends in ``os._exit``, so the parent's open disks and devices are
     never released twice."""
 
-    def __init__(self, n: int, work: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, n: int, work: Callable[[], dict[str, Any]], stop: _Flag) -> None:
         self.n = n
         self.error: BaseException | None = None
         r, w = os.pipe()
@@ -643,8 +644,10 @@ class _LaneProcess:
                     report: dict[str, Any] = {"report": work()}
                     status = 0
                 except errors.PowercutError as exc:
+                    stop.set()
                     report = {"error": str(exc), "type": errors.kind_name(type(exc))}
                 except BaseException as exc:  # reported to the parent, never raised here
+                    stop.set()
                     log.exception("checking lane %d failed", n)
                     report = {"error": f"{type(exc).__name__}: {exc}"}
                 raw = json.dumps(report).encode()
@@ -665,7 +668,10 @@ class _LaneProcess:
         finally:
             os.close(self._r)
             _, status = os.waitpid(self._pid, 0)
-        raw = json.loads(b"".join(chunks) or b"{}")
+        try:
+            raw = json.loads(b"".join(chunks) or b"{}")
+        except ValueError:  # cut short: the process died while it wrote
+            raw = {}
         if "report" in raw:
             return dict(raw["report"])
         if "error" in raw:

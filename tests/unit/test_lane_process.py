@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from crashcases.crash import guest
 from crashcases.crash.guest import _Baton, _Flag, _LaneProcess, _raise_first
 from framework.core.errors import DeviceBusy, PowercutError
 
 
 def test_a_lanes_report_comes_back_from_its_process() -> None:
-    lane = _LaneProcess(2, lambda: {"tally": {"checked": 3}, "pid": os.getpid()})
+    lane = _LaneProcess(2, lambda: {"tally": {"checked": 3}, "pid": os.getpid()}, _Flag())
     report = lane.wait()
     assert report["tally"] == {"checked": 3}
     assert report["pid"] != os.getpid()  # it ran in another process
@@ -28,7 +29,7 @@ def test_a_powercut_error_in_a_lane_keeps_its_kind_and_names_the_lane() -> None:
     def work() -> dict[str, object]:
         raise DeviceBusy("/dev/mapper/pc-snap-2: still open")
 
-    lane = _LaneProcess(2, work)
+    lane = _LaneProcess(2, work, _Flag())
     assert lane.wait() == {}
     with pytest.raises(DeviceBusy, match=r"checking lane 2: /dev/mapper/pc-snap-2: still open"):
         _raise_first([lane])
@@ -38,7 +39,7 @@ def test_any_other_error_in_a_lane_is_reported_with_its_type() -> None:
     def work() -> dict[str, object]:
         raise KeyError("size")
 
-    lane = _LaneProcess(3, work)
+    lane = _LaneProcess(3, work, _Flag())
     lane.wait()
     assert isinstance(lane.error, PowercutError)
     assert str(lane.error) == "checking lane 3: KeyError: 'size'"
@@ -49,7 +50,7 @@ def test_a_lane_killed_before_its_report_says_how_it_ended() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         return {}
 
-    lane = _LaneProcess(2, work)
+    lane = _LaneProcess(2, work, _Flag())
     lane.wait()
     assert str(lane.error) == "checking lane 2 ended without a report (killed by signal 9)"
 
@@ -62,7 +63,7 @@ def test_the_fork_never_returns_into_the_callers_code(tmp_path: Path) -> None:
     def work() -> dict[str, object]:
         raise SystemExit(0)
 
-    lane = _LaneProcess(2, work)
+    lane = _LaneProcess(2, work, _Flag())
     with open(marker, "a") as f:
         f.write(f"{os.getpid()}\n")
     lane.wait()
@@ -72,13 +73,18 @@ def test_the_fork_never_returns_into_the_callers_code(tmp_path: Path) -> None:
 
 def test_the_stop_flag_crosses_the_fork_both_ways() -> None:
     stop = _Flag()
-    lane = _LaneProcess(2, lambda: (stop.set(), {"seen": True})[1])
+
+    def work() -> dict[str, object]:
+        stop.set()
+        return {"seen": True}
+
+    lane = _LaneProcess(2, work, _Flag())
     assert lane.wait() == {"seen": True}
     assert stop.is_set()  # set in the lane's process, seen here
 
     stop = _Flag()
     stop.set()
-    lane = _LaneProcess(2, lambda: {"seen": stop.is_set()})
+    lane = _LaneProcess(2, lambda: {"seen": stop.is_set()}, _Flag())
     assert lane.wait() == {"seen": True}
 
 
@@ -97,7 +103,7 @@ def _race(path: Path, parent_baton: _Baton, child_baton: _Baton, *,
         os.write(done_w, b".")
         return {}
 
-    lane = _LaneProcess(2, child)
+    lane = _LaneProcess(2, child, _Flag())
     with open(path, "a") as out, parent_baton:
         out.write("a-first ")
         out.flush()
@@ -128,3 +134,26 @@ def test_without_a_shared_baton_the_writes_interleave(tmp_path: Path) -> None:
     lines, wrote_meanwhile = _race(tmp_path / "results", _Baton(), _Baton(), wait_s=60.0)
     assert wrote_meanwhile
     assert lines == ["a-first b", "a-second"]
+
+
+def test_a_failing_lane_stops_the_others_at_once_and_a_good_one_does_not() -> None:
+    stop = _Flag()
+
+    def work() -> dict[str, object]:
+        raise DeviceBusy("pc-snap-2: still open")
+
+    lane = _LaneProcess(2, work, stop)
+    lane.wait()
+    assert stop.is_set()
+
+    stop = _Flag()
+    _LaneProcess(2, lambda: {}, stop).wait()
+    assert not stop.is_set()
+
+
+def test_a_report_cut_short_is_a_lane_that_ended_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the process died halfway through writing its report.
+    monkeypatch.setattr(guest.json, "dumps", lambda obj: '{"report": {"tally": {"che')
+    lane = _LaneProcess(2, lambda: {"tally": {}}, _Flag())
+    assert lane.wait() == {}
+    assert str(lane.error) == "checking lane 2 ended without a report (exit status 0)"
