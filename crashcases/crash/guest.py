@@ -675,12 +675,8 @@ class _LaneProcess:
         if "report" in raw:
             return dict(raw["report"])
         if "error" in raw:
-            kind = errors.error_kind(str(raw.get("type"))) or errors.PowercutError
-            message = f"checking lane {self.n}: {raw['error']}"
-            try:
-                self.error = kind(message)
-            except TypeError:  # an error class whose constructor wants more than a message
-                self.error = errors.PowercutError(message)
+            self.error = errors.revive(raw.get("type"), f"checking lane {self.n}: {raw['error']}",
+                                       errors.PowercutError)
         else:
             self.error = errors.PowercutError(
                 f"checking lane {self.n} ended without a report ({_how_it_ended(status)})")

@@ -184,13 +184,7 @@ class AgentError(errors.PowercutError):
 def _raise_error(f: Mapping[str, Any]) -> None:
     if f.get("traceback"):
         log.error("agent traceback:\n%s", f["traceback"])
-    message = str(f["error"])
-    kind = errors.error_kind(str(f.get("type"))) or AgentError
-    try:
-        exc = kind(message)
-    except TypeError:  # an error class whose constructor wants more than a message
-        exc = AgentError(message)
-    raise exc
+    raise errors.revive(f.get("type"), str(f["error"]), AgentError)
 
 
 def call(machine: Any, request: Mapping[str, Any], *, module: str = GUEST_MODULE,

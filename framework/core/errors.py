@@ -32,6 +32,16 @@ def error_kind(name: str) -> type[PowercutError] | None:
     return _KINDS.get(name)
 
 
+def revive(name: str | None, message: str, default: type[PowercutError]) -> PowercutError:
+    """An error that travelled as its kind_name() and message, raised again on this side:
+    of its own kind where that is known here and takes a message, else ``default``."""
+    kind = error_kind(str(name)) or default
+    try:
+        return kind(message)
+    except TypeError:  # an error class whose constructor wants more than a message
+        return default(message)
+
+
 _KINDS[kind_name(PowercutError)] = PowercutError
 
 

@@ -153,3 +153,16 @@ def test_every_error_class_in_the_project_is_found_by_its_name() -> None:
             "framework.core.store.StoreError"} <= names
     for cls in kinds | {PowercutError}:
         assert errors.error_kind(errors.kind_name(cls)) is cls, cls
+
+
+def test_an_error_is_revived_as_its_kind_or_else_as_the_default() -> None:
+    class NeedsMore(PowercutError):
+        def __init__(self, message: str, where: str) -> None:
+            super().__init__(f"{message} at {where}")
+
+    busy = errors.revive(errors.kind_name(errors.DeviceBusy), "pc-snap-2: still open", agent.AgentError)
+    assert type(busy) is errors.DeviceBusy and str(busy) == "pc-snap-2: still open"
+    # Unknown here, no type at all, or a constructor that wants more: the default.
+    for name in ("nowhere.NoSuchError", None, errors.kind_name(NeedsMore)):
+        revived = errors.revive(name, "it broke", agent.AgentError)
+        assert type(revived) is agent.AgentError and str(revived) == "it broke", name
