@@ -65,6 +65,13 @@ def record(workload: Workload, root: Path) -> tuple[OracleLog, list[str]]:
     return execute(workload, root, marks.append), marks
 
 
+def packed_random(seed: int, ops: int, sequences: int = 4) -> Workload:
+    """``sequences`` random workloads of ``ops`` ops each (seeds from ``seed`` on), packed."""
+    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(ops, seed + i)))
+            for i in range(sequences)]
+    return pack(seqs, name="p", seed=seed, retire_every=2)
+
+
 def prefix_states(workload: Workload, root: Path) -> Iterator[tuple[int, str | None]]:
     """Apply the ops one by one under ``root``; after each prefix yield (ops done, last mark)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -454,8 +461,7 @@ def test_skipping_below_missing_directories_changes_no_finding(
     files removed at random, at any mark) it must report exactly what the
     full check reports."""
     tmp = tmp_path_factory.mktemp("prune")
-    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(12, seed + i))) for i in range(4)]
-    w = pack(seqs, name="p", seed=seed, retire_every=2)
+    w = packed_random(seed, 12)
     oracle, _ = record(w, tmp / "recorded")
     states = list(prefix_states(w, tmp / "state"))
     # Rebuild the tree up to a random op, then damage it.
@@ -482,9 +488,7 @@ def test_skipping_below_missing_directories_changes_no_finding(
 def test_the_last_sync_before_a_mark_is_the_one_a_scan_of_every_sync_finds(tmp_path: Path) -> None:
     """The checker finds the last sync at or before its mark by bisection over the syncs'
     marks; it must be the one a scan of all of them in order finds, at every mark."""
-    seqs = [Workload(name=f"w{i}", seed=5 + i, ops=tuple(random_ops(40, 5 + i)))
-            for i in range(6)]
-    oracle, _ = record(pack(seqs, name="p", seed=5, retire_every=2), tmp_path / "recorded")
+    oracle, _ = record(packed_random(5, 40, sequences=6), tmp_path / "recorded")
     (tmp_path / "state").mkdir()
     rules = persistence_rules(get_target("ext4/ordered"))
     syncs = oracle_mod.durable_at_marks(oracle, rules).syncs
@@ -503,8 +507,7 @@ def test_prepare_builds_what_a_check_would_build_on_its_first_state(tmp_path: Pa
     first states find everything built: after prepare() a check adds nothing to the
     oracle's cache but the per-inode block sets it looks up as it goes and the table of
     mark names (one dict entry per mark)."""
-    seqs = [Workload(name=f"w{i}", seed=9 + i, ops=tuple(random_ops(30, 9 + i))) for i in range(4)]
-    w = pack(seqs, name="p", seed=9, retire_every=2)
+    w = packed_random(9, 30)
     # The state at the op where the tree holds the most files (all are retired at the end).
     state = tmp_path / "state"
     most, when = -1, None
@@ -548,8 +551,7 @@ def test_the_promise_indexes_answer_as_a_scan_of_every_mark_and_binding(
     and whether an inode was made durable by a mark. Both must answer as the plain scans
     do, for every sync's op (in order and out of it) and every inode at every mark."""
     tmp = tmp_path_factory.mktemp("indexes")
-    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(25, seed + i))) for i in range(4)]
-    oracle, _ = record(pack(seqs, name="p", seed=seed, retire_every=2), tmp / "recorded")
+    oracle, _ = record(packed_random(seed, 25), tmp / "recorded")
     replaced = [(p, b) for p, hist in oracle.paths.items() for b in hist
                 if b.cause == "rename-replace"]
     in_effect = _ReplacedInEffect(oracle)
@@ -577,8 +579,7 @@ def test_the_top_name_index_answers_as_a_scan_of_every_binding(
     after its window's end: at every op, exactly the top-level names binding_at says are
     (one op too few or too many is a name skipped or visited for nothing)."""
     tmp = tmp_path_factory.mktemp("top-names")
-    seqs = [Workload(name=f"w{i}", seed=seed + i, ops=tuple(random_ops(25, seed + i))) for i in range(4)]
-    oracle, _ = record(pack(seqs, name="p", seed=seed, retire_every=2), tmp / "recorded")
+    oracle, _ = record(packed_random(seed, 25), tmp / "recorded")
     trees = oracle_mod._trees(oracle)
     index = oracle_mod._TopNames(oracle, trees)
     for op in range(-1, oracle.n_ops + 1):
