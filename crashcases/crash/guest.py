@@ -549,8 +549,7 @@ def check(req: CheckRequest) -> CheckSummary:
                              f"pc-snap-{n}", like=data)
                 check_lane(_Lane(disk, None, CHECK_MOUNTPOINT.with_name(f"check-{n}"), second,
                                  share))
-            return {"tally": tally, "spent": disk.spent, "written": disk.rep.bytes_written,
-                    "discarded": disk.rep.bytes_discarded, "applied": disk.rep.entries_applied}
+            return _lane_report(tally, [disk])
 
         lane = _Lane(data, journal, CHECK_MOUNTPOINT, req.target, shares[0])
         reports: list[dict[str, Any]] = []
@@ -577,23 +576,38 @@ def check(req: CheckRequest) -> CheckSummary:
             _raise_first(others)
         else:
             check_lane(lane)
-        replayed = [d for d in (data, journal) if d is not None]
-        spent = {name: sum(d.spent[name] for d in replayed)
-                 + sum(r["spent"][name] for r in reports) for name in data.spent}
-        for report in reports:
-            for name in tally:
-                tally[name] += report["tally"][name]
-        written = sum(d.rep.bytes_written for d in replayed) + sum(r["written"] for r in reports)
-        discarded = (sum(d.rep.bytes_discarded for d in replayed)
-                     + sum(r["discarded"] for r in reports))
-        applied = (sum(d.rep.entries_applied for d in replayed)
-                   + sum(r["applied"] for r in reports))
-    return CheckSummary(checked=int(tally["checked"]), abandoned=stop.is_set(),
-                        replay_written_bytes=written, replay_discarded_bytes=discarded,
-                        entries_applied=applied,
-                        shared=int(tally["shared"]), setup_s=setup_s,
-                        prepare_s=tally["prepare_s"], check_s=tally["check_s"],
-                        oracle_load_s=oracle_load_s, wall_s=clock.monotonic() - start, **spent)
+        own = _lane_report(tally, [d for d in (data, journal) if d is not None])
+        total = _add_lane_reports([own, *reports])
+    counts = total["tally"]
+    return CheckSummary(checked=int(counts["checked"]), abandoned=stop.is_set(),
+                        replay_written_bytes=total["written"],
+                        replay_discarded_bytes=total["discarded"],
+                        entries_applied=total["applied"],
+                        shared=int(counts["shared"]), setup_s=setup_s,
+                        prepare_s=counts["prepare_s"], check_s=counts["check_s"],
+                        oracle_load_s=oracle_load_s, wall_s=clock.monotonic() - start,
+                        **total["spent"])
+
+
+def _lane_report(tally: dict[str, float], disks: Sequence[_Disk]) -> dict[str, Any]:
+    """What a lane did, as JSON-ready data: its tally, and the replay seconds, bytes and
+    entries of its disks. A forked lane sends it to the first, which adds them all up."""
+    return {"tally": dict(tally),
+            "spent": {name: sum(d.spent[name] for d in disks) for name in disks[0].spent},
+            "written": sum(d.rep.bytes_written for d in disks),
+            "discarded": sum(d.rep.bytes_discarded for d in disks),
+            "applied": sum(d.rep.entries_applied for d in disks)}
+
+
+def _add_lane_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The lanes' reports added up, field by field (a tally and the seconds by name)."""
+    total: dict[str, Any] = {}
+    for key, value in reports[0].items():
+        if isinstance(value, dict):
+            total[key] = {name: sum(r[key][name] for r in reports) for name in value}
+        else:
+            total[key] = sum(r[key] for r in reports)
+    return total
 
 
 class _Flag:
@@ -645,7 +659,7 @@ class _LaneProcess:
                     status = 0
                 except errors.PowercutError as exc:
                     stop.set()
-                    report = {"error": str(exc), "type": errors.kind_name(type(exc))}
+                    report = errors.pack(exc)
                 except BaseException as exc:  # reported to the parent, never raised here
                     stop.set()
                     log.exception("checking lane %d failed", n)

@@ -150,7 +150,7 @@ def serve(tasks: Mapping[str, Task[Any, Any]], raw: Mapping[str, Any], out: Text
             raise errors.ConfigError(f"agent: unknown task {name!r} (known: {', '.join(sorted(tasks))})")
         emit({"result": task.perform(_decode(task, raw)).to_dict()})
     except errors.PowercutError as exc:
-        emit({"error": str(exc), "type": errors.kind_name(type(exc))})
+        emit(errors.pack(exc))
         return 1
     except Exception as exc:  # the harness broke: keep the traceback for the log
         emit({"error": f"{type(exc).__name__}: {exc}", "type": "InternalError",
@@ -168,8 +168,8 @@ def main(tasks: Mapping[str, Task[Any, Any]]) -> int:
         if not isinstance(raw, dict):
             raise ValueError(f"expected an object, got {type(raw).__name__}")
     except ValueError as exc:
-        print(frame({"error": f"agent: the request is not a JSON object: {exc}",
-                     "type": errors.kind_name(errors.ConfigError)}))
+        bad = errors.ConfigError(f"agent: the request is not a JSON object: {exc}")
+        print(frame(errors.pack(bad)))
         return 1
     return serve(tasks, raw)
 

@@ -32,6 +32,12 @@ def error_kind(name: str) -> type[PowercutError] | None:
     return _KINDS.get(name)
 
 
+def pack(exc: PowercutError) -> dict[str, str]:
+    """An error ready to travel to another process: its message and its kind_name(), the
+    two things revive() raises it again from."""
+    return {"error": str(exc), "type": kind_name(type(exc))}
+
+
 def revive(name: str | None, message: str, default: type[PowercutError]) -> PowercutError:
     """An error that travelled as its kind_name() and message, raised again on this side:
     of its own kind where that is known here and takes a message, else ``default``."""

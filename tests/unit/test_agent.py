@@ -155,6 +155,13 @@ def test_every_error_class_in_the_project_is_found_by_its_name() -> None:
         assert errors.error_kind(errors.kind_name(cls)) is cls, cls
 
 
+def test_a_packed_error_is_revived_as_the_same_kind_with_the_same_message() -> None:
+    packed = errors.pack(errors.DeviceBusy("pc-snap-2: still open"))
+    assert packed == {"error": "pc-snap-2: still open", "type": errors.kind_name(errors.DeviceBusy)}
+    again = errors.revive(packed["type"], packed["error"], agent.AgentError)
+    assert type(again) is errors.DeviceBusy and str(again) == "pc-snap-2: still open"
+
+
 def test_an_error_is_revived_as_its_kind_or_else_as_the_default() -> None:
     class NeedsMore(PowercutError):
         def __init__(self, message: str, where: str) -> None:

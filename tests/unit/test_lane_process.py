@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from crashcases.crash import guest
-from crashcases.crash.guest import _Baton, _Flag, _LaneProcess, _raise_first
+from crashcases.crash.guest import (
+    _add_lane_reports,
+    _Baton,
+    _Flag,
+    _lane_report,
+    _LaneProcess,
+    _raise_first,
+)
 from framework.core.errors import DeviceBusy, PowercutError
 
 
@@ -157,3 +164,30 @@ def test_a_report_cut_short_is_a_lane_that_ended_without_one(monkeypatch: pytest
     lane = _LaneProcess(2, lambda: {"tally": {}}, _Flag())
     assert lane.wait() == {}
     assert str(lane.error) == "checking lane 2 ended without a report (exit status 0)"
+
+
+class _FakeReplayer:
+    def __init__(self, written: int, discarded: int, applied: int) -> None:
+        self.bytes_written, self.bytes_discarded, self.entries_applied = written, discarded, applied
+
+
+class _FakeDisk:
+    def __init__(self, replay_s: float, written: int) -> None:
+        self.spent = {"index_s": 1.0, "replay_s": replay_s}
+        self.rep = _FakeReplayer(written, 7, 3)
+
+
+def test_the_summary_adds_the_first_lanes_disks_and_every_forked_lanes_report() -> None:
+    """The first lane's two disks (data and journal) and a forked lane's report, which came
+    through JSON, add up field by field; no count is lost or taken twice."""
+    import json
+
+    first = _lane_report({"checked": 2, "check_s": 0.5},
+                         [_FakeDisk(2.0, 100), _FakeDisk(0.5, 10)])
+    forked = json.loads(json.dumps(_lane_report({"checked": 3, "check_s": 1.5},
+                                                [_FakeDisk(4.0, 1000)])))
+    total = _add_lane_reports([first, forked])
+    assert total == {"tally": {"checked": 5, "check_s": 2.0},
+                     "spent": {"index_s": 3.0, "replay_s": 6.5},
+                     "written": 1110, "discarded": 21, "applied": 9}
+    assert _add_lane_reports([first]) == first  # one lane: its own report
