@@ -152,6 +152,12 @@ class QemuMachine(Machine):
                 "i8042.noaux",
                 "i8042.nokbd",
                 "rdinit=/init",
+                # No crypto self-tests: the kernel tests each algorithm it registers (at
+                # boot, and when a module such as crc32c loads), a third of a second per
+                # boot under emulation. The parameter was added for short-lived VMs
+                # (crypto/testmgr.c, Documentation/admin-guide/kernel-parameters.txt,
+                # "cryptomgr.notests"); it changes no algorithm, and fips=1 overrides it.
+                "cryptomgr.notests",
                 f"powercut.rundir={self.rundir}",
                 f"powercut.msize={MSIZE}",
             ]
