@@ -50,7 +50,7 @@ def resolve_kernel(args: argparse.Namespace) -> KernelSpec:
 
 def machine_from_args(args: argparse.Namespace, *, disks: Sequence[DiskSpec] = (),
                       fstypes: Sequence[str] = (), rundir: Path | None = None,
-                      kernel: KernelSpec | None = None, cpus: int = 2) -> QemuMachine:
+                      kernel: KernelSpec | None = None, cpus: int | None = None) -> QemuMachine:
     """A guest as the machine options (--kernel, --modules, --kernel-release, --accel,
     --memory-mib) ask, with the kernel modules the filesystem types ``fstypes`` need."""
     return QemuMachine(

@@ -17,7 +17,7 @@ from crashcases.crash.plan import CrashPlan
 from crashcases.vocabulary import Outcome
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.qemu import QemuMachine
+from framework.core.machine.qemu import GUEST_CPUS_VARIABLE, QemuMachine
 from framework.core.store import Store
 from recovery.filesystems import kernel_modules
 
@@ -43,12 +43,15 @@ def crash(tmp_path: Path, **kw) -> object:
     return result
 
 
-def test_lying_disk_fires_and_neither_busy_devices_nor_a_hung_check_end_the_run(tmp_path):
+def test_lying_disk_fires_and_neither_busy_devices_nor_a_hung_check_end_the_run(
+        tmp_path, monkeypatch):
     """The lying disk fires on both lanes while two states' devices are held open by
     another process: state 2's for a second (as by a child that forked while a lane had it
     open: the lane waits it out), state 5's for good (a harness error that names the
     holder; the guest is replaced and the state checked again). State 3's check hangs: a
-    finding, and a guest replaced."""
+    finding, and a guest replaced. Guests of two vCPUs, as by default: the lanes run at
+    once, not in turns."""
+    monkeypatch.setenv(GUEST_CPUS_VARIABLE, "2")
     # A budget loose enough that a loaded machine never makes fsck look hung: only the
     # injected fault may count as a hang.
     result = crash(tmp_path, target="ext4/ordered", variants=("prefix", "lying"), per_point=3,

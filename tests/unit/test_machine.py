@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +140,29 @@ def test_the_default_guests_are_one_per_two_cores_and_at_least_one() -> None:
 
     assert GUEST_CPUS == 2  # a checking guest's two lanes keep two cores busy under TCG
     assert [guests_per_host(c) for c in (1, 2, 3, 4, 8, 16)] == [1, 1, 1, 2, 4, 8]
+
+
+def test_guest_cpus_come_from_the_environment_or_the_default(monkeypatch, tmp_path) -> None:
+    from framework.core.errors import ConfigError
+    from framework.core.machine.kernel import KernelSpec
+    from framework.core.machine.qemu import (
+        GUEST_CPUS_VARIABLE,
+        QemuMachine,
+        guest_cpus,
+        guests_per_host,
+    )
+
+    kernel = KernelSpec(Path("/nonexistent"), "r", Path("/"))
+    monkeypatch.delenv(GUEST_CPUS_VARIABLE, raising=False)
+    assert guest_cpus() == 2
+    assert QemuMachine(kernel=kernel, rundir=tmp_path / "a").cpus == 2
+    monkeypatch.setenv(GUEST_CPUS_VARIABLE, " 1 ")
+    assert guest_cpus() == 1
+    assert QemuMachine(kernel=kernel, rundir=tmp_path / "b").cpus == 1
+    assert QemuMachine(kernel=kernel, rundir=tmp_path / "c", cpus=3).cpus == 3  # asked: kept
+    assert guests_per_host(4) == 2  # --jobs' default does not follow it
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv(GUEST_CPUS_VARIABLE, bad)
+        with pytest.raises(ConfigError, match=rf"POWERCUT_GUEST_CPUS='{re.escape(bad)}': not a "
+                                              r"number of vCPUs \(1 or more\)"):
+            guest_cpus()

@@ -23,6 +23,7 @@ from framework.core import clock, command, cost, rundir
 from framework.core.command import Argv, CommandResult
 from framework.core.errors import (
     BootError,
+    ConfigError,
     ConsoleTimeout,
     GuestDied,
     MachineError,
@@ -62,12 +63,28 @@ def drive_argv(spec: DiskSpec, index: int, image: Path, *, cache: str) -> list[s
             "-device", f"virtio-blk-pci,drive=disk{index},serial={spec.name[:20]}"]
 
 
-#: vCPUs of a guest: a checking guest runs one lane per vCPU.
+#: vCPUs of a guest by default: a checking guest's two lanes run at once, one on each.
 GUEST_CPUS = 2
+#: The environment variable that sets the vCPUs of guests that do not ask for a number
+#: (every guest but the bench's, whose --cpus changes what it measures).
+GUEST_CPUS_VARIABLE = "POWERCUT_GUEST_CPUS"
+
+
+def guest_cpus() -> int:
+    """The vCPUs of a guest that asks for no number: POWERCUT_GUEST_CPUS when it is set,
+    else GUEST_CPUS. One vCPU still runs both checking lanes, in turns (they are processes);
+    it suits hosts that run several guests at once on few cores, as a test suite on two."""
+    raw = os.environ.get(GUEST_CPUS_VARIABLE, "").strip()
+    if not raw:
+        return GUEST_CPUS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{GUEST_CPUS_VARIABLE}={raw!r}: not a number of vCPUs (1 or more)")
+    return int(raw)
 
 
 def guests_per_host(cores: int | None = None) -> int:
-    """How many guests to run at once on this host by default: one per GUEST_CPUS cores.
+    """How many guests to run at once on this host by default: one per GUEST_CPUS cores
+    (POWERCUT_GUEST_CPUS changes a guest's vCPUs, not this).
 
     Under TCG each vCPU is a host thread that keeps a core busy, so one guest with two
     lanes already uses two cores; more guests than that share the same cores and add no
@@ -94,7 +111,7 @@ class QemuMachine(Machine):
         disks: Iterable[DiskSpec] = (),
         modules: Iterable[str] = (),
         memory_mib: int = 2048,
-        cpus: int = GUEST_CPUS,
+        cpus: int | None = None,
         accel: str | None = None,
         rundir: Path | None = None,
         boot_timeout_s: float = 120.0,
@@ -109,7 +126,7 @@ class QemuMachine(Machine):
         #: the filesystems' modules, which the application asks the adapters for.
         self.modules = tuple(modules)
         self.memory_mib = memory_mib
-        self.cpus = cpus
+        self.cpus = cpus if cpus is not None else guest_cpus()
         self.requested_accel = accel
         self.accel = ""
         self.boot_timeout_s = boot_timeout_s
