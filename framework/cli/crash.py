@@ -398,7 +398,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-point", type=int, default=2, metavar="N",
                    help="seeded variants of each kind per point (default: 2)")
     p.add_argument("--jobs", type=int, default=guests_per_host(),
-                   help="guests checking states in parallel, each with a lane per vCPU "
+                   help="guests checking states in parallel, each with up to two checking lanes "
+                        f"(on {GUEST_CPUS} vCPUs unless POWERCUT_GUEST_CPUS says otherwise) "
                         f"(default: one per {GUEST_CPUS} host cores, here {guests_per_host()})")
     p.add_argument("--check-timeout", type=float, default=600.0, metavar="S",
                    help="seconds one state may take before it counts as a hang (default: 600)")
