@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -170,6 +171,7 @@ def check_python() -> list[Check]:
             checks.append(Check("python", dep, True, importlib.metadata.version(dep)))
         except importlib.metadata.PackageNotFoundError:
             checks.append(Check("python", dep, False, "not installed", "run 'make setup'"))
+    checks.append(check_interpreter())
     from devicemapper import native
 
     if native.available():
@@ -180,6 +182,31 @@ def check_python() -> list[Check]:
                             "run 'make setup' (installs Debian packages gcc, python3-dev)",
                             required=False))
     return checks
+
+
+def check_interpreter(maps: Path = Path("/proc/self/maps")) -> Check:
+    """Whether this interpreter loads libpython as a shared library, which guests pay for.
+
+    Every guest task is a fresh interpreter run under emulation, where the dynamic
+    loader's work on libpython3.X.so costs tens of times what it costs here: a check
+    task started 0.7 to 0.9 s later than with Debian's python3, which has libpython
+    linked in (docs/measurements/2026-11-27-guest-interpreter.md). The process's own
+    mappings say which it is; sysconfig's Py_ENABLE_SHARED says 1 for both."""
+    import platform
+
+    what = f"{platform.python_version()} ({os.path.realpath(sys.executable)})"
+    try:
+        shared = "libpython" in maps.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return Check("python", "interpreter", True, f"{what}; cannot read {maps}", required=False)
+    if shared:
+        return Check("python", "interpreter", False,
+                     f"{what} loads libpython as a shared library: every guest task starts "
+                     "slower under emulation",
+                     "make the virtualenv with an interpreter that has libpython linked in, "
+                     "such as Debian's: rm -rf .venv .stamps && make setup PYTHON=/usr/bin/python3",
+                     required=False)
+    return Check("python", "interpreter", True, f"{what}, libpython linked in", required=False)
 
 
 def check_kvm(spec: KernelSpec, probe: bool) -> list[Check]:

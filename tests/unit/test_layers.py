@@ -233,6 +233,22 @@ def test_apt_packages_parser(tmp_path: Path) -> None:
     assert apt_packages(makefile) == {"a", "b", "c", "d"}
 
 
+def make_python(*overrides: str) -> str:
+    """The interpreter `make setup` would make the virtualenv with (PYTHON unset around it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    res = subprocess.run(["make", "-s", "-C", os.fspath(ROOT), "--eval",
+                          "show-python: ; @echo $(PYTHON)", *overrides, "show-python"],
+                         capture_output=True, text=True, check=True, env=env)
+    return res.stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_virtualenv_is_made_with_debians_python3_unless_told_otherwise() -> None:
+    expected = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else "python3"
+    assert make_python() == expected
+    assert make_python("PYTHON=/opt/py/bin/python3.12") == "/opt/py/bin/python3.12"
+
+
 def test_doctor_checks_what_the_adapters_and_devicemapper_declare() -> None:
     binaries = [t.binary for t in doctor.all_tools()]
     assert len(set(binaries)) == len(binaries)
@@ -283,3 +299,21 @@ def test_each_import_contract_reports_a_planted_violation(tmp_path: Path, where:
     assert out.returncode != 0, out.stdout
     broken = [ln for ln in out.stdout.splitlines() if ln.endswith(" BROKEN")]
     assert len(broken) == 1 and broken[0].startswith(contract), out.stdout[-2000:]
+
+
+def test_doctor_says_whether_the_interpreter_loads_a_shared_libpython(tmp_path: Path) -> None:
+    static = tmp_path / "static-maps"
+    static.write_text("55d0c0000000-55d0c0100000 r-xp 00000000 08:01 1 /usr/bin/python3.11\n")
+    shared = tmp_path / "shared-maps"
+    shared.write_text(static.read_text()
+                      + "7f36b0000000-7f36b0400000 r-xp 00000000 08:01 2 /opt/lib/libpython3.11.so.1.0\n")
+    ok = doctor.check_interpreter(static)
+    assert ok.ok and "libpython linked in" in ok.detail
+    slow = doctor.check_interpreter(shared)
+    assert not slow.ok and not slow.required
+    assert "shared library" in slow.detail and "make setup" in slow.fix
+    unreadable = doctor.check_interpreter(tmp_path / "missing")
+    assert unreadable.ok and "cannot read" in unreadable.detail
+    # This process: the answer agrees with its own mappings.
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        assert doctor.check_interpreter().ok == ("libpython" not in f.read())
