@@ -7,8 +7,9 @@
 
 # The virtualenv's interpreter: Debian's own where there is one. Guests run it under emulation
 # for every task, so its start counts: in a TCG guest it started a crash check task's imports in
-# 1.8-2.4 s against 2.5-3.3 s for a python3 3.11 built with a shared libpython, and started
-# bare in 0.21-0.26 s against 0.45-0.49 s (bench/guest_python.py, medians of 7, two runs).
+# 1.8-2.4 s against 2.5-3.3 s for a python3 3.11 built with a shared libpython and without
+# --enable-optimizations, and started bare in 0.21-0.26 s against 0.45-0.49 s
+# (bench/guest_python.py, medians of 7, two runs).
 # Any python3 >= 3.11 works: make setup PYTHON=...
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV   := .venv

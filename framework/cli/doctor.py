@@ -187,11 +187,11 @@ def check_python() -> list[Check]:
 def check_interpreter(maps: Path = Path("/proc/self/maps")) -> Check:
     """Whether this interpreter loads libpython as a shared library, which guests pay for.
 
-    Every guest task is a fresh interpreter run under emulation, where the dynamic
-    loader's work on libpython3.X.so costs tens of times what it costs here: a check
-    task started 0.7 to 0.9 s later than with Debian's python3, which has libpython
-    linked in (docs/measurements/2026-11-27-guest-interpreter.md). The process's own
-    mappings say which it is; sysconfig's Py_ENABLE_SHARED says 1 for both."""
+    Every guest task is a fresh interpreter run under emulation. There, a python3 that
+    loads libpython3.11.so (and was built without --enable-optimizations) started a
+    check task 0.7 to 0.9 s later than Debian's python3, which has libpython linked in
+    (docs/measurements/2026-11-27-guest-interpreter.md). The process's own mappings say
+    which kind this is; sysconfig's Py_ENABLE_SHARED says 1 for both."""
     import platform
 
     what = f"{platform.python_version()} ({os.path.realpath(sys.executable)})"
@@ -201,8 +201,8 @@ def check_interpreter(maps: Path = Path("/proc/self/maps")) -> Check:
         return Check("python", "interpreter", True, f"{what}; cannot read {maps}", required=False)
     if shared:
         return Check("python", "interpreter", False,
-                     f"{what} loads libpython as a shared library: every guest task starts "
-                     "slower under emulation",
+                     f"{what} loads libpython as a shared library: such a build started "
+                     "guest tasks 0.7-0.9 s later under TCG than Debian's python3",
                      "make the virtualenv with an interpreter that has libpython linked in, "
                      "such as Debian's: rm -rf .venv .stamps && make setup PYTHON=/usr/bin/python3",
                      required=False)
