@@ -10,8 +10,9 @@
 # 1.8-2.4 s against 2.5-3.3 s for a python3 3.11 built with a shared libpython and without
 # --enable-optimizations, and started bare in 0.21-0.26 s against 0.45-0.49 s
 # (bench/guest_python.py, medians of 7, two runs).
-# Any python3 >= 3.11 works: make setup PYTHON=...
-PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+# Any python3 >= 3.11 works: make setup PYTHON=... (Debian's is used only when it is 3.11 or
+# later; otherwise the python3 on the PATH).
+PYTHON ?= $(if $(filter True,$(shell /usr/bin/python3 -c 'import sys; print(sys.version_info >= (3, 11))' 2>/dev/null)),/usr/bin/python3,python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMPS := .stamps

@@ -244,7 +244,10 @@ def make_python(*overrides: str) -> str:
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_the_virtualenv_is_made_with_debians_python3_unless_told_otherwise() -> None:
-    expected = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else "python3"
+    debian = Path("/usr/bin/python3")
+    recent = debian.exists() and subprocess.run(
+        [debian, "-c", "import sys; sys.exit(sys.version_info < (3, 11))"]).returncode == 0
+    expected = "/usr/bin/python3" if recent else "python3"
     assert make_python() == expected
     assert make_python("PYTHON=/opt/py/bin/python3.12") == "/opt/py/bin/python3.12"
 
