@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -84,12 +85,6 @@ def interpreters(extra: list[str]) -> list[str]:
     return out
 
 
-def median(values: list[float]) -> float:
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     pythons = interpreters(args.python)
@@ -112,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'interpreter':44s} {'command':22s} {'median s':>9s} {'fastest s':>9s} {'x anchor':>9s}")
     for py in pythons:
         for name in COMMANDS:
-            m = median(times[py][name])
-            ratio = m / median(times[anchor][name])
+            m = statistics.median(times[py][name])
+            ratio = m / statistics.median(times[anchor][name])
             print(f"{py[-44:]:44s} {name:22s} {m:9.3f} {min(times[py][name]):9.3f} {ratio:8.2f}x")
     return 0
 
