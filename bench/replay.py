@@ -26,7 +26,9 @@ PATH`` (fstests' src/log-writes/replay-log), replay-log itself. Every method
 must leave the same image, byte for byte. replay-log fsyncs its target at the
 end; powercut fsyncs a block device at the end and leaves a file to its page
 cache (every reader of a file goes through it), so on a file the race also
-times the compiled replay with that fsync.
+times the compiled replay with that fsync. Each race also times the interpreter's
+bare start (``python -c pass``) and prints the floor of any replay command written
+in Python: that start plus the compiled replay in process, against replay-log.
 
 Usage: python bench/replay.py [--size-mib 256] [--marks 8] [--dir DIR]
                               [--log PATH] [--replay-log PATH] [--baseline DIR]
@@ -339,18 +341,38 @@ def race_methods(log: Path, target: Path, device_bytes: int, last: int, reps: in
             return seconds
         return run
 
-    runs = race({name: keeping_image(name, job) for name, job in jobs.items()}, reps,
-                target if not block else Path("/nonexistent"))
+    timed_jobs = {name: keeping_image(name, job) for name, job in jobs.items()}
+    # The interpreter's own start, as the command's starts (site included): with the
+    # compiled replay in process it is the least any command in Python can take.
+    timed_jobs[START] = lambda: timed(lambda: subprocess.run([sys.executable, "-c", "pass"],
+                                                             check=True))
+    runs = race(timed_jobs, reps, target if not block else Path("/nonexistent"))
+    starts = runs.pop(START)
     anchor = "replay-log" if "replay-log" in runs else "Python"
     best = {name: min(ts) for name, ts in runs.items()}
     for name, ts in runs.items():
         print(f"  {name:<17} best {best[name]:.3f} s, median {statistics.median(ts):.3f} s, "
               f"{best[anchor] / best[name]:5.2f}x {anchor}'s speed  "
               f"(runs, s: {', '.join(f'{t:.3f}' for t in ts)})")
+    print(f"  {command_floor(best, min(starts), anchor)}")
     different = [name for name in images if images[name] != images[anchor]]
     print(f"  images identical to {anchor}'s: "
           f"{'all' if not different else 'NOT ' + ', '.join(different)}")
     return runs
+
+
+START = "interpreter start"
+
+
+def command_floor(best: dict[str, float], start: float, anchor: str) -> str:
+    """The floor of a replay command written in Python: the interpreter's start (best of
+    the same race) plus the compiled replay in process, with no option parsing, no import
+    of powercut and no set-up; and how far the command is above it."""
+    floor = start + best["compiled"]
+    return (f"floor of a command in Python: interpreter start {start * 1000:.1f} ms + "
+            f"compiled {best['compiled']:.3f} s = {floor:.3f} s, "
+            f"{best[anchor] / floor:.2f}x {anchor}'s speed; the command takes "
+            f"{(best['command'] - floor) * 1000:.0f} ms more")
 
 
 def against_replay_log(log: Path, replay_log: Path | None, work: Path, device_bytes: int,
