@@ -166,3 +166,42 @@ def test_guest_cpus_come_from_the_environment_or_the_default(monkeypatch, tmp_pa
         with pytest.raises(ConfigError, match=rf"POWERCUT_GUEST_CPUS='{re.escape(bad)}': not a "
                                               r"number of vCPUs \(1 or more\)"):
             guest_cpus()
+
+
+def test_kernel_config_symbols_are_read_from_the_config_beside_the_image(tmp_path) -> None:
+    from framework.core.machine.kernel import KernelSpec
+
+    image = tmp_path / "bzImage"
+    image.write_bytes(b"")
+    kernel = KernelSpec(image, "6.12.0-test", tmp_path)
+    assert not kernel.config_has("PCI_MSI")  # no config found: not assumed
+    config = tmp_path / "config-6.12.0-test"
+    config.write_text("CONFIG_PCI=y\n# CONFIG_PCI_MSI is not set\nCONFIG_VIRTIO_PCI=m\n")
+    assert kernel.config_has("PCI") and not kernel.config_has("PCI_MSI")
+    assert not kernel.config_has("VIRTIO_PCI")  # a module is not built in
+    assert not kernel.config_has("PC")  # whole names only
+    config.write_text("CONFIG_PCI=y\nCONFIG_PCI_MSI=y\n")  # edited: read again
+    assert kernel.config_has("PCI_MSI")
+
+
+@pytest.mark.parametrize("config, noirq", [
+    ("CONFIG_PCI_MSI=y\n", True),
+    ("# CONFIG_PCI_MSI is not set\n", False),
+    (None, False),
+])
+def test_pci_interrupts_skip_acpi_routing_only_on_a_kernel_with_msi(tmp_path, monkeypatch, config,
+                                                                    noirq):
+    from framework.core.machine.kernel import KernelSpec
+    from framework.core.machine.qemu import QemuMachine
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # boot_image's verdict
+
+    image = tmp_path / "bzImage"
+    image.write_bytes(b"\0" * 1024)
+    if config is not None:
+        (tmp_path / "config-6.1.0-test").write_text(config)
+    machine = QemuMachine(kernel=KernelSpec(image, "6.1.0-test", tmp_path), rundir=tmp_path / "vm")
+    argv = machine.qemu_argv(tmp_path / "initrd", "tcg")
+    words = argv[argv.index("-append") + 1].split()
+    assert ("acpi=noirq" in words) == noirq
+    assert "console=ttyS0" in words

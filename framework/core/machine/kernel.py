@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import lzma
@@ -40,12 +41,30 @@ class KernelSpec:
                 return path
         return None
 
+    def config_has(self, symbol: str) -> bool:
+        """Whether the kernel's .config sets ``CONFIG_<symbol>=y``; False when no .config is
+        found (a bare bzImage): what the config does not say is not assumed."""
+        config = self.config_path()
+        if config is None:
+            return False
+        st = config.stat()
+        return f"CONFIG_{symbol}" in _built_in(config, st.st_mtime_ns, st.st_size)
+
     def facts(self) -> dict[str, str]:
         """What a run records about its kernel: release, image and config hash."""
         config = self.config_path()
         digest = hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config else "unknown"
         return {"kernel": self.release, "kernel_image": os.fspath(self.image),
                 "kernel_config_sha256": digest}
+
+
+@functools.lru_cache(maxsize=8)
+def _built_in(config: Path, mtime_ns: int, size: int) -> frozenset[str]:
+    """The symbols a .config sets to y (cached per file version: every boot asks)."""
+    return frozenset(m.group(1) for m in _BUILT_IN.finditer(config.read_text(errors="replace")))
+
+
+_BUILT_IN = re.compile(r"^(CONFIG_\w+)=y$", re.MULTILINE)
 
 
 def bzimage_release(image: Path) -> str:
