@@ -3,7 +3,16 @@
 
 Ready means the guest shell answered a framed command (the initramfs is
 cached before the first boot, so every boot is measured the same way).
-Run: .venv/bin/python bench/boot.py [--boots 5] [--accel auto|kvm|tcg]
+``--disks N`` attaches N scratch disks, as a crash run's guests have (a
+checking guest has its data and log disks and more); every virtio device is
+one more PCI device to set up at boot.
+
+``--intx`` takes turns with a guest whose PCI interrupts are routed through
+ACPI as they were before ``acpi=noirq`` (the kernel command line without that
+word), and prints both medians from the same run: the anchor for what that
+word saves.
+
+Run: .venv/bin/python bench/boot.py [--boots 5] [--disks 0] [--intx] [--accel auto|kvm|tcg]
 """
 
 from __future__ import annotations
@@ -11,38 +20,78 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 from framework.core.machine import initramfs
+from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import default_kernel
 from framework.core.machine.qemu import QemuMachine, choose_accel
 from recovery.filesystems import kernel_modules
 
+NOIRQ = "acpi=noirq"
 
-def main() -> int:
+
+class IntxMachine(QemuMachine):
+    """The guest as it booted before: PCI interrupts routed through ACPI."""
+
+    def qemu_argv(self, initrd: Path, accel: str) -> list[str]:
+        argv = super().qemu_argv(initrd, accel)
+        at = argv.index("-append") + 1
+        argv[at] = " ".join(word for word in argv[at].split() if word != NOIRQ)
+        return argv
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--boots", type=int, default=5)
+    ap.add_argument("--boots", type=int, default=5, help="boots of each guest (default: 5)")
+    ap.add_argument("--disks", type=int, default=0, help="scratch disks of 64 MiB (default: 0)")
+    ap.add_argument("--intx", action="store_true",
+                    help="take turns with a guest whose PCI interrupts go through ACPI")
     ap.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     ap.add_argument("--fs", action="append", default=["ext4"], help="filesystem types whose kernel modules to load")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.boots < 1:
+        ap.error(f"--boots {args.boots}: expected 1 or more")
+    if not 0 <= args.disks <= 20:
+        ap.error(f"--disks {args.disks}: expected 0 to 20 (a guest's limit)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     kernel = default_kernel()
+    if args.intx and not kernel.config_has("PCI_MSI"):
+        sys.exit(f"--intx: kernel {kernel.release} has no CONFIG_PCI_MSI=y in a config found "
+                 f"for it, so its guests route PCI interrupts through ACPI already")
     accel = choose_accel(kernel) if args.accel == "auto" else args.accel
     # Build (or reuse) the initramfs first: that cost is paid once, not per boot.
     initramfs.initramfs(initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)), kernel.release)[0])
-    host_s, guest_s = [], []
+    disks = [DiskSpec(f"d{i}", 64 << 20) for i in range(args.disks)]
+    guests: dict[str, type[QemuMachine]] = {"powercut's guest": QemuMachine}
+    if args.intx:
+        guests["INTx through ACPI"] = IntxMachine
+    host_s: dict[str, list[float]] = {name: [] for name in guests}
+    guest_s: dict[str, list[float]] = {name: [] for name in guests}
     for i in range(args.boots):
-        machine = QemuMachine(kernel=kernel, accel=accel, modules=kernel_modules(args.fs))
-        try:
-            machine.start()
-            assert machine.boot_s is not None
-            host_s.append(machine.boot_s)
-            guest_s.append(machine.guest_uptime_s or float("nan"))
-            print(f"boot {i + 1}: ready in {machine.boot_s:.2f} s "
-                  f"(guest uptime at /init's ready line {machine.guest_uptime_s:.2f} s)", flush=True)
-        finally:
-            machine.close()
-    print(f"kernel {kernel.release}, accelerator {accel}, modules for {','.join(args.fs)}")
-    print(f"boot-to-ready over {len(host_s)} boots: median {statistics.median(host_s):.2f} s, "
-          f"max {max(host_s):.2f} s (guest uptime median {statistics.median(guest_s):.2f} s)")
+        order = list(guests) if i % 2 == 0 else list(reversed(guests))
+        for name in order:
+            machine = guests[name](kernel=kernel, accel=accel, modules=kernel_modules(args.fs),
+                                   disks=disks)
+            try:
+                machine.start()
+                assert machine.boot_s is not None
+                host_s[name].append(machine.boot_s)
+                guest_s[name].append(machine.guest_uptime_s or float("nan"))
+                print(f"boot {i + 1}, {name}: ready in {machine.boot_s:.2f} s "
+                      f"(guest uptime at /init's ready line {machine.guest_uptime_s:.2f} s)", flush=True)
+            finally:
+                machine.close()
+    print(f"kernel {kernel.release}, accelerator {accel}, modules for {','.join(args.fs)}, "
+          f"{args.disks} scratch disks")
+    for name in guests:
+        print(f"{name:<17} boot-to-ready over {len(host_s[name])} boots: median "
+              f"{statistics.median(host_s[name]):.2f} s, max {max(host_s[name]):.2f} s "
+              f"(guest uptime median {statistics.median(guest_s[name]):.2f} s)")
     return 0
 
 
