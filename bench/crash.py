@@ -173,6 +173,19 @@ def phase_table(summary: CheckSummary, checked: Sequence[CheckResult], *, boot_s
     return "\n".join(out)
 
 
+def outcome_line(checked: Sequence[CheckResult], planned: int) -> str:
+    """What the checks said, state by state, counted: a run whose states are not all ok
+    (or not all checked) is no figure of speed until the outcomes are explained."""
+    counts: dict[str, int] = {}
+    for result in checked:
+        counts[str(result.outcome)] = counts.get(str(result.outcome), 0) + 1
+    said = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    line = f"outcomes: {said or 'none'} (of {planned} states planned)"
+    if len(checked) < planned:
+        line += f"; {planned - len(checked)} not checked"
+    return line
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="ext4/ordered")
@@ -260,6 +273,7 @@ def main() -> int:
           f"the guest's task start included")
     print(f"states with the same bytes as the state before them (one mount and fsck for "
           f"both, their own promises verified): {len(shared)} of {len(checked)}")
+    print(outcome_line(checked, n))
     if checked and floor_s > 0:
         distinct = len(checked) - len(shared)
         print(f"floor (mount + umount + fsck, timed in the same run): {floor_s:.1f} s, "

@@ -143,3 +143,16 @@ def test_the_phase_table_counts_a_shared_state_once_and_names_what_is_left():
     # + 0 + 2 + 1.125 + 0.5 + 3 + 1 = 9.875: 0.125 s is other.
     assert seconds["other, in the lanes"] == 0.1
     assert "summed over 2 lanes" in table and "3 states" in table
+
+
+def test_the_crash_bench_counts_outcomes_and_states_left_unchecked():
+    from bench.crash import outcome_line
+    from crashcases.check import CheckResult
+    from crashcases.vocabulary import Outcome
+
+    ok = [CheckResult(f"{i}/prefix") for i in range(3)]
+    assert outcome_line(ok, 3) == "outcomes: 3 ok (of 3 states planned)"
+    lost = CheckResult("9/prefix", outcome=Outcome.DATA_LOSS)
+    assert outcome_line([*ok, lost], 6) == \
+        "outcomes: 3 ok, 1 data-loss (of 6 states planned); 2 not checked"
+    assert outcome_line([], 2) == "outcomes: none (of 2 states planned); 2 not checked"

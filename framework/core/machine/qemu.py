@@ -182,10 +182,10 @@ class QemuMachine(Machine):
         if self.kernel.config_has("PCI_MSI"):
             # No PCI interrupt routing through ACPI. Enabling each virtio device's interrupt
             # link (\_SB_.LNKx, run by the AML interpreter) took 0.1-0.25 s a device under
-            # emulation, most of a second per guest with its disks. With "acpi=noirq"
+            # emulation, 0.4 s or more of a guest's start with its disks. With "acpi=noirq"
             # (Documentation/admin-guide/kernel-parameters.txt) pci_acpi_init()
             # (arch/x86/pci/acpi.c) returns early, pirq_enable_irq() (arch/x86/pci/irq.c)
-            # finds no route in qboot's tables and leaves the device without INTx, and
+            # finds no entry for the device in the MP tables and leaves it without INTx, and
             # virtio_pci takes MSI-X, which vp_find_vqs() tries first in any case
             # (drivers/virtio/virtio_pci_common.c). ACPI power-off is unchanged. A kernel
             # whose config is not found, or has no MSI, keeps INTx through ACPI.
