@@ -320,3 +320,17 @@ def test_doctor_says_whether_the_interpreter_loads_a_shared_libpython(tmp_path: 
     # This process: the answer agrees with its own mappings.
     with open("/proc/self/maps", encoding="utf-8") as f:
         assert doctor.check_interpreter().ok == ("libpython" not in f.read())
+
+
+def test_doctor_says_whether_guests_skip_acpi_interrupt_routing(tmp_path: Path) -> None:
+    spec = KernelSpec(tmp_path / "bzImage", "r", tmp_path)
+    missing = doctor.check_msi(spec)
+    assert not missing.ok and not missing.required
+    assert "no .config found" in missing.detail and missing.fix.endswith("as config-r")
+    config = tmp_path / "config-r"
+    config.write_text("# CONFIG_PCI_MSI is not set\n")
+    without = doctor.check_msi(spec)
+    assert not without.ok and f"{config}: no CONFIG_PCI_MSI=y" in without.detail
+    config.write_text("CONFIG_PCI_MSI=y\nCONFIG_PCI=y\n")
+    assert doctor.check_msi(spec).ok
+    assert doctor.check_kernel(spec)[1] == doctor.check_msi(spec)
