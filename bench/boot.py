@@ -9,10 +9,13 @@ one more PCI device to set up at boot.
 
 ``--intx`` takes turns with a guest whose PCI interrupts are routed through
 ACPI as they were before ``acpi=noirq`` (the kernel command line without that
-word), and prints both medians from the same run: the anchor for what that
-word saves.
+word); ``--signed`` with a guest whose initramfs keeps the modules'
+signatures, which the kernel then checks as it loads each one; ``--before``
+with a guest that has both. Every guest's median comes from the same run: the
+anchors for what each change saves.
 
-Run: .venv/bin/python bench/boot.py [--boots 5] [--disks 0] [--intx] [--accel auto|kvm|tcg]
+Run: .venv/bin/python bench/boot.py [--boots 5] [--disks 0] [--intx] [--signed] [--before]
+                                    [--fs ext4] [--accel auto|kvm|tcg]
 """
 
 from __future__ import annotations
@@ -41,15 +44,33 @@ class IntxMachine(QemuMachine):
         return argv
 
 
+class SignedMachine(QemuMachine):
+    """The guest with its modules signed, as they are installed."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.unsigned_modules = False
+
+
+class BeforeMachine(IntxMachine, SignedMachine):
+    """Both: the guest as it booted before either change."""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boots", type=int, default=5, help="boots of each guest (default: 5)")
     ap.add_argument("--disks", type=int, default=0, help="scratch disks of 64 MiB (default: 0)")
     ap.add_argument("--intx", action="store_true",
                     help="take turns with a guest whose PCI interrupts go through ACPI")
+    ap.add_argument("--signed", action="store_true",
+                    help="take turns with a guest whose modules keep their signatures")
+    ap.add_argument("--before", action="store_true",
+                    help="take turns with a guest that has both of the above")
     ap.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
-    ap.add_argument("--fs", action="append", default=["ext4"], help="filesystem types whose kernel modules to load")
+    ap.add_argument("--fs", action="append",
+                    help="filesystem types whose kernel modules to load, repeatable (default: ext4)")
     args = ap.parse_args(argv)
+    args.fs = args.fs or ["ext4"]
     if args.boots < 1:
         ap.error(f"--boots {args.boots}: expected 1 or more")
     if not 0 <= args.disks <= 20:
@@ -60,16 +81,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     kernel = default_kernel()
-    if args.intx and not kernel.config_has("PCI_MSI"):
+    if (args.intx or args.before) and not kernel.config_has("PCI_MSI"):
         sys.exit(f"--intx: kernel {kernel.release} has no CONFIG_PCI_MSI=y in a config found "
                  f"for it, so its guests route PCI interrupts through ACPI already")
+    if (args.signed or args.before) and not kernel.loads_unsigned_modules():
+        sys.exit(f"--signed: kernel {kernel.release} keeps its modules' signatures already "
+                 f"(no config found for it, or it enforces signatures)")
     accel = choose_accel(kernel) if args.accel == "auto" else args.accel
     # Build (or reuse) the initramfs first: that cost is paid once, not per boot.
-    initramfs.initramfs(initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)), kernel.release)[0])
+    modules = initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)), kernel.release)[0]
+    initramfs.initramfs(modules, unsigned=kernel.loads_unsigned_modules())
+    if args.signed or args.before:
+        initramfs.initramfs(modules)
     disks = [DiskSpec(f"d{i}", 64 << 20) for i in range(args.disks)]
     guests: dict[str, type[QemuMachine]] = {"powercut's guest": QemuMachine}
     if args.intx:
         guests["INTx through ACPI"] = IntxMachine
+    if args.signed:
+        guests["signed modules"] = SignedMachine
+    if args.before:
+        guests["both, as before"] = BeforeMachine
     host_s: dict[str, list[float]] = {name: [] for name in guests}
     guest_s: dict[str, list[float]] = {name: [] for name in guests}
     for i in range(args.boots):

@@ -35,3 +35,16 @@ def test_bad_counts_are_one_line(argv: list[str], error: str,
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert error in capsys.readouterr().err
+
+
+def test_the_signed_guests_keep_the_signatures(tmp_path: Path) -> None:
+    from bench.boot import BeforeMachine, SignedMachine
+
+    image = tmp_path / "bzImage"
+    image.write_bytes(b"\0" * 1024)
+    (tmp_path / "config-6.1.0-test").write_text("CONFIG_PCI_MSI=y\nCONFIG_MODULE_SIG=y\n")
+    kernel = KernelSpec(image, "6.1.0-test", tmp_path)
+    assert QemuMachine(kernel=kernel, rundir=tmp_path / "a").unsigned_modules
+    assert not SignedMachine(kernel=kernel, rundir=tmp_path / "b").unsigned_modules
+    before = BeforeMachine(kernel=kernel, rundir=tmp_path / "c")
+    assert not before.unsigned_modules and isinstance(before, IntxMachine)

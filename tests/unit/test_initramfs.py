@@ -124,3 +124,35 @@ def test_cache_key_changes_with_module_content(tmp_path, fake_inputs, monkeypatc
 def test_missing_busybox_names_the_package(tmp_path):
     with pytest.raises(MissingPrerequisite, match="busybox-static"):
         initramfs.build_cpio([], Path(tmp_path / "nope"))
+
+
+def signed(code: bytes, signature: bytes) -> bytes:
+    """A module as scripts/sign-file.c appends its signature: PKCS#7 blob, the 12-byte
+    struct module_signature (sig_len big-endian at its end), the marker."""
+    info = bytes([0, 0, 2, 0, 0, 0, 0, 0]) + len(signature).to_bytes(4, "big")
+    return code + signature + info + initramfs.SIGNATURE_MARKER
+
+
+def test_a_signature_is_dropped_and_nothing_else_is() -> None:
+    code = b"\x7fELF module code" * 10
+    assert initramfs.drop_signature(signed(code, b"S" * 40)) == code
+    assert initramfs.drop_signature(code) == code  # unsigned: as it is
+    # Not sign-file's layout: a length beyond the file, or none at all, keeps every byte.
+    broken = code + bytes(8) + (10_000).to_bytes(4, "big") + initramfs.SIGNATURE_MARKER
+    assert initramfs.drop_signature(broken) == broken
+    empty = code + bytes(12) + initramfs.SIGNATURE_MARKER
+    assert initramfs.drop_signature(empty) == empty
+    assert initramfs.drop_signature(initramfs.SIGNATURE_MARKER) == initramfs.SIGNATURE_MARKER
+
+
+def test_an_unsigned_archive_has_its_own_key_and_the_modules_without_signatures(
+        tmp_path, fake_inputs, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    busybox, mods = fake_inputs
+    mods[0].path.write_bytes(signed(b"module bytes", b"S" * 64))
+    kept = initramfs.initramfs(mods, busybox=busybox)
+    dropped = initramfs.initramfs(mods, busybox=busybox, unsigned=True)
+    assert kept != dropped
+    assert mods[0].path.read_bytes() in kept.read_bytes()  # signed, as installed
+    assert initramfs.SIGNATURE_MARKER not in dropped.read_bytes()
+    assert b"module bytes" in dropped.read_bytes()

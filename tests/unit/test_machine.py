@@ -205,3 +205,25 @@ def test_pci_interrupts_skip_acpi_routing_only_on_a_kernel_with_msi(tmp_path, mo
     words = argv[argv.index("-append") + 1].split()
     assert ("acpi=noirq" in words) == noirq
     assert "console=ttyS0" in words
+
+
+@pytest.mark.parametrize("config, unsigned", [
+    ("CONFIG_MODULE_SIG=y\n", True),
+    ("CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_FORCE=y\n", False),
+    ("CONFIG_MODULE_SIG=y\nCONFIG_LOCK_DOWN_KERNEL_FORCE_INTEGRITY=y\n", False),
+    ("CONFIG_MODULE_SIG=y\nCONFIG_LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY=y\n", False),
+    ("# CONFIG_MODULES is not set\n", True),  # nothing signed, nothing to keep
+    (None, False),  # no config: signatures kept
+])
+def test_modules_go_without_signatures_only_where_the_kernel_loads_them(tmp_path, config,
+                                                                         unsigned):
+    from framework.core.machine.kernel import KernelSpec
+    from framework.core.machine.qemu import QemuMachine
+
+    image = tmp_path / "bzImage"
+    image.write_bytes(b"")
+    if config is not None:
+        (tmp_path / "config-6.1.0-test").write_text(config)
+    kernel = KernelSpec(image, "6.1.0-test", tmp_path)
+    assert kernel.loads_unsigned_modules() == unsigned
+    assert QemuMachine(kernel=kernel, rundir=tmp_path / "vm").unsigned_modules == unsigned

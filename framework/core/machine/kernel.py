@@ -50,6 +50,16 @@ class KernelSpec:
         st = config.stat()
         return f"CONFIG_{symbol}" in _built_in(config, st.st_mtime_ns, st.st_size)
 
+    def loads_unsigned_modules(self) -> bool:
+        """Whether the kernel loads a module without a signature (and taints itself 'E'):
+        its config is found and neither enforces signatures (CONFIG_MODULE_SIG_FORCE) nor
+        forces a lockdown that does (kernel/module/signing.c, module_sig_check())."""
+        if self.config_path() is None:
+            return False
+        return not any(self.config_has(s) for s in (
+            "MODULE_SIG_FORCE", "LOCK_DOWN_KERNEL_FORCE_INTEGRITY",
+            "LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY"))
+
     def facts(self) -> dict[str, str]:
         """What a run records about its kernel: release, image and config hash."""
         config = self.config_path()

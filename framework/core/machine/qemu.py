@@ -144,6 +144,9 @@ class QemuMachine(Machine):
         self.boot_s: float | None = None
         self.guest_uptime_s: float | None = None
         self._transcript: object | None = None
+        #: The initramfs carries its modules without their signatures where the kernel
+        #: loads them so (see initramfs.drop_signature()).
+        self.unsigned_modules = self.kernel.loads_unsigned_modules()
 
     # --- lifecycle -------------------------------------------------------
 
@@ -244,7 +247,7 @@ class QemuMachine(Machine):
             self.kernel.modules_root,
             missing_ok=self.missing_modules_ok,
         )
-        initrd = initramfs.initramfs(modules)
+        initrd = initramfs.initramfs(modules, unsigned=self.unsigned_modules)
         self.rundir.mkdir(parents=True, exist_ok=True)  # again after a failed boot's close()
         self._make_disks()
         try:
