@@ -127,9 +127,24 @@ def check_msi(spec: KernelSpec) -> Check:
                  "build the kernel with CONFIG_PCI_MSI=y", required=False)
 
 
+def check_signatures(spec: KernelSpec) -> Check:
+    """Whether the guest's initramfs drops the modules' signatures (initramfs.py), which
+    spares their check at every boot and taints the guest's kernel 'E'."""
+    if spec.loads_unsigned_modules():
+        return Check("kernel", "module signatures", True,
+                     "dropped in the guest's initramfs: not checked at boot; the guest's kernel "
+                     "is tainted E (unsigned module)", required=False)
+    why = ("no .config found for the image" if spec.config_path() is None
+           else "the kernel enforces module signatures")
+    return Check("kernel", "module signatures", True,
+                 f"kept in the guest's initramfs ({why}): checked as each module loads",
+                 required=False)
+
+
 def check_kernel(spec: KernelSpec) -> list[Check]:
     modules, builtin = module_index(spec)
-    checks = [Check("kernel", "image", True, f"{spec.image} ({spec.release})"), check_msi(spec)]
+    checks = [Check("kernel", "image", True, f"{spec.image} ({spec.release})"), check_msi(spec),
+              check_signatures(spec)]
     if not modules and not builtin:
         checks.append(Check("kernel", "modules", False, f"no modules.dep in {spec.modules_dir}",
                             f"install the modules for {spec.release} and run depmod"))

@@ -334,3 +334,9 @@ def test_doctor_says_whether_guests_skip_acpi_interrupt_routing(tmp_path: Path) 
     config.write_text("CONFIG_PCI_MSI=y\nCONFIG_PCI=y\n")
     assert doctor.check_msi(spec).ok
     assert doctor.check_kernel(spec)[1] == doctor.check_msi(spec)
+    assert "dropped in the guest's initramfs" in doctor.check_signatures(spec).detail
+    config.write_text("CONFIG_PCI_MSI=y\nCONFIG_MODULE_SIG_FORCE=y\n")
+    assert "kept in the guest's initramfs (the kernel enforces" in \
+        doctor.check_signatures(spec).detail
+    config.unlink()
+    assert "(no .config found" in doctor.check_signatures(spec).detail
