@@ -518,7 +518,7 @@ def test_a_boot_that_prints_nothing_is_tried_again_and_one_that_speaks_is_the_er
     from framework.core.machine.qemu import QemuMachine
 
     monkeypatch.setattr(initramfs, "resolve_modules", lambda *a, **k: ([], []))
-    monkeypatch.setattr(initramfs, "initramfs", lambda modules: tmp_path / "initrd")
+    monkeypatch.setattr(initramfs, "initramfs", lambda modules, **kw: tmp_path / "initrd")
     argvs = iter([["sh", "-c", first], ["sh", "-c", "echo second boot; exit 1"]])
     calls: list[int] = []
 
