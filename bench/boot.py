@@ -28,10 +28,8 @@ from pathlib import Path
 from framework.core.machine import initramfs
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import default_kernel
-from framework.core.machine.qemu import QemuMachine, choose_accel
+from framework.core.machine.qemu import ACPI_NOIRQ, QemuMachine, choose_accel
 from recovery.filesystems import kernel_modules
-
-NOIRQ = "acpi=noirq"
 
 
 class IntxMachine(QemuMachine):
@@ -40,7 +38,7 @@ class IntxMachine(QemuMachine):
     def qemu_argv(self, initrd: Path, accel: str) -> list[str]:
         argv = super().qemu_argv(initrd, accel)
         at = argv.index("-append") + 1
-        argv[at] = " ".join(word for word in argv[at].split() if word != NOIRQ)
+        argv[at] = " ".join(word for word in argv[at].split() if word != ACPI_NOIRQ)
         return argv
 
 
@@ -81,12 +79,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     kernel = default_kernel()
-    if (args.intx or args.before) and not kernel.config_has("PCI_MSI"):
-        sys.exit(f"--intx: kernel {kernel.release} has no CONFIG_PCI_MSI=y in a config found "
-                 f"for it, so its guests route PCI interrupts through ACPI already")
+    if (args.intx or args.before) and not kernel.has_msi():
+        sys.exit(f"{'--intx' if args.intx else '--before'}: kernel {kernel.release} has no "
+                 f"CONFIG_PCI_MSI=y in a config found for it, so its guests route PCI "
+                 f"interrupts through ACPI already")
     if (args.signed or args.before) and not kernel.loads_unsigned_modules():
-        sys.exit(f"--signed: kernel {kernel.release} keeps its modules' signatures already "
-                 f"(no config found for it, or it enforces signatures)")
+        sys.exit(f"{'--signed' if args.signed else '--before'}: kernel {kernel.release} keeps "
+                 f"its modules' signatures already (no config found for it, or it enforces "
+                 f"signatures)")
     accel = choose_accel(kernel) if args.accel == "auto" else args.accel
     # Build (or reuse) the initramfs first: that cost is paid once, not per boot.
     modules = initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)), kernel.release)[0]

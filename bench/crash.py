@@ -42,6 +42,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -176,10 +177,8 @@ def phase_table(summary: CheckSummary, checked: Sequence[CheckResult], *, boot_s
 def outcome_line(checked: Sequence[CheckResult], planned: int) -> str:
     """What the checks said, state by state, counted: a run whose states are not all ok
     (or not all checked) is no figure of speed until the outcomes are explained."""
-    counts: dict[str, int] = {}
-    for result in checked:
-        counts[str(result.outcome)] = counts.get(str(result.outcome), 0) + 1
-    said = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    counts = Counter(str(result.outcome) for result in checked)
+    said = ", ".join(f"{n} {outcome}" for outcome, n in counts.most_common())
     line = f"outcomes: {said or 'none'} (of {planned} states planned)"
     if len(checked) < planned:
         line += f"; {planned - len(checked)} not checked"

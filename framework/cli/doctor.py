@@ -114,7 +114,7 @@ def check_msi(spec: KernelSpec) -> Check:
     """Whether the guest's virtio devices interrupt through MSI-X, with no PCI interrupt
     routing through ACPI (qemu.py adds acpi=noirq): only a kernel whose config says so."""
     config = spec.config_path()
-    if spec.config_has("PCI_MSI"):
+    if spec.has_msi():
         return Check("kernel", "interrupts", True,
                      f"MSI-X, no PCI interrupt routing through ACPI (CONFIG_PCI_MSI=y in {config})",
                      required=False)

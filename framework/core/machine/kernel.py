@@ -50,6 +50,11 @@ class KernelSpec:
         st = config.stat()
         return f"CONFIG_{symbol}" in _built_in(config, st.st_mtime_ns, st.st_size)
 
+    def has_msi(self) -> bool:
+        """Whether the kernel's config has CONFIG_PCI_MSI=y, so that its guests leave PCI
+        interrupt routing out (qemu.py's acpi=noirq) and its virtio devices use MSI-X."""
+        return self.config_has("PCI_MSI")
+
     def loads_unsigned_modules(self) -> bool:
         """Whether the kernel loads a module without a signature (and taints itself 'E'):
         its config is found and neither enforces signatures (CONFIG_MODULE_SIG_FORCE) nor

@@ -38,6 +38,8 @@ from framework.core.machine.kernel import KernelSpec, boot_image, default_kernel
 log = logging.getLogger(__name__)
 
 QEMU = "qemu-system-x86_64"
+#: The kernel word that leaves PCI interrupt routing through ACPI out (see qemu_argv()).
+ACPI_NOIRQ = "acpi=noirq"
 MSIZE = 512 * 1024
 KVM_PROBE_TIMEOUT_S = 25.0
 #: Console lines that say the guest kernel died (panic(), die() and the BUG() family
@@ -182,7 +184,7 @@ class QemuMachine(Machine):
                 f"powercut.msize={MSIZE}",
             ]
         )
-        if self.kernel.config_has("PCI_MSI"):
+        if self.kernel.has_msi():
             # No PCI interrupt routing through ACPI. Enabling each virtio device's interrupt
             # link (\_SB_.LNKx, run by the AML interpreter) took 0.1-0.25 s a device under
             # emulation, 0.4 s or more of a guest's start with its disks. With "acpi=noirq"
@@ -192,7 +194,7 @@ class QemuMachine(Machine):
             # virtio_pci takes MSI-X, which vp_find_vqs() tries first in any case
             # (drivers/virtio/virtio_pci_common.c). ACPI power-off is unchanged. A kernel
             # whose config is not found, or has no MSI, keeps INTx through ACPI.
-            append += " acpi=noirq"
+            append += f" {ACPI_NOIRQ}"
         keep = initramfs.hidden_paths(guest_paths())
         if keep:
             append += " powercut.keep=" + ":".join(os.fspath(p) for p in keep)
