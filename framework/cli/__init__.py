@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from framework import __version__
-from framework.core.errors import MissingPrerequisite, PowercutError
+from framework.core.errors import SKIPPED, MissingPrerequisite, PowercutError, Unsupported
 
 if TYPE_CHECKING:
     from recovery.targets import Target
@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("framework.cli.ci", "run a study on a kernel and judge it against a baseline"),
     "log": ("framework.cli.log", "inspect and replay dm-log-writes logs"),
     "vm": ("framework.cli.vm", "run commands in a fresh guest"),
+    "kernels": ("framework.cli.kernels", "Debian kernels and kernel sources from any suite, in a cache"),
     "zoo": ("framework.cli.zoo", "detection power on real bugs: build the zoo's kernels, run the recall"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
@@ -74,9 +75,10 @@ def add_machine_options(p: argparse.ArgumentParser) -> None:
                        help="kernel image to boot, e.g. a bzImage under test (default: the installed "
                             "Debian kernel that linux-image-amd64 depends on; 'powercut doctor' shows it)")
     which.add_argument("--kernel-release", metavar="RELEASE",
-                       help="boot another installed Debian kernel: /boot/vmlinuz-RELEASE with "
-                            "/lib/modules/RELEASE, e.g. --kernel-release 6.12.107+deb12-amd64; installs "
-                            "nothing ('powercut doctor' lists the installed ones and how to add one)")
+                       help="boot another Debian kernel: /boot/vmlinuz-RELEASE with "
+                            "/lib/modules/RELEASE, or one fetched into the kernel cache with "
+                            "'powercut kernels fetch', e.g. --kernel-release 7.3.4+deb13-amd64; "
+                            "downloads nothing ('powercut kernels list' shows both)")
     g.add_argument("--modules", metavar="DIR",
                    help="modules for --kernel: the INSTALL_MOD_PATH that holds lib/modules/RELEASE")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
@@ -212,6 +214,11 @@ def main(argv: Sequence[str] | None = None, *,
         return 2
     try:
         return int(args.func(args))
+    except Unsupported as exc:
+        print(f"powercut: skipped: {exc}", file=sys.stderr)
+        if on_error is not None:
+            on_error(exc)
+        return SKIPPED
     except MissingPrerequisite as exc:
         print(f"powercut: missing prerequisite: {exc}", file=sys.stderr)
         return 3

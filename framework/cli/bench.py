@@ -129,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from framework.bench import engine as bench
+    from framework.cli.targets import require_supported
     from framework.cli.vm import (  # boots qemu: imported only when used
         machine_from_args,
         resolve_kernel,
@@ -147,7 +148,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     targets = bench.resolve_targets(config)
     get_workload(config.workload)  # an unknown name fails before the guest boots
-    resolve_kernel(args)  # a missing kernel fails before the run is opened
+    # A missing kernel fails before the run is opened; a target it cannot run skips the
+    # bench (one run compares its targets: every target or none).
+    require_supported(targets, resolve_kernel(args))
     if resume_dir is not None:
         with Store(args.db) as store:
             resumable_run(store, resume_dir, "bench")

@@ -17,7 +17,7 @@ from framework.cli import add_machine_options
 from framework.cli.compare import add_rule_options, render, rule_of, verdict_words
 from framework.cli.run import kernel_argv
 from framework.core import junit, rundir
-from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.errors import SKIPPED, ConfigError, MissingPrerequisite
 from framework.core.store import Store
 from framework.report.compare import (
     Comparison,
@@ -58,7 +58,8 @@ kernel that is missing or does not boot, a step that could not run).
 
 EPILOG = """\
 examples:
-  powercut ci --kernel-release 6.12.107+deb12-amd64 --baseline-kernel-release 6.1.0-56-amd64
+  powercut kernels fetch 7.2 7.3         # Debian's builds, into the kernel cache
+  powercut ci --kernel-release 7.3.4+deb13-amd64 --baseline-kernel-release 7.2.13+deb14-amd64
   powercut ci --kernel arch/x86/boot/bzImage --modules /tmp/mods --baseline results/ci.sqlite
   powercut ci --kernel-release 6.1.0-56-amd64 --baseline 12 --study quick --reruns 5
 """
@@ -126,7 +127,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
         with Store(db) as store:
             top = store.resolve("latest")
             steps = json.loads((Path(top.environment["run_dir"]) / rundir.STEPS).read_text())
-        broken = [s for s in steps if s["status"] >= 2]
+        broken = [s for s in steps if s["status"] >= 2 and s["status"] != SKIPPED]
         if broken:
             raise ConfigError(f"{label}: step {broken[0]['step']} could not run (exit "
                               f"{broken[0]['status']}: powercut {shlex.join(broken[0]['argv'])});"
@@ -155,7 +156,8 @@ def judge_kernel(args: argparse.Namespace) -> int:
         top = store_b.run(candidate)
     steps = json.loads((Path(top.environment["run_dir"]) / rundir.STEPS).read_text())
     expect = {i: s.expect for i, s in enumerate(study.steps, 1)}
-    quiet = [s for s in steps if expect.get(s["step"]) == "fail" and s["status"] != 1]
+    quiet = [s for s in steps if expect.get(s["step"]) == "fail" and s["status"] not in (1, SKIPPED)]
+    skipped = [s for s in steps if s["status"] == SKIPPED]
     numbers = {id(f): n for n, f in enumerate(comparison.findings, 1)}
     reruns = [rerun(numbers[id(f)], f, args.reruns,
                     kernel_argv(args.kernel, args.modules, args.kernel_release), powercut, db)
@@ -166,13 +168,16 @@ def judge_kernel(args: argparse.Namespace) -> int:
     for s in quiet:
         out.print(f"  CONTROL QUIET step {s['step']}: powercut {shlex.join(s['argv'])} found "
                   "nothing on the candidate (it must fail)", markup=False)
+    for s in skipped:
+        out.print(f"  SKIPPED step {s['step']}: powercut {shlex.join(s['argv'])}: "
+                  f"{s.get('skipped', 'its target cannot run on the candidate')}", markup=False)
     for r in reruns:
         out.print(f"  finding {r.number} ({r.finding.finding.words}), checked again as "
                   f"{r.state.case} {r.state.key}: {r.label}", markup=False)
     summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / rundir.CI_SUMMARY
-    summary.write_text(markdown(comparison, reruns, quiet, regressed))
+    summary.write_text(markdown(comparison, reruns, quiet, regressed, skipped))
     junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / rundir.CI_JUNIT
-    cases = junit_cases(comparison, reruns, quiet)
+    cases = junit_cases(comparison, reruns, quiet, skipped)
     junit.write(junit_path, f"powercut ci {args.study}", cases)
     ran = {s["step"] for s in steps}
     kci = Path(args.kcidb) if args.kcidb else Path(top.environment["run_dir"]) / rundir.CI_KCIDB
@@ -222,7 +227,7 @@ def state_key(s: StateChange) -> tuple[str, str, str]:
 
 
 def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, object]],
-             regressed: bool) -> str:
+             regressed: bool, skipped: Sequence[dict[str, object]] = ()) -> str:
     env_b = c.b.environment().get("guest", {})
     env_a = c.a.environment().get("guest", {})
     lines = [f"# powercut ci: {'regression' if regressed else 'no regression'}", "",
@@ -271,6 +276,11 @@ def markdown(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, o
         lines += [f"- step {q['step']}: `powercut {shlex.join(map(str, q['argv']))}`"  # type: ignore[call-overload]
                   for q in quiet]
         lines.append("")
+    if skipped:
+        lines += ["## Steps skipped on the candidate", ""]
+        lines += [f"- step {q['step']}: `powercut {shlex.join(map(str, q['argv']))}`"  # type: ignore[call-overload]
+                  f": {q.get('skipped', 'its target cannot run here')}" for q in skipped]
+        lines.append("")
     counts = c.to_dict()["counts"]
     lines.append("Counts: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
     return "\n".join(lines) + "\n"
@@ -290,8 +300,8 @@ def checked(r: Results) -> str:
             f"{counted(r.recoveries)}, {reps} benchmark repetitions")
 
 
-def junit_cases(c: Comparison, reruns: Sequence[Rerun],
-                quiet: Sequence[dict[str, object]]) -> list[junit.Case]:
+def junit_cases(c: Comparison, reruns: Sequence[Rerun], quiet: Sequence[dict[str, object]],
+                skipped: Sequence[dict[str, object]] = ()) -> list[junit.Case]:
     cases = []
     for m in c.metrics:
         text = (f"A {m.a.describe(m.unit)}, B {m.b.describe(m.unit)}, "
@@ -313,6 +323,9 @@ def junit_cases(c: Comparison, reruns: Sequence[Rerun],
     for q in quiet:
         cases.append(junit.Case(f"control step {q['step']}", "powercut.ci.controls", 0.0,
                                 "the positive control found nothing on the candidate"))
+    for q in skipped:
+        cases.append(junit.Case(f"step {q['step']}", "powercut.ci.steps", 0.0,
+                                skipped=str(q.get("skipped", "its target cannot run here"))))
     return cases
 
 
@@ -324,7 +337,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a run in --db (id, uuid or 'latest'), or a database file whose latest "
                         "run is the baseline")
     p.add_argument("--baseline-kernel-release", metavar="RELEASE",
-                   help="run the study on this installed Debian kernel first, as the baseline")
+                   help="run the study on this Debian kernel first, as the baseline (installed "
+                        "in /boot or fetched with 'powercut kernels fetch')")
     p.add_argument("--baseline-kernel", metavar="BZIMAGE",
                    help="run the study on this kernel image first, as the baseline")
     p.add_argument("--baseline-modules", metavar="DIR", help="modules for --baseline-kernel")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -36,9 +37,10 @@ from framework.cli import (
     add_target_options,
     named_user_targets,
 )
+from framework.cli.targets import lacking, skip_reason
 from framework.cli.vm import machine_from_args, resolve_kernel
 from framework.core import junit, rundir
-from framework.core.errors import ConfigError
+from framework.core.errors import ConfigError, Unsupported
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.qemu import GUEST_CPUS, guests_per_host
@@ -233,8 +235,21 @@ def cmd_crash(args: argparse.Namespace) -> int:
     # a store row or a guest exists: bad options create nothing.
     checked = [validate_plan(plan) for plan in plans]
     known = known_list(args)  # likewise the known-behaviour lists
-    resolve_kernel(args)  # and the kernel: a missing one creates nothing
+    spec = resolve_kernel(args)  # and the kernel: a missing one creates nothing
     suites: list[tuple[str, list[junit.Case]]] = []
+    # A target the kernel or this machine cannot run is skipped, the others run.
+    missing = lacking((target for target, _ in checked), spec)
+    for name, why in missing.items():
+        suites.append((f"powercut crash {name} {plans[0].case}", [junit.Case(
+            "not run", f"powercut.crash.{name}", 0.0, skipped=skip_reason({name: why}))]))
+    if missing and len(missing) == len(checked):
+        if args.junit:
+            junit.write_suites(Path(args.junit), suites)
+        raise Unsupported(skip_reason(missing))
+    for name, why in missing.items():
+        print(f"powercut: skipped: {skip_reason({name: why})}", file=sys.stderr)
+    kept = [(p, c) for p, c in zip(plans, checked) if c[0].name not in missing]
+    plans, checked = [p for p, _ in kept], [c for _, c in kept]
     failed = False
     with Store(Path(args.db)) as store:
         if resume_dir is not None:

@@ -32,6 +32,8 @@ from framework.cli import (
     named_user_targets,
 )
 from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
+from framework.cli.targets import require_supported
+from framework.cli.vm import resolve_kernel
 from framework.core import junit, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
@@ -174,6 +176,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
     checked = validate_cut_plan(plan)  # bad options fail before the progress bar appears
     known = known_list(args)  # so does a bad known-behaviour list
     factory = machine_factory(args)  # and a missing kernel
+    require_supported(checked[0], resolve_kernel(args))  # one run: every target or none
     if resume_dir is not None:
         with Store(Path(args.db)) as store:
             resumable_run(store, resume_dir, "cut")  # and a run that cannot be carried on

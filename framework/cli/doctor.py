@@ -17,9 +17,10 @@ from framework.core.errors import PowercutError
 from framework.core.machine.kernel import (
     META_PACKAGE,
     DefaultChoice,
+    InstalledKernel,
     KernelSpec,
+    cached_kernels,
     choose_default,
-    install_hint,
     installed_kernels,
 )
 from recovery import filesystems
@@ -163,33 +164,57 @@ def check_kernel(spec: KernelSpec) -> list[Check]:
     return checks
 
 
-def check_installed_kernels(root: Path = Path("/")) -> list[Check]:
-    """The Debian kernels a guest can boot with --kernel-release, the default and why."""
+def check_installed_kernels(root: Path = Path("/"), cache: Path | None = None,
+                            lacking: Callable[[KernelSpec], dict[str, tuple[str, ...]]] | None = None,
+                            ) -> list[Check]:
+    """The Debian kernels a guest can boot with --kernel-release (installed in /boot, or
+    fetched into the kernel cache), the default and why; with ``lacking`` (target name ->
+    what it lacks, for a kernel), which targets each one cannot run."""
     choice: DefaultChoice | None
     try:
         choice = choose_default(root)
     except PowercutError:
         choice = None
     checks = []
+
+    def runs(spec: KernelSpec) -> str:
+        if lacking is None:
+            return ""
+        missing = lacking(spec)
+        if not missing:
+            return "; runs every target"
+        return "; cannot run " + ", ".join(
+            f"{name} ({', '.join(why)})" for name, why in missing.items())
+
     for k in installed_kernels(root):
         if not k.has_modules:
-            checks.append(Check("installed kernels", k.release, False,
+            checks.append(Check("kernels", k.release, False,
                                 f"no modules in {root / 'lib' / 'modules' / k.release}",
                                 f"apt-get install --reinstall linux-image-{k.release}", required=False))
             continue
-        detail = "modules present"
+        detail = "in /boot"
         if choice is not None and choice.spec.release == k.release:
             detail += f"; the default: {choice.reason}"
         else:
             detail += f"; boot it with --kernel-release {k.release}"
-        checks.append(Check("installed kernels", k.release, True, detail, required=False))
+        checks.append(Check("kernels", k.release, True,
+                            detail + runs(_spec_of(k, root)), required=False))
+    for c in cached_kernels(cache):
+        checks.append(Check("kernels", c.release, True,
+                            f"in the cache ({c.version} from {c.suite}); boot it with "
+                            f"--kernel-release {c.release}" + runs(c.spec()), required=False))
     if choice is None:
-        checks.append(Check("installed kernels", "default", False, "no kernel with modules",
+        checks.append(Check("kernels", "default", False, "no kernel with modules",
                             f"apt-get install {META_PACKAGE} (make setup)", required=False))
-    checks.append(Check("installed kernels", "another", True,
-                        f"to compare kernels, install one with {install_hint()}, "
-                        "then boot it with --kernel-release RELEASE", required=False))
+    checks.append(Check("kernels", "another", True,
+                        "'powercut kernels list' shows what Debian's archive offers (7.x from "
+                        "trixie-backports, sid, experimental); 'powercut kernels fetch newest' "
+                        "fetches one into the cache", required=False))
     return checks
+
+
+def _spec_of(kernel: InstalledKernel, root: Path) -> KernelSpec:
+    return KernelSpec(image=kernel.image, release=kernel.release, modules_root=root)
 
 
 def check_python() -> list[Check]:

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from framework.cli import add_machine_options, doctor
 from framework.core import cost, rundir
-from framework.core.errors import BootError, ConfigError, MissingPrerequisite, PowercutError
+from framework.core.errors import (
+    BootError,
+    ConfigError,
+    MissingPrerequisite,
+    PowercutError,
+    Unsupported,
+)
 from framework.core.lifecycle import (
     RunSpec,
     current_study_step,
@@ -112,9 +118,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         # The guest of a step did not boot: every later step would boot the same kernel.
         no_boot: list[int] = []  # the step whose guest did not boot
 
+        skip_reasons: dict[int, str] = {}  # step number -> what its target lacks
+
         def stop_on_boot_error(exc: PowercutError) -> None:
             if isinstance(exc, BootError) and not no_boot:
                 no_boot.append(current_study_step() or 0)
+            if isinstance(exc, Unsupported):
+                skip_reasons[current_study_step() or 0] = str(exc)
 
         def run_step(argv: Sequence[str]) -> int:
             index = current_study_step()
@@ -153,27 +163,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         def progress(results: list[StepResult]) -> None:
             run.save_json(rundir.STEPS, [
                 {"step": r.step.number or i, "argv": list(r.step.argv), "status": r.status,
-                 "as_expected": r.as_expected,
+                 "as_expected": r.as_expected, **({"skipped": r.why} if r.skipped else {}),
                  "cost": costs[r.step.number or i].to_dict() if (r.step.number or i) in costs
                  else None} for i, r in enumerate(results, 1)])
 
         # Every step's run is a child of this study run in the store.
         with steps_of(run):
-            results = run_study(study, run_step, after=progress)
+            results = run_study(study, run_step, after=progress, skip_reasons=skip_reasons)
     total = cost.now() - started
     run.save_json(rundir.COST, {"steps": {str(k): c.to_dict() for k, c in costs.items()},
                                 "total": total.to_dict()})
     print(f"\n== study {study.name}: summary (run {run.run_id} in {args.db})")
     ok = True
     for i, r in enumerate(results, 1):
-        verdict = "as expected" if r.as_expected else "UNEXPECTED"
+        verdict = "skipped" if r.skipped else "as expected" if r.as_expected else "UNEXPECTED"
         want = "must find failures" if r.step.expect == "fail" else "must pass"
         c = costs.get(r.step.number or i)
         spent = (f"  [{c.wall_s:.0f} s wall, {c.cpu_s:.0f} CPU-s, {c.guest_s:.0f} guest-s]"
                  if c else "")
         print(f"  {r.step.number or i}. {verdict:<11} exit {r.status}  ({want})  "
               f"powercut {' '.join(r.step.argv)}{spent}")
+        if r.skipped:
+            print(f"     not run: {r.why or 'its target cannot run here'}")
         ok &= r.as_expected
+    skipped = [r for r in results if r.skipped]
+    if skipped:
+        print(f"  skipped: {len(skipped)} of {len(results)} steps, whose targets cannot run on "
+              "this kernel or machine (not counted as passed or failed)")
     print(f"  cost: {total.wall_s:.0f} s wall, {total.cpu_s:.0f} CPU-seconds, "
           f"{total.guest_s:.0f} guest-seconds (a guest under TCG keeps a core busy)")
     if study.claims:

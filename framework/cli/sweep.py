@@ -28,6 +28,8 @@ from crashcases.sweep.engine import (
 )
 from framework.cli import add_machine_options, add_target_options, named_user_targets
 from framework.cli.crash import machine_factory
+from framework.cli.targets import require_supported
+from framework.cli.vm import resolve_kernel
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import resumable_run, resumed_lifecycle, run_lifecycle
 from framework.core.store import Store
@@ -165,6 +167,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     targets = validate_sweep_plan(plan)  # bad options fail before a guest boots
     total = len(design_points(plan, targets))
     factory = machine_factory(args)
+    require_supported(targets, resolve_kernel(args))  # one run: every target or none
     if resume_dir is not None:
         with Store(Path(args.db)) as store:
             resumable_run(store, resume_dir, "sweep")

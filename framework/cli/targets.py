@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from framework.cli import doctor, print_json, user_targets
-from framework.core.errors import PowercutError
+from framework.core.errors import PowercutError, Unsupported
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from recovery.filesystems import adapter_for, persistence_rules
 from recovery.persistence import RULE_SENTENCES, PersistenceRules
@@ -69,6 +69,25 @@ def availability(target: Target, kernel: KernelModules | str) -> Availability:
     else:
         checked = f"kernel modules not checked: {kernel}"
     return Availability(tuple(missing), checked)
+
+
+def lacking(targets: Iterable[Target], spec: KernelSpec) -> dict[str, tuple[str, ...]]:
+    """What each of ``targets`` that the guest kernel ``spec`` or this machine cannot run
+    lacks: target name -> the missing modules and programs (empty: all can run)."""
+    kernel = guest_kernel_modules(spec)
+    return {t.name: a.missing for t in targets if (a := availability(t, kernel)).missing}
+
+
+def skip_reason(missing: dict[str, tuple[str, ...]]) -> str:
+    """One line: each target that cannot run and what it lacks."""
+    return "; ".join(f"target {name} needs {', '.join(why)}" for name, why in missing.items())
+
+
+def require_supported(targets: Iterable[Target], spec: KernelSpec) -> None:
+    """Raise Unsupported (the command is skipped) when any of ``targets`` cannot run here."""
+    missing = lacking(targets, spec)
+    if missing:
+        raise Unsupported(skip_reason(missing))
 
 
 def _default_kernel() -> KernelSpec | None:

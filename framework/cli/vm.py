@@ -72,7 +72,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except PowercutError as exc:
         kernel_error = str(exc)
     checks = doctor.diagnose(spec, boot=args.boot, probe=args.probe, kernel_error=kernel_error)
-    checks += doctor.check_installed_kernels()
+    from framework.cli.targets import lacking  # targets reads doctor's look-ups
+    from recovery.targets import list_targets
+
+    checks += doctor.check_installed_kernels(lacking=lambda k: lacking(list_targets(), k))
     if args.json:
         print_json(doctor.as_json(checks))
     else:
@@ -115,22 +118,23 @@ the guest kernel's device-mapper and virtio features, Python packages and
 whether KVM is usable. Each missing item comes with its fix. Exits 1 if a
 required item is missing.
 
-Also lists the installed Debian kernels a guest can boot with --kernel-release,
-which one is the default and why (the release linux-image-amd64 depends on),
-and how to install another one to compare kernels.
+Also lists the Debian kernels a guest can boot with --kernel-release (installed
+in /boot, or fetched into the kernel cache with 'powercut kernels fetch'), which
+one is the default and why (the release linux-image-amd64 depends on), and which
+targets each one cannot run (a module it lacks, such as reiserfs on 7.x).
 """
 
 DOCTOR_EPILOG = """\
 examples:
   powercut doctor                                         the default kernel, tools, KVM
-  powercut doctor --kernel-release 6.12.107+deb12-amd64   check another installed kernel
+  powercut doctor --kernel-release 7.3.4+deb13-amd64      check another kernel (powercut kernels fetch)
   powercut doctor --kernel bzImage --modules DIR --boot   a built kernel, booted
 """
 
 VM_EPILOG = """\
 examples:
   powercut vm run -- uname -r
-  powercut vm run --kernel-release 6.12.107+deb12-amd64 -- uname -r
+  powercut vm run --kernel-release 7.3.4+deb13-amd64 -- uname -r
   powercut vm run --disk data:64M -- sh -c 'dmsetup targets; lsblk'
   powercut vm shell --disk data:64M
 """

@@ -59,6 +59,15 @@ class MissingPrerequisite(PowercutError):
     """A tool, package or kernel feature is absent; the message says the fix."""
 
 
+class Unsupported(MissingPrerequisite):
+    """A target the guest kernel or this machine cannot run (a module or a tool it lacks): the
+    command is skipped (exit SKIPPED), which is neither a failure nor a pass."""
+
+
+#: The exit status of a skipped command, as automake's and meson's test harnesses count a skip.
+SKIPPED = 77
+
+
 class CommandError(PowercutError):
     """An external command exited with a status the caller did not accept."""
 

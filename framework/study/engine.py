@@ -40,7 +40,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from framework.core.errors import ConfigError
+from framework.core.errors import SKIPPED, ConfigError
 from framework.core.lifecycle import study_step
 from framework.core.store import Run, RunStatus
 from framework.study.claims import Claim, load_claims
@@ -288,10 +288,18 @@ def shard(study: Study, index: int, count: int) -> Study:
 class StepResult:
     step: Step
     status: int
+    why: str = ""  # a skipped step: what its target lacks
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIPPED
 
     @property
     def as_expected(self) -> bool:
-        # Exit 1 means the step ran and found failures; 2 and up are errors.
+        # Exit 1 means the step ran and found failures; 2 and up are errors. A skip is
+        # neither: it counts against nothing, and the summary names it.
+        if self.skipped:
+            return True
         if self.step.expect == "fail":
             return self.status == 1
         return self.status == 0
@@ -299,10 +307,12 @@ class StepResult:
 
 def run_study(study: Study, run_step: Callable[[Sequence[str]], int],
               echo: Callable[[str], None] = print, extra_argv: Sequence[str] = (),
-              after: Callable[[list[StepResult]], None] | None = None) -> list[StepResult]:
+              after: Callable[[list[StepResult]], None] | None = None,
+              skip_reasons: dict[int, str] | None = None) -> list[StepResult]:
     """Run the steps in order; runs a step opens record its number (``study_step``).
 
-    ``after`` sees the results so far after each step (to save progress)."""
+    ``after`` sees the results so far after each step (to save progress); ``skip_reasons``
+    (step number -> why), filled by ``run_step``, says why a skipped step was skipped."""
     results: list[StepResult] = []
     total = max([len(study.steps), *(s.number for s in study.steps)])
     for i, step in enumerate(study.steps, 1):
@@ -312,7 +322,8 @@ def run_study(study: Study, run_step: Callable[[Sequence[str]], int],
         control = "  [positive control: must find failures]" if step.expect == "fail" else ""
         echo(f"\n== step {number}/{total}{label}: powercut {' '.join(argv)}{control}")
         with study_step(number):
-            results.append(StepResult(step, run_step(argv)))
+            status = run_step(argv)
+        results.append(StepResult(step, status, (skip_reasons or {}).get(number, "")))
         if after is not None:
             after(results)
     return results

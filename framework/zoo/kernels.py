@@ -31,12 +31,13 @@ from framework.core import clock
 from framework.core.command import run
 from framework.core.errors import ConfigError, MissingPrerequisite
 from framework.core.machine.initramfs import cache_dir
+from framework.core.machine.kernel import source_tarball
 from framework.zoo.entry import ZooEntry
 
 log = logging.getLogger(__name__)
 
-SOURCE_PACKAGE = "linux-source-6.12"
-SOURCE_TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
+SOURCE_SERIES = "6.12"
+SOURCE_PACKAGE = f"linux-source-{SOURCE_SERIES}"
 FIXED = "fixed"
 GUEST_CONFIG = Path(__file__).with_name("guest.config")
 BUILD_FILE = "build.json"
@@ -104,16 +105,18 @@ class KernelTree:
         """Unpack (once), take out any revert an interrupted build left in, configure."""
         self.cache.mkdir(parents=True, exist_ok=True)
         if not (self.tree / "Makefile").is_file():
-            if not SOURCE_TARBALL.is_file():
+            tarball = source_tarball(SOURCE_SERIES)
+            if tarball is None:
                 raise MissingPrerequisite(
-                    f"{SOURCE_TARBALL} is missing: install Debian package {SOURCE_PACKAGE} "
+                    f"{SOURCE_PACKAGE} is missing: fetch it with 'powercut kernels source "
+                    f"{SOURCE_SERIES}' or install the Debian package "
                     f"(apt-get install {SOURCE_PACKAGE} build-essential flex bison bc libelf-dev "
                     "libssl-dev)")
-            self.say(f"zoo: unpacking {SOURCE_TARBALL} into {self.tree}")
+            self.say(f"zoo: unpacking {tarball} into {self.tree}")
             partial = self.cache / "unpacking"
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
-            run(["tar", "-C", os.fspath(partial), "-xJf", os.fspath(SOURCE_TARBALL)],
+            run(["tar", "-C", os.fspath(partial), "-xJf", os.fspath(tarball)],
                 timeout_s=1800)
             (top,) = list(partial.iterdir())
             top.rename(self.tree)

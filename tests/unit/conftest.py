@@ -11,6 +11,16 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def empty_kernel_cache(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Unit tests see an empty kernel cache of their own, not the kernels this machine
+    fetched (``powercut kernels fetch``)."""
+    cache = tmp_path_factory.mktemp("kernel-cache")
+    monkeypatch.setenv("POWERCUT_KERNEL_CACHE", os.fspath(cache))
+    return cache
+
+
 @dataclass(frozen=True)
 class LoopFs:
     dev: str  # /dev/loopN

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from crashcases.vocabulary import CrashPointKind
+from framework.core.errors import SKIPPED, Unsupported
 from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.store import Store
 
@@ -87,6 +88,11 @@ def ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         assert nested, argv  # a step of run or ci: an interrupt must stop the outer command
         if argv[0] in ("run", "ci", "compare"):
             return real_main(argv, on_error=on_error, nested=nested)
+        if kernel_of(list(argv)) == "old" and "ext4/nobarrier" in argv:
+            # As the real command skips a target whose module the kernel lacks.
+            on_error(Unsupported("target ext4/nobarrier needs kernel module ext4 (not in "
+                                 "kernel old)"))
+            return SKIPPED
         return fake_step(list(argv), rechecks)
 
     monkeypatch.setattr(cli, "main", main)
@@ -156,6 +162,23 @@ def test_flaky_states_and_a_database_as_baseline(ci, tmp_path: Path, capsys) -> 
 def test_a_positive_control_that_stops_firing_fails_the_candidate(ci, capsys) -> None:
     assert ci("--kernel-release", "quiet", "--baseline-kernel-release", "good") == 1
     assert "CONTROL QUIET step 2" in capsys.readouterr().out
+
+
+def test_a_step_the_candidate_cannot_run_is_skipped_not_failed(ci, tmp_path: Path, capsys) -> None:
+    assert ci("--kernel-release", "old", "--baseline-kernel-release", "good") == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "CONTROL QUIET" not in out  # a skipped control is not a quiet one
+    assert ("SKIPPED step 2: powercut crash --target ext4/nobarrier --case "
+            "hand:write-fsync-rename: target ext4/nobarrier needs kernel module ext4 (not in "
+            "kernel old)") in out
+    assert "verdict: no regression" in out
+    (candidate,) = [p.parent for p in (tmp_path / "r").glob("study-*/ci.md")]
+    summary = (candidate / "ci.md").read_text()
+    assert "## Steps skipped on the candidate" in summary
+    suite = ET.parse(candidate / "ci.xml").getroot()
+    (skipped,) = [tc for tc in suite.iter("testcase") if tc.get("classname") == "powercut.ci.steps"]
+    assert skipped.get("name") == "step 2" and skipped.find("skipped") is not None
+    assert "needs kernel module ext4" in skipped.find("skipped").get("message", "")
 
 
 def test_harness_errors_exit_2(ci, capsys) -> None:

@@ -77,10 +77,9 @@ def test_a_release_that_is_not_installed_is_one_line_with_the_list_and_the_fix(t
         release_kernel("6.12.9+deb12-amd64", root)
     msg = str(info.value)
     assert "\n" not in msg
-    assert "6.12.9+deb12-amd64 is not installed" in msg
-    assert f"installed: {OLD}, {NEW};" in msg
-    assert "apt-get install linux-image-6.12.9+deb12-amd64" in msg
-    assert "linux-image-6.1.0-N-amd64" in msg and "linux-image-6.12.N+deb12-amd64" in msg
+    assert "6.12.9+deb12-amd64 is neither installed" in msg and "nor in the kernel cache" in msg
+    assert f"available: {OLD}, {NEW};" in msg
+    assert "'powercut kernels fetch 6.12.9+deb12-amd64'" in msg
 
 
 def test_a_release_without_modules_says_so(tmp_path):
@@ -88,12 +87,12 @@ def test_a_release_without_modules_says_so(tmp_path):
     with pytest.raises(MissingPrerequisite) as info:
         release_kernel(NEW, root)
     assert f"{NEW} has no modules" in str(info.value)
-    assert f"installed: {OLD}, {NEW} (no modules);" in str(info.value)
-    assert f"apt-get install --reinstall linux-image-{NEW}" in str(info.value)
+    assert f"available: {OLD}, {NEW} (no modules);" in str(info.value)
+    assert f"'powercut kernels fetch {NEW}'" in str(info.value)
 
 
 def test_no_kernel_at_all_lists_none(tmp_path):
-    with pytest.raises(MissingPrerequisite, match="installed: none;"):
+    with pytest.raises(MissingPrerequisite, match="available: none;"):
         release_kernel(NEW, tmp_path)
 
 
@@ -214,8 +213,8 @@ def test_a_missing_release_fails_in_one_line_and_creates_nothing(argv, on_fake_r
     assert main(argv) == 3
     err = capsys.readouterr().err.strip()
     assert err.startswith("powercut: missing prerequisite: kernel release 6.12.9+deb12-amd64 "
-                          "is not installed") and "\n" not in err
-    assert f"installed: {OLD}, {NEW};" in err
+                          "is neither installed") and "\n" not in err
+    assert f"available: {OLD}, {NEW};" in err
     assert list(on_fake_root.iterdir()) == []  # no run directory, no store
 
 
@@ -244,11 +243,11 @@ def test_doctor_lists_the_kernels_the_default_and_how_to_add_one(tmp_path):
     assert checks[NEW].ok and f"--kernel-release {NEW}" in checks[NEW].detail
     assert not checks[NEWER].ok and not checks[NEWER].required  # a warning, not a failure
     assert "no modules" in checks[NEWER].detail
-    assert "apt-get install linux-image-RELEASE" in checks["another"].detail
-    assert "apt-cache search linux-image-6.12" in checks["another"].detail
+    assert "'powercut kernels list'" in checks["another"].detail
+    assert "'powercut kernels fetch newest'" in checks["another"].detail
     lines: list[str] = []
     doctor.render(list(checks.values()), echo=lines.append)
-    assert lines[0] == "installed kernels:"
+    assert lines[0] == "kernels:"
     assert any(line.startswith("  warn " + NEWER) for line in lines)
 
 
@@ -256,3 +255,68 @@ def test_doctor_says_when_there_is_no_kernel_to_boot(tmp_path):
     checks = {c.name: c for c in doctor.check_installed_kernels(tmp_path)}
     assert list(checks) == ["default", "another"]
     assert not checks["default"].ok and "linux-image-amd64" in checks["default"].fix
+
+
+# --- a target the kernel lacks ------------------------------------------------------
+
+
+def with_modules(work: Path) -> None:
+    """The fake NEW gets the modules of every target but ReiserFS (as 7.x has them)."""
+    names = ["ext4", "xfs", "btrfs", "f2fs", "jfs"]
+    dep = work.parent / "root" / "lib" / "modules" / NEW / "modules.dep"
+    dep.write_text("".join(f"kernel/fs/{n}/{n}.ko.xz:\n" for n in names))
+
+
+@pytest.mark.parametrize("argv", [
+    ["crash", "--target", "reiserfs", "--case", "gen:seq1", *STORE],
+    ["cut", "--target", "reiserfs", "--trials", "1", *STORE],
+    ["bench", "--target", "ext4/ordered,reiserfs", "--workload", "fsmark", *STORE],
+    ["sweep", "--target", "reiserfs", *STORE],
+])
+def test_a_target_the_kernel_lacks_is_a_one_line_skip_that_creates_nothing(argv, on_fake_root,
+                                                                           capsys):
+    with_modules(on_fake_root)
+    assert main([*argv, "--kernel-release", NEW]) == 77
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith("powercut: skipped: target ")
+    assert f"target reiserfs needs kernel module reiserfs (not in kernel {NEW})" in err
+    assert list(on_fake_root.iterdir()) == []  # no run directory, no store
+
+
+def test_a_skipped_crash_target_is_a_skipped_junit_case(on_fake_root, capsys):
+    with_modules(on_fake_root)
+    junit_file = on_fake_root / "j.xml"
+    assert main(["crash", "--target", "reiserfs", "--case", "gen:seq1", "--kernel-release", NEW,
+                 "--junit", str(junit_file), *STORE]) == 77
+    text = junit_file.read_text()
+    assert 'skipped="1"' in text or "<skipped" in text
+    assert "needs kernel module reiserfs" in text
+
+
+def test_doctor_says_which_targets_a_cached_kernel_cannot_run(tmp_path):
+    from framework.core.machine.kernel import KERNEL_FILE
+
+    cache = tmp_path / "cache"
+    root = cache / "kernels" / "7.3.4+deb13-amd64" / "root"
+    modules = root / "lib" / "modules" / "7.3.4+deb13-amd64"
+    modules.mkdir(parents=True)
+    (modules / "vmlinuz").write_bytes(b"k")
+    (root.parent / KERNEL_FILE).write_text(
+        '{"release": "7.3.4+deb13-amd64", "version": "7.3.4-1~bpo13+1", '
+        '"suite": "trixie-backports", "image": "lib/modules/7.3.4+deb13-amd64/vmlinuz"}')
+    fake = fake_root(tmp_path / "sys", OLD)
+    seen: list[str] = []
+
+    def lacking(spec):
+        seen.append(spec.release)
+        return {"reiserfs": ("kernel module reiserfs (not in kernel 7.3.4+deb13-amd64)",)} \
+            if spec.release.startswith("7.") else {}
+
+    checks = {c.name: c for c in doctor.check_installed_kernels(fake, cache, lacking)}
+    assert seen == [OLD, "7.3.4+deb13-amd64"]
+    assert checks[OLD].detail.endswith("runs every target")
+    new = checks["7.3.4+deb13-amd64"]
+    assert new.ok and "in the cache (7.3.4-1~bpo13+1 from trixie-backports)" in new.detail
+    assert new.detail.endswith("cannot run reiserfs (kernel module reiserfs (not in kernel "
+                               "7.3.4+deb13-amd64))")

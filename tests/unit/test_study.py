@@ -102,6 +102,16 @@ def test_positive_controls_must_fail_and_errors_never_count():
     assert not StepResult(control, 2).as_expected  # an error is not a finding
 
 
+def test_a_skipped_step_counts_as_neither_pass_nor_failure_and_keeps_its_reason():
+    study = parse_study(STUDY, source="t.toml")
+    reasons = {3: "target ext4/journal needs kernel module ext4"}
+    results = run_study(study, lambda argv: 77 if "bench" in argv else 0,
+                        echo=lambda _line: None, skip_reasons=reasons)
+    assert [r.skipped for r in results] == [False, False, True]
+    assert results[2].as_expected and results[2].why == reasons[3]
+    assert not StepResult(study.steps[0], 2).skipped  # an error stays an error
+
+
 def test_run_study_passes_each_command_line():
     seen = []
     results = run_study(parse_study(STUDY, source="t.toml"), lambda argv: seen.append(argv) or 0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import lzma
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from framework.core import command
 from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.machine.initramfs import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ class KernelSpec:
         """The kernel's .config: Debian's /boot/config-RELEASE, or one beside a built image."""
         for path in (self.image.parent / f"config-{self.release}", self.image.parent / ".config",
                      self.modules_root / "boot" / f"config-{self.release}",
+                     self.modules_dir / "config",
                      self.modules_dir / "build" / ".config",
                      Path("/boot") / f"config-{self.release}"):
             if path.is_file():
@@ -105,13 +108,6 @@ def bzimage_release(image: Path) -> str:
 # the distribution currently ships, so it is the stable default. Merely
 # installing another kernel (say a 6.12 next to 6.1) must not change it.
 META_PACKAGE = "linux-image-amd64"
-
-
-def install_hint(release: str = "RELEASE") -> str:
-    """The command that installs a Debian kernel next to the default one, and the names to give it."""
-    return (f"'apt-get install linux-image-{release}' (Debian names them "
-            "linux-image-6.1.0-N-amd64 for 6.1 and linux-image-6.12.N+deb12-amd64 for 6.12; "
-            "'apt-cache search linux-image-6.12' lists them)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +188,9 @@ def default_kernel(root: Path = Path("/")) -> KernelSpec:
     return choice.spec
 
 
-def release_kernel(release: str, root: Path = Path("/")) -> KernelSpec:
-    """An installed Debian kernel by release: ROOT/boot/vmlinuz-RELEASE with ROOT/lib/modules/RELEASE."""
+def release_kernel(release: str, root: Path = Path("/"), cache: Path | None = None) -> KernelSpec:
+    """A Debian kernel by release: ROOT/boot/vmlinuz-RELEASE with ROOT/lib/modules/RELEASE, or
+    one fetched into the kernel cache (``powercut kernels fetch``)."""
     if "/" in release:
         raise ConfigError(f"--kernel-release {release}: expected a release such as "
                           "6.12.107+deb12-amd64 (what follows vmlinuz-), not a path")
@@ -203,17 +200,97 @@ def release_kernel(release: str, root: Path = Path("/")) -> KernelSpec:
         raise ConfigError(f"--kernel-release {release}: give the release, not the package name "
                           f"(--kernel-release {release.removeprefix('linux-image-')})")
     installed = installed_kernels(root)
-    listed = ", ".join(k.release + ("" if k.has_modules else " (no modules)") for k in installed) or "none"
     match = next((k for k in installed if k.release == release), None)
-    if match is None:
-        image = root / "boot" / f"vmlinuz-{release}"
-        raise MissingPrerequisite(f"kernel release {release} is not installed (no {image}); "
-                                  f"installed: {listed}; install it with {install_hint(release)}")
-    if not match.has_modules:
+    if match is not None and match.has_modules:
+        return _spec(match, root)
+    fetched = cached_kernel(release, cache)
+    if fetched is not None:
+        return fetched.spec()
+    listed = ", ".join([*(k.release + ("" if k.has_modules else " (no modules)") for k in installed),
+                        *(f"{k.release} (cache)" for k in cached_kernels(cache))]) or "none"
+    if match is not None:
         dep = root / "lib" / "modules" / release / "modules.dep"
-        raise MissingPrerequisite(f"kernel release {release} has no modules (no {dep}); installed: {listed}; "
-                                  f"reinstall with 'apt-get install --reinstall linux-image-{release}'")
-    return _spec(match, root)
+        raise MissingPrerequisite(f"kernel release {release} has no modules (no {dep}); available: "
+                                  f"{listed}; fetch it into the cache with 'powercut kernels fetch "
+                                  f"{release}'")
+    raise MissingPrerequisite(f"kernel release {release} is neither installed (no "
+                              f"{root / 'boot' / f'vmlinuz-{release}'}) nor in the kernel cache "
+                              f"({kernel_cache(cache) / 'kernels'}); available: {listed}; fetch it "
+                              f"with 'powercut kernels fetch {release}' ('powercut kernels list' "
+                              "shows what the archive offers)")
+
+
+# --- the kernel cache --------------------------------------------------------------
+
+#: In a fetched kernel's directory: what it was fetched from; written last, so a directory
+#: without it is no kernel (framework.core.machine.archive fills the cache).
+KERNEL_FILE = "kernel.json"
+
+
+def kernel_cache(override: Path | None = None) -> Path:
+    """Where fetched kernels, kernel sources and powercut's apt directory live:
+    POWERCUT_KERNEL_CACHE, else the cache directory."""
+    if override is not None:
+        return override
+    chosen = os.environ.get("POWERCUT_KERNEL_CACHE")
+    return Path(chosen).resolve() if chosen else cache_dir()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedKernel:
+    """A Debian kernel fetched into the cache: DIRECTORY/root is its packages' files."""
+
+    release: str
+    version: str  # the Debian package version
+    suite: str
+    directory: Path
+    image: Path
+
+    def spec(self) -> KernelSpec:
+        return KernelSpec(image=self.image, release=self.release,
+                          modules_root=self.directory / "root")
+
+
+def cached_kernel(release: str, cache: Path | None = None) -> CachedKernel | None:
+    """The fetched kernel ``release``, if the cache holds it whole."""
+    directory = kernel_cache(cache) / "kernels" / release
+    try:
+        meta = json.loads((directory / KERNEL_FILE).read_text())
+        image = directory / "root" / str(meta["image"])
+        kernel = CachedKernel(str(meta["release"]), str(meta["version"]), str(meta["suite"]),
+                              directory, image)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if kernel.release != release or not image.is_file():
+        return None
+    return kernel
+
+
+def source_tarball(series: str, cache: Path | None = None,
+                   root: Path = Path("/")) -> Path | None:
+    """The tarball of Debian's linux-source-SERIES: installed in ROOT/usr/src, else the
+    newest version fetched into the kernel cache (``powercut kernels source SERIES``)."""
+    name = f"linux-source-{series}.tar.xz"
+    installed = root / "usr" / "src" / name
+    if installed.is_file():
+        return installed
+    from debian.debian_support import Version  # here: only source look-ups need it
+
+    fetched = [(d.name.partition("_")[2], d / "usr" / "src" / name)
+               for d in (kernel_cache(cache) / "sources").glob(f"linux-source-{series}_*")]
+    fetched = [(v, p) for v, p in fetched if p.is_file()]
+    return max(fetched, key=lambda vp: Version(vp[0]))[1] if fetched else None
+
+
+def cached_kernels(cache: Path | None = None) -> list[CachedKernel]:
+    """Every kernel the cache holds whole, oldest first."""
+    try:
+        names = [p.name for p in (kernel_cache(cache) / "kernels").iterdir()
+                 if not p.name.startswith(".")]
+    except OSError:
+        return []
+    found = [k for k in (cached_kernel(n, cache) for n in names) if k is not None]
+    return sorted(found, key=lambda k: (_version_key(k.release), k.release))
 
 
 def _version_key(release: str) -> tuple[int, ...]:
@@ -226,7 +303,7 @@ def kernel_spec(kernel: str | os.PathLike[str] | None, modules: str | os.PathLik
     (default: the kernel linux-image-amd64 depends on; ``root`` holds boot/ and lib/modules/)."""
     if release is not None:
         if kernel is not None or modules is not None:
-            raise ConfigError("--kernel-release boots an installed kernel with its own modules; "
+            raise ConfigError("--kernel-release boots a Debian kernel with its own modules; "
                               "drop --kernel/--modules or --kernel-release")
         return release_kernel(release, root)
     if kernel is None:
