@@ -1,7 +1,7 @@
 """An fstests test's own verdict on a kernel, run in a guest.
 
-fstests (xfstests) is not packaged; a checkout built with
-``tests/xfstests-build.sh`` is named with ``--fstests`` or
+fstests (xfstests) is not packaged; a checkout built with its own ``make``
+(outside powercut's checkout) is named with ``--fstests`` or
 ``POWERCUT_XFSTESTS``. The guest sees the host read-only, so the checkout
 runs from a copy in the guest's run directory, with a ``local.config``
 that names three scratch disks: the test device (made with the target's

@@ -1,7 +1,7 @@
 """Exported reproducers run where developers run them: the shell script reproduces a real
 finding in a guest, and the fstests test fails on a planted wrong promise and passes where
 the promise holds, under fstests' own ./check (when POWERCUT_XFSTESTS names a built
-checkout; tests/xfstests-build.sh builds one)."""
+checkout, built with fstests' own make)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ unset UDEV_WAIT_PROG
 
 @pytest.mark.skipif(
     not XFSTESTS or not (Path(XFSTESTS) / "src/log-writes/replay-log").is_file(),
-    reason="set POWERCUT_XFSTESTS to a built fstests checkout (tests/xfstests-build.sh DIR)")
+    reason="set POWERCUT_XFSTESTS to a built fstests checkout (fstests' own make)")
 def test_the_fstests_test_fails_on_a_wrong_promise_and_passes_on_a_kept_one(tmp_path):
     """Two exports of the planted workload's state at pc-2 on ext4/ordered, under one ./check:
     generic/999 checks a promise a correct filesystem keeps (d/g exists, from a real finding

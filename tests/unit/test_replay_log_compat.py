@@ -1,7 +1,7 @@
 """``powercut log replay-log``: fstests' replay-log command line, output and exit status.
 
 The model is the disk image build_log() expects after each entry. With a built fstests
-checkout (POWERCUT_XFSTESTS, tests/xfstests-build.sh) the same option sets also run
+checkout (POWERCUT_XFSTESTS, built with fstests' own make) the same option sets also run
 through src/log-writes/replay-log, and outputs, exit statuses and images must be equal.
 """
 
@@ -117,8 +117,8 @@ REPLAY_OPTIONS = [[], ["--limit", "120"], ["--next-fua", "--start-entry", "30"],
 
 
 @pytest.mark.skipif(not REPLAY_LOG.is_file(),
-                    reason="set POWERCUT_XFSTESTS to a built fstests checkout "
-                           "(tests/xfstests-build.sh DIR) to compare with its replay-log")
+                    reason="set POWERCUT_XFSTESTS to a built fstests checkout (fstests' own "
+                           "make) to compare with its replay-log")
 def test_the_same_answers_and_images_as_fstests_replay_log(logged, tmp_path) -> None:
     path, _, entries = logged
     marks = [str(e.mark) for e in entries if e.mark]
