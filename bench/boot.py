@@ -11,10 +11,15 @@ one more PCI device to set up at boot.
 ACPI as they were before ``acpi=noirq`` (the kernel command line without that
 word); ``--signed`` with a guest whose initramfs keeps the modules'
 signatures, which the kernel then checks as it loads each one; ``--before``
-with a guest that has both. Every guest's median comes from the same run: the
-anchors for what each change saves.
+with a guest that has both; ``--shipped`` with a guest that boots the bzImage as
+it is (decompressing itself, not the unpacked image with its PVH entry) and loads
+the modules as packaged (Debian's 6.12 and 7.x ship them xz-compressed).
+Every guest's median comes from the same run: the anchors for what each change
+saves. ``--kernel-release R`` boots another Debian kernel (installed or in the
+kernel cache).
 
 Run: .venv/bin/python bench/boot.py [--boots 5] [--disks 0] [--intx] [--signed] [--before]
+                                    [--shipped] [--kernel-release R]
                                     [--fs ext4] [--accel auto|kvm|tcg]
 """
 
@@ -27,7 +32,7 @@ from pathlib import Path
 
 from framework.core.machine import initramfs
 from framework.core.machine.base import DiskSpec
-from framework.core.machine.kernel import default_kernel
+from framework.core.machine.kernel import default_kernel, release_kernel
 from framework.core.machine.qemu import ACPI_NOIRQ, QemuMachine, choose_accel
 from recovery.filesystems import kernel_modules
 
@@ -54,6 +59,20 @@ class BeforeMachine(IntxMachine, SignedMachine):
     """Both: the guest as it booted before either change."""
 
 
+class ShippedMachine(QemuMachine):
+    """The kernel as Debian ships it: the bzImage decompresses itself, the modules are
+    loaded as packaged."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.unpack_modules = False
+
+    def qemu_argv(self, initrd: Path, accel: str) -> list[str]:
+        argv = super().qemu_argv(initrd, accel)
+        argv[argv.index("-kernel") + 1] = str(self.kernel.image)
+        return argv
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--boots", type=int, default=5, help="boots of each guest (default: 5)")
@@ -64,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="take turns with a guest whose modules keep their signatures")
     ap.add_argument("--before", action="store_true",
                     help="take turns with a guest that has both of the above")
+    ap.add_argument("--shipped", action="store_true",
+                    help="take turns with a guest that boots the bzImage and its modules as "
+                         "packaged")
+    ap.add_argument("--kernel-release", metavar="RELEASE",
+                    help="a Debian kernel installed in /boot or in the kernel cache "
+                         "(default: the default guest kernel)")
     ap.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     ap.add_argument("--fs", action="append",
                     help="filesystem types whose kernel modules to load, repeatable (default: ext4)")
@@ -78,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    kernel = default_kernel()
+    kernel = release_kernel(args.kernel_release) if args.kernel_release else default_kernel()
     if (args.intx or args.before) and not kernel.has_msi():
         sys.exit(f"{'--intx' if args.intx else '--before'}: kernel {kernel.release} has no "
                  f"CONFIG_PCI_MSI=y in a config found for it, so its guests route PCI "
@@ -89,10 +114,13 @@ def main(argv: list[str] | None = None) -> int:
                  f"signatures)")
     accel = choose_accel(kernel) if args.accel == "auto" else args.accel
     # Build (or reuse) the initramfs first: that cost is paid once, not per boot.
-    modules = initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)), kernel.release)[0]
+    modules = initramfs.resolve_modules(initramfs.modules_for(kernel_modules(args.fs)),
+                                        kernel.release, kernel.modules_root)[0]
     initramfs.initramfs(modules, unsigned=kernel.loads_unsigned_modules())
     if args.signed or args.before:
         initramfs.initramfs(modules)
+    if args.shipped:
+        initramfs.initramfs(modules, unsigned=kernel.loads_unsigned_modules(), unpack=False)
     disks = [DiskSpec(f"d{i}", 64 << 20) for i in range(args.disks)]
     guests: dict[str, type[QemuMachine]] = {"powercut's guest": QemuMachine}
     if args.intx:
@@ -101,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         guests["signed modules"] = SignedMachine
     if args.before:
         guests["both, as before"] = BeforeMachine
+    if args.shipped:
+        guests["as shipped"] = ShippedMachine
     host_s: dict[str, list[float]] = {name: [] for name in guests}
     guest_s: dict[str, list[float]] = {name: [] for name in guests}
     for i in range(args.boots):

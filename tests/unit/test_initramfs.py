@@ -156,3 +156,41 @@ def test_an_unsigned_archive_has_its_own_key_and_the_modules_without_signatures(
     assert mods[0].path.read_bytes() in kept.read_bytes()  # signed, as installed
     assert initramfs.SIGNATURE_MARKER not in dropped.read_bytes()
     assert b"module bytes" in dropped.read_bytes()
+
+
+@pytest.mark.parametrize("suffix, pack", [
+    (".xz", lambda data: __import__("lzma").compress(data, format=__import__("lzma").FORMAT_XZ)),
+    (".gz", lambda data: __import__("gzip").compress(data)),
+    (".zst", lambda data: __import__("zstandard").ZstdCompressor().compress(data)),
+])
+def test_a_packed_module_is_unpacked_on_the_host_and_then_loses_its_signature(
+        tmp_path, fake_inputs, monkeypatch, suffix, pack):
+    """Debian's 6.12 and 7.x ship ext4.ko.xz: the archive holds ext4.ko, unpacked, and
+    where the kernel loads unsigned modules the signature (inside the packed file, as
+    sign-file signs before compression) goes too."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    busybox, _ = fake_inputs
+    module = tmp_path / f"ext4.ko{suffix}"
+    module.write_bytes(pack(signed(b"\x7fELF ext4 code", b"S" * 64)))
+    mods = [initramfs.KernelModule("ext4", module)]
+    assert initramfs.unpacked_module(module) == ("ext4.ko", signed(b"\x7fELF ext4 code", b"S" * 64))
+    archive = initramfs.initramfs(mods, busybox=busybox, unsigned=True).read_bytes()
+    assert b"modules/ext4.ko\0" in archive and b"ext4.ko\n" in archive  # modules.order
+    assert b"\x7fELF ext4 code" in archive and initramfs.SIGNATURE_MARKER not in archive
+    # As packaged (the bench's anchor): the file as it is, under its own name.
+    shipped = initramfs.initramfs(mods, busybox=busybox, unsigned=True, unpack=False).read_bytes()
+    assert module.read_bytes() in shipped and f"ext4.ko{suffix}\n".encode() in shipped
+
+
+def test_a_damaged_packed_module_is_one_line_naming_it(tmp_path):
+    module = tmp_path / "xfs.ko.xz"
+    module.write_bytes(b"\xfd7zXZ\x00 not really")
+    with pytest.raises(MissingPrerequisite) as info:
+        initramfs.unpacked_module(module)
+    assert str(info.value).startswith(f"{module}: not a readable xz module") and "\n" not in str(info.value)
+
+
+def test_a_file_that_only_looks_packed_is_left_alone(tmp_path):
+    other = tmp_path / "notes.xz"  # not a module: no .ko before the suffix
+    other.write_bytes(b"plain")
+    assert initramfs.unpacked_module(other) == ("notes.xz", b"plain")

@@ -122,6 +122,34 @@ def test_pvh_kernels_boot_uncompressed_and_others_as_they_are(tmp_path):
     assert boot_image(plain, tmp_path / "cache") == plain  # the verdict is cached too
 
 
+def test_a_zstd_kernel_boots_uncompressed_too(tmp_path, monkeypatch):
+    """Debian's 7.x images are zstd (CONFIG_KERNEL_ZSTD), with the 4-byte size the kernel's
+    build appends after the frame; without the decoder the image boots as it is and no
+    verdict is kept, so the next boot with the decoder unpacks it."""
+    import builtins
+
+    import zstandard
+
+    from framework.core.machine.kernel import boot_image
+
+    image = tmp_path / "zstd.bzImage"
+    elf = fake_elf(True)
+    image.write_bytes(fake_bzimage_with(zstandard.ZstdCompressor().compress(elf)
+                                        + len(elf).to_bytes(4, "little")))
+    real_import = builtins.__import__
+
+    def no_zstandard(name, *args, **kwargs):
+        if name == "zstandard":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_zstandard)
+    assert boot_image(image, tmp_path / "cache") == image
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    out = boot_image(image, tmp_path / "cache")
+    assert out.suffix == ".vmlinux" and out.read_bytes() == elf
+
+
 def test_run_watch_ends_a_stuck_command_early():
     calls = []
 

@@ -8,9 +8,11 @@ host. Archives are cached by the hash of everything that goes into them.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import logging
+import lzma
 import os
 import re
 import stat
@@ -220,10 +222,47 @@ def drop_signature(data: bytes) -> bytes:
     return data[:info_at - sig_len]
 
 
+#: A compressed module's suffix (CONFIG_MODULE_COMPRESS_*: Debian's 6.12 and 7.x builds
+#: ship .ko.xz) and how to unpack it on the host.
+_PACKED = {".xz": "xz", ".gz": "gzip", ".zst": "zstd"}
+
+
+def unpacked_module(path: Path) -> tuple[str, bytes]:
+    """A module's file name and bytes as the kernel loads them: a compressed module
+    (ext4.ko.xz) unpacked here, as ext4.ko. Under emulation the guest would otherwise
+    unpack every module at boot (busybox's insmod, or the kernel with
+    CONFIG_MODULE_DECOMPRESS); the signature, which sign-file appends before compression,
+    comes out with the code. A zstd module stays packed when the zstandard package is
+    missing."""
+    data = path.read_bytes()
+    kind = _PACKED.get(path.suffix)
+    if kind is None or not path.stem.endswith(".ko"):
+        return path.name, data
+    try:
+        if kind == "xz":
+            return path.stem, lzma.decompress(data)
+        if kind == "gzip":
+            return path.stem, gzip.decompress(data)
+        import zstandard  # a dependency of powercut; here, as only packed modules need it
+
+        return path.stem, zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    except ImportError:
+        return path.name, data
+    except (lzma.LZMAError, OSError, EOFError) as exc:
+        raise MissingPrerequisite(f"{path}: not a readable {kind} module ({exc})") from None
+
+
+def _module_entry(module: KernelModule, *, unsigned: bool, unpack: bool) -> tuple[str, bytes]:
+    name, data = unpacked_module(module.path) if unpack else (module.path.name,
+                                                               module.path.read_bytes())
+    return name, drop_signature(data) if unsigned else data
+
+
 def build_cpio(modules: Sequence[KernelModule], busybox: Path = BUSYBOX, *,
-               unsigned: bool = False) -> bytes:
+               unsigned: bool = False, unpack: bool = True) -> bytes:
     """The initramfs as an uncompressed newc archive (no decompression cost at boot);
-    ``unsigned``: the modules without their signatures (see drop_signature())."""
+    ``unsigned``: the modules without their signatures (see drop_signature()); ``unpack``:
+    compressed modules unpacked on the host (see unpacked_module())."""
     if not busybox.exists():
         raise MissingPrerequisite(f"{busybox}: not found; install busybox-static (make setup)")
     out = io.BytesIO()
@@ -232,14 +271,13 @@ def build_cpio(modules: Sequence[KernelModule], busybox: Path = BUSYBOX, *,
     for d in dirs:
         _cpio_entry(out, d, stat.S_IFDIR | 0o755, ino=ino)
         ino += 1
+    entries = [_module_entry(m, unsigned=unsigned, unpack=unpack) for m in modules]
     files: list[tuple[str, int, bytes]] = [
         ("init", 0o755, INIT_SCRIPT.encode()),
         ("bin/busybox", 0o755, busybox.read_bytes()),
-        ("modules.order", 0o644, "".join(f"{m.path.name}\n" for m in modules).encode()),
+        ("modules.order", 0o644, "".join(f"{name}\n" for name, _ in entries).encode()),
     ]
-    files += [(f"modules/{m.path.name}", 0o644,
-               drop_signature(m.path.read_bytes()) if unsigned else m.path.read_bytes())
-              for m in modules]
+    files += [(f"modules/{name}", 0o644, data) for name, data in entries]
     for name, perm, data in files:
         _cpio_entry(out, name, stat.S_IFREG | perm, data, ino=ino)
         ino += 1
@@ -253,11 +291,13 @@ def cache_dir() -> Path:
 
 
 def content_key(modules: Sequence[KernelModule], busybox: Path = BUSYBOX, *,
-                unsigned: bool = False) -> str:
+                unsigned: bool = False, unpack: bool = True) -> str:
     h = hashlib.sha256()
     h.update(INIT_SCRIPT.encode())
     if unsigned:
         h.update(b"modules without signatures")
+    if not unpack:
+        h.update(b"modules as packaged")
     for path in (busybox, *(m.path for m in modules)):
         st = path.stat()
         # Hash names and contents: a rebuilt module with the same name must miss.
@@ -268,15 +308,15 @@ def content_key(modules: Sequence[KernelModule], busybox: Path = BUSYBOX, *,
 
 
 def initramfs(modules: Sequence[KernelModule], *, busybox: Path = BUSYBOX,
-              unsigned: bool = False) -> Path:
+              unsigned: bool = False, unpack: bool = True) -> Path:
     """Return the cached initramfs for these modules, building it if needed."""
-    key = content_key(modules, busybox, unsigned=unsigned)
+    key = content_key(modules, busybox, unsigned=unsigned, unpack=unpack)
     path = cache_dir() / "initramfs" / f"{key}.cpio"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(build_cpio(modules, busybox, unsigned=unsigned))
+    tmp.write_bytes(build_cpio(modules, busybox, unsigned=unsigned, unpack=unpack))
     os.replace(tmp, path)
     log.info("built initramfs %s (%d modules)", path, len(modules))
     return path

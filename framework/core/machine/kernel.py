@@ -346,12 +346,24 @@ def _payload(head: bytes) -> bytes | None:
     return head[start:start + length]
 
 
+class _NoDecoder(Exception):
+    """The payload's format is known but its decoder is not installed."""
+
+
 def _decompress(payload: bytes) -> bytes | None:
     if payload.startswith(b"\xfd7zXZ\x00"):
         return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(payload)
     if payload.startswith(b"\x1f\x8b"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(payload)
-    return None  # zstd, lz4, lzo...: boot the bzImage as it is
+    if payload.startswith(b"\x28\xb5\x2f\xfd"):  # zstd (CONFIG_KERNEL_ZSTD: Debian's 7.x)
+        try:
+            import zstandard  # here: only an image's first boot needs it
+        except ImportError:
+            raise _NoDecoder from None
+        # One frame, then the 4-byte size the kernel's build appends: decompressobj stops
+        # at the frame's end.
+        return zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+    return None  # lz4, lzo, bzip2...: boot the bzImage as it is
 
 
 def has_pvh_entry(elf: bytes) -> bool:
@@ -388,7 +400,10 @@ def boot_image(image: Path, cache: Path) -> Path:
     if marker.exists():
         return image
     payload = _payload(data)
-    elf = _decompress(payload) if payload else None
+    try:
+        elf = _decompress(payload) if payload else None
+    except _NoDecoder:
+        return image  # no verdict cached: installing the decoder makes the next boot faster
     cache.mkdir(parents=True, exist_ok=True)
     if elf is None or not has_pvh_entry(elf):
         marker.touch()

@@ -149,6 +149,8 @@ class QemuMachine(Machine):
         #: The initramfs carries its modules without their signatures where the kernel
         #: loads them so (see initramfs.drop_signature()).
         self.unsigned_modules = self.kernel.loads_unsigned_modules()
+        #: ... and its compressed modules unpacked (see initramfs.unpacked_module()).
+        self.unpack_modules = True
 
     # --- lifecycle -------------------------------------------------------
 
@@ -209,7 +211,7 @@ class QemuMachine(Machine):
             "-smp", str(self.cpus),
             "-chardev", "stdio,id=con,signal=off",
             "-serial", "chardev:con",
-            "-kernel", os.fspath(boot_image(self.kernel.image, initramfs.cache_dir() / "kernels")),
+            "-kernel", os.fspath(boot_image(self.kernel.image, initramfs.cache_dir() / "boot-images")),
             "-initrd", os.fspath(initrd),
             "-append", append,
             "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
@@ -249,7 +251,8 @@ class QemuMachine(Machine):
             self.kernel.modules_root,
             missing_ok=self.missing_modules_ok,
         )
-        initrd = initramfs.initramfs(modules, unsigned=self.unsigned_modules)
+        initrd = initramfs.initramfs(modules, unsigned=self.unsigned_modules,
+                                     unpack=self.unpack_modules)
         self.rundir.mkdir(parents=True, exist_ok=True)  # again after a failed boot's close()
         self._make_disks()
         try:
