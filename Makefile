@@ -19,11 +19,13 @@ STAMPS := .stamps
 
 # Debian packages: the guest kernel and its tools, filesystems, benchmarks.
 # gcc and python3-dev build the compiled log walker (devicemapper/_lognative.c); python3-venv
-# lets Debian's python3 make the virtualenv.
+# lets Debian's python3 make the virtualenv; make to bc build kernels from Debian's sources
+# (powercut ci --kernel-source, the zoo).
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 busybox-static \
 	dmsetup kmod cpio e2fsprogs e2fsck-static xfsprogs btrfs-progs f2fs-tools jfsutils \
 	reiserfsprogs fio bonnie++ postmark dbench fsmark attr chromium \
-	gcc libc6-dev python3-dev python3-venv
+	gcc libc6-dev python3-dev python3-venv \
+	make flex bison bc libelf-dev libssl-dev
 
 .PHONY: setup bytecode run test lint docs unit integration clean kernels image
 setup: apt $(STAMPS)/venv $(STAMPS)/native bytecode $(BIN)/actionlint

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from framework.core.errors import ConfigError
+from framework.core.machine.build import APPLIED, config_sha256
 from framework.zoo.entry import KEYS, entries_dir, load_entries, parse_entry
-from framework.zoo.kernels import APPLIED, KernelTree
+from framework.zoo.kernels import revert, zoo_tree
 from framework.zoo.recall import RecallPlan, table
 
 
@@ -71,7 +72,7 @@ def test_a_revert_that_only_removes_code_is_not_taken_for_applied(tmp_path: Path
     (tree / "fs").mkdir(parents=True)
     (tree / "Makefile").write_text("")
     (tree / ".config").write_text("")
-    (tree / ".powercut-config").write_text(KernelTree.config_sha256())
+    (tree / ".powercut-config").write_text(config_sha256())
     source = "a\nb\nc\nd\ne\nf\ng\n"
     (tree / "fs/x.c").write_text(source)
     entries = tmp_path / "entries"
@@ -81,16 +82,16 @@ def test_a_revert_that_only_removes_code_is_not_taken_for_applied(tmp_path: Path
     (entries / "x.toml").write_text(ENTRY.format(name="x"))
     entry = parse_entry(entries / "x.toml")
     said: list[str] = []
-    kt = KernelTree(tmp_path, say=said.append)
+    kt = zoo_tree(tmp_path, say=said.append)
     (tree / APPLIED).write_text("x")  # killed between the marker and the patch
-    kt.prepare([entry])
+    kt.prepare([revert(entry)])
     assert (tree / "fs/x.c").read_text() == source and not (tree / APPLIED).exists()
     assert said == []
     # Applied for real (the marker, then the patch), then interrupted: taken out.
     (tree / APPLIED).write_text("x")
-    kt._patch(entry)
+    kt._patch(revert(entry))
     assert (tree / "fs/x.c").read_text() == "a\nb\nc\ne\nf\ng\n"
-    kt.prepare([entry])
+    kt.prepare([revert(entry)])
     assert (tree / "fs/x.c").read_text() == source and said == [
         "zoo: taking out x, left in by an interrupted build"]
 
