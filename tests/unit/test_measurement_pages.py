@@ -32,12 +32,18 @@ ERRATUM = re.compile(r"^## Erratum \((\d{4}-\d{2}-\d{2})\)$")
 #: A heading of the page's own level or above (a level-3 heading inside an erratum is its own).
 TOP_HEADING = re.compile(r"^#{1,2}(\s|$)")
 FENCE = re.compile(r"^\s*(```|~~~)")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def git_env() -> dict[str, str]:
+    # Without GIT_DIR and the like, which a git hook sets: they would point every
+    # command, those on the repositories made here too, at the hook's repository.
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
 def git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     return subprocess.run(["git", "-C", os.fspath(repo), *args], input=stdin,
-                          capture_output=True, check=True).stdout
+                          capture_output=True, check=True, env=git_env()).stdout
 
 
 def first_versions(repo: Path) -> dict[str, tuple[str, str]]:
@@ -114,11 +120,11 @@ def dated_page_problems(repo: Path) -> list[str]:
     """One line for each dated page that changed other than by an appended erratum."""
     first = first_versions(repo)
     paths = sorted(first)
-    blobs = read_blobs(repo, [f"{commit}:{old}" for commit, old in (first[p] for p in paths)])
-    problems = []
+    blobs = read_blobs(repo, [f"{added_in}:{old}" for added_in, old in (first[p] for p in paths)])
+    problems: list[str] = []
     for path, blob in zip(paths, blobs, strict=True):
-        commit, old = first[path]
-        added = commit[:7] + (f" as {old}" if old != path else "")
+        added_in, old = first[path]
+        added = added_in[:7] + (f" as {old}" if old != path else "")
         page = repo / path
         if not page.exists():
             problems.append(f"{path} (added in {added}): removed")
@@ -135,10 +141,11 @@ def history_or_skip(repo: Path) -> None:
     if shutil.which("git") is None:
         pytest.skip("git is not installed: no first versions of the measurement pages to compare")
     probe = subprocess.run(["git", "-C", os.fspath(repo), "rev-parse",
-                            "--is-shallow-repository"], capture_output=True, text=True)
+                            "--is-shallow-repository"], capture_output=True, text=True,
+                           env=git_env())
     if probe.returncode != 0:
-        pytest.skip("no git history here (an exported tree?): "
-                    f"{probe.stderr.strip().splitlines()[-1:]}")
+        said = probe.stderr.strip().splitlines()
+        pytest.skip(f"no git history here (an exported tree?): {said[-1] if said else 'git failed'}")
     if probe.stdout.strip() == "true":
         pytest.skip("a shallow clone: the commits that added the measurement pages may be missing")
 
@@ -171,7 +178,8 @@ def commit(repo: Path, files: dict[str, str]) -> None:
         (repo / path).write_text(text)
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=powercut", "-c", "user.email=powercut@example.org",
-        "-c", "commit.gpgsign=false", "commit", "-q", "-m", "pages")
+        "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m",
+        "pages")
 
 
 def test_a_page_edited_in_the_middle_fires(tmp_path: Path) -> None:
