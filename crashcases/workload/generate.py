@@ -64,19 +64,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from crashcases.oracle.log import NodeKind
+from crashcases.workload.kinds import CLASSIC_FALLOC_MODES
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
     ASSUMED_CAPABILITIES,
-    CLASSIC_FALLOC_MODES,
     DURABILITY_OPS,
     FallocMode,
     Op,
     OpKind,
     Workload,
     WorkloadError,
-    parent_of,
     required_capability,
 )
+from crashcases.workload.tree import parent_of
 from framework.core.errors import ConfigError
 
 SEQ3_DEFAULT = 200

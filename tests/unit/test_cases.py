@@ -11,9 +11,9 @@ from crashcases.oracle.verify import verify
 from crashcases.workload import generate as cases
 from crashcases.workload.cases import list_cases, load_case
 from crashcases.workload.generate import OpSelection, durables, pack, random_ops
+from crashcases.workload.kinds import CAPABILITIES
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
-    CAPABILITIES,
     DURABILITY_OPS,
     FallocMode,
     Op,

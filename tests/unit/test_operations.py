@@ -13,9 +13,9 @@ from crashcases.oracle.log import NodeKind, OracleLog
 from crashcases.oracle.verify import verify
 from crashcases.workload.cases import load_case
 from crashcases.workload.generate import random_ops
+from crashcases.workload.kinds import CAPABILITIES
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
-    CAPABILITIES,
     DURABILITY_OPS,
     FallocMode,
     Op,
