@@ -23,7 +23,6 @@ from crashcases.oracle.promises import _InodeDurable, _ReplacedInEffect
 from crashcases.oracle.verify import verify, walk_tree
 from crashcases.vocabulary import RANGE_SYNC_OPS, SYNC_ALL_OPS, WHOLE_FILE_SYNC_OPS
 from crashcases.workload.cases import load_case
-from crashcases.workload.generate import pack, random_ops
 from crashcases.workload.ops import (
     DURABILITY_OPS,
     FallocMode,
@@ -33,6 +32,8 @@ from crashcases.workload.ops import (
     needs_data,
     op_data,
 )
+from crashcases.workload.packing import pack
+from crashcases.workload.streams import random_ops
 from recovery.filesystems import persistence_rules
 from recovery.persistence import PersistenceRules, posix_strict
 from recovery.targets import get_target
