@@ -1,6 +1,7 @@
 """Running a workload with real syscalls, marking the log after every durability op.
 
-``execute`` performs each op under a root (on the device being recorded),
+``execute`` performs each op under a root (on the device being recorded)
+with the syscalls its kind names (``PERFORM``, a table keyed by kind),
 keeps the ``FsModel`` in step, and after every durability operation places
 a log mark and records the event in the ``OracleLog`` that the oracle later
 checks crash states against. An op the filesystem refuses with EOPNOTSUPP
@@ -20,18 +21,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crashcases.oracle.log import NodeKind, OracleLog, Recorder
+from crashcases.oracle.log import Cause, NodeKind, OracleLog, Recorder
+from crashcases.vocabulary import (
+    COPY_OPS,
+    DATA_OPS,
+    DURABILITY_OPS,
+    RENAME_OPS,
+    XATTR_OPS,
+    OpKind,
+)
+from crashcases.workload.kinds import SPECS
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
-    _CONTENT_OPS,
-    _DST_DATA_OPS,
-    _FALLOC_FLAGS,
-    _RENAME_OPS,
-    DURABILITY_OPS,
     MAX_MARK_CHARS,
     FallocMode,
     Op,
-    OpKind,
     Workload,
     WorkloadError,
     needs_data,
@@ -72,6 +76,17 @@ RENAME_EXCHANGE = 1 << 1
 SYNC_FILE_RANGE_ALL = 1 | 2 | 4  # WAIT_BEFORE | WRITE | WAIT_AFTER (sync_file_range(2))
 FICLONE = 0x40049409  # _IOW(0x94, 9, int), include/uapi/linux/fs.h
 FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
+#: fallocate(2)'s mode flags for each mode (include/uapi/linux/falloc.h).
+FALLOC_FLAGS = {
+    FallocMode.ALLOCATE: 0,
+    FallocMode.KEEP_SIZE: 0x01,
+    FallocMode.PUNCH_HOLE: 0x01 | 0x02,
+    FallocMode.ZERO_RANGE: 0x10,
+    FallocMode.COLLAPSE_RANGE: 0x08,
+    FallocMode.INSERT_RANGE: 0x20,
+}
+#: How an op is done: (op, its path under the root, the root, the data it writes).
+Do = Callable[[Op, Path, Path, bytes], None]
 
 
 def _open_rw(path: Path, flags: int) -> int:
@@ -120,39 +135,47 @@ def _file_ioctl(fd: int, request: int, arg: int | bytes, path: Path) -> None:
         raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
 
-def _copy_range(src: Path, dst: Path, op: Op) -> None:
-    fd_in, fd_out = os.open(src, os.O_RDONLY), os.open(dst, os.O_WRONLY)
-    try:
-        # Filesystem ioctls on regular files (ioctl_file_clone() in fs/ioctl.c).
-        if op.kind is OpKind.CLONE:
-            _file_ioctl(fd_out, FICLONE, fd_in, dst)
-        elif op.kind is OpKind.CLONE_RANGE:
-            # struct file_clone_range { s64 src_fd; u64 src_offset, src_length, dest_offset; }
-            _file_ioctl(fd_out, FICLONERANGE,
-                        struct.pack("qQQQ", fd_in, op.offset, op.length, op.dst_offset), dst)
-        else:
-            done = 0
-            while True:  # one call at least: a 0-byte copy is a syscall too
-                n = os.copy_file_range(fd_in, fd_out, op.length - done,
-                                       op.offset + done, op.dst_offset + done)
-                done += n
-                if n == 0 or done >= op.length:
-                    break
-    finally:
-        os.close(fd_in)
-        os.close(fd_out)
+def _two_files(transfer: Callable[[int, int, Op, Path], None]) -> Do:
+    """Open ``path`` to read and ``dst`` to write, and ``transfer``(fd_in, fd_out, op, dst)."""
+    def do(op: Op, p: Path, root: Path, data: bytes) -> None:
+        dst = root / op.dst
+        fd_in, fd_out = os.open(p, os.O_RDONLY), os.open(dst, os.O_WRONLY)
+        try:
+            transfer(fd_in, fd_out, op, dst)
+        finally:
+            os.close(fd_in)
+            os.close(fd_out)
+    return do
 
 
-def perform(op: Op, root: Path, data: bytes) -> None:
-    """Do ``op`` under ``root`` with the syscalls it names."""
-    p = root / op.path if op.path else root
-    k = op.kind
-    if k is OpKind.CREAT:
-        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-    elif k is OpKind.MKDIR:
-        os.mkdir(p, 0o755)
-    elif k in (OpKind.WRITE, OpKind.APPEND):
-        fd = _open_rw(p, os.O_TRUNC if k is OpKind.WRITE else os.O_APPEND)
+def _copy_file_range(fd_in: int, fd_out: int, op: Op, dst: Path) -> None:
+    done = 0
+    while True:  # one call at least: a 0-byte copy is a syscall too
+        n = os.copy_file_range(fd_in, fd_out, op.length - done,
+                               op.offset + done, op.dst_offset + done)
+        done += n
+        if n == 0 or done >= op.length:
+            break
+
+
+# Filesystem ioctls on regular files (ioctl_file_clone() in fs/ioctl.c).
+def _clone(fd_in: int, fd_out: int, op: Op, dst: Path) -> None:
+    _file_ioctl(fd_out, FICLONE, fd_in, dst)
+
+
+def _clone_range(fd_in: int, fd_out: int, op: Op, dst: Path) -> None:
+    # struct file_clone_range { s64 src_fd; u64 src_offset, src_length, dest_offset; }
+    _file_ioctl(fd_out, FICLONERANGE,
+                struct.pack("qQQQ", fd_in, op.offset, op.length, op.dst_offset), dst)
+
+
+def _creat(op: Op, p: Path, root: Path, data: bytes) -> None:
+    os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+
+
+def _write_all(flags: int) -> Do:
+    def do(op: Op, p: Path, root: Path, data: bytes) -> None:
+        fd = _open_rw(p, flags)
         try:
             done = 0
             while True:  # one call at least: a 0-byte write is a syscall too
@@ -161,80 +184,123 @@ def perform(op: Op, root: Path, data: bytes) -> None:
                     break
         finally:
             os.close(fd)
-    elif k in (OpKind.PWRITE, OpKind.WRITE_OSYNC, OpKind.WRITE_ODSYNC):
-        flags = {OpKind.PWRITE: 0, OpKind.WRITE_OSYNC: os.O_SYNC, OpKind.WRITE_ODSYNC: os.O_DSYNC}
-        fd = _open_rw(p, flags[k])
+    return do
+
+
+def _pwrite(flags: int) -> Do:
+    def do(op: Op, p: Path, root: Path, data: bytes) -> None:
+        fd = _open_rw(p, flags)
         try:
             _pwrite_all(fd, data, op.offset)
         finally:
             os.close(fd)
-    elif k is OpKind.DIRECT_WRITE:
-        _direct_write(p, op.offset, data)
-    elif k in (OpKind.MMAP_WRITE, OpKind.MSYNC):
-        fd, m, at = _mapped(p, op.offset, op.length)
-        try:
-            if k is OpKind.MMAP_WRITE:
-                m[at : at + len(data)] = data  # munmap leaves the pages dirty, unwritten
-            else:
-                m.flush()  # msync(MS_SYNC) over the whole mapping
-        finally:
-            m.close()
-            os.close(fd)
-    elif k is OpKind.SYNC_FILE_RANGE:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            _libc_call("sync_file_range",
-                       [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint],
-                       (fd, op.offset, op.length, SYNC_FILE_RANGE_ALL), p)
-        finally:
-            os.close(fd)
-    elif k is OpKind.SYNCFS:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            _libc_call("syncfs", [ctypes.c_int], (fd,), p)
-        finally:
-            os.close(fd)
-    elif k in (OpKind.RENAME_NOREPLACE, OpKind.RENAME_EXCHANGE):
-        flag = RENAME_NOREPLACE if k is OpKind.RENAME_NOREPLACE else RENAME_EXCHANGE
+    return do
+
+
+def _mmap_write(op: Op, p: Path, root: Path, data: bytes) -> None:
+    fd, m, at = _mapped(p, op.offset, op.length)
+    try:
+        m[at : at + len(data)] = data  # munmap leaves the pages dirty, unwritten
+    finally:
+        m.close()
+        os.close(fd)
+
+
+def _msync(op: Op, p: Path, root: Path, data: bytes) -> None:
+    fd, m, _ = _mapped(p, op.offset, op.length)
+    try:
+        m.flush()  # msync(MS_SYNC) over the whole mapping
+    finally:
+        m.close()
+        os.close(fd)
+
+
+def _sync_file_range(op: Op, p: Path, root: Path, data: bytes) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        _libc_call("sync_file_range",
+                   [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint],
+                   (fd, op.offset, op.length, SYNC_FILE_RANGE_ALL), p)
+    finally:
+        os.close(fd)
+
+
+def _syncfs(op: Op, p: Path, root: Path, data: bytes) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        _libc_call("syncfs", [ctypes.c_int], (fd,), p)
+    finally:
+        os.close(fd)
+
+
+def _renameat2(flag: int) -> Do:
+    def do(op: Op, p: Path, root: Path, data: bytes) -> None:
         _libc_call("renameat2",
                    [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint],
                    (AT_FDCWD, os.fsencode(p), AT_FDCWD, os.fsencode(root / op.dst), flag), p)
-    elif k in _DST_DATA_OPS:
-        _copy_range(p, root / op.dst, op)
-    elif k is OpKind.TRUNCATE:
-        os.truncate(p, op.size)
-    elif k is OpKind.FALLOCATE:
-        fd = _open_rw(p, 0)
+    return do
+
+
+def _fallocate(op: Op, p: Path, root: Path, data: bytes) -> None:
+    fd = _open_rw(p, 0)
+    try:
+        if op.falloc is FallocMode.ALLOCATE:
+            os.posix_fallocate(fd, op.offset, op.length)
+        elif _libc_fallocate()(fd, FALLOC_FLAGS[op.falloc], op.offset, op.length) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), os.fspath(p))
+    finally:
+        os.close(fd)
+
+
+def _fsync(flags: int, sync: Callable[[int], None]) -> Do:
+    def do(op: Op, p: Path, root: Path, data: bytes) -> None:
+        fd = os.open(p, os.O_RDONLY | flags)
         try:
-            if op.falloc is FallocMode.ALLOCATE:
-                os.posix_fallocate(fd, op.offset, op.length)
-            elif _libc_fallocate()(fd, _FALLOC_FLAGS[op.falloc], op.offset, op.length) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), os.fspath(p))
+            sync(fd)
         finally:
             os.close(fd)
-    elif k is OpKind.RENAME:
-        os.rename(p, root / op.dst)
-    elif k is OpKind.LINK:
-        os.link(p, root / op.dst)
-    elif k is OpKind.UNLINK:
-        os.unlink(p)
-    elif k is OpKind.RMDIR:
-        os.rmdir(p)
-    elif k is OpKind.SYMLINK:
-        os.symlink(op.target, p)
-    elif k is OpKind.SETXATTR:
-        os.setxattr(p, op.xattr, data)
-    elif k is OpKind.REMOVEXATTR:
-        os.removexattr(p, op.xattr)
-    elif k in (OpKind.FSYNC, OpKind.FDATASYNC, OpKind.FSYNC_DIR):
-        fd = os.open(p, os.O_RDONLY | (os.O_DIRECTORY if k is OpKind.FSYNC_DIR else 0))
-        try:
-            os.fdatasync(fd) if k is OpKind.FDATASYNC else os.fsync(fd)
-        finally:
-            os.close(fd)
-    elif k is OpKind.SYNC:
-        os.sync()
+    return do
+
+
+#: How each op kind is done: (op, its path under the root, the root, the data it writes).
+PERFORM: dict[OpKind, Do] = {
+    OpKind.CREAT: _creat,
+    OpKind.MKDIR: lambda op, p, root, data: os.mkdir(p, 0o755),
+    OpKind.WRITE: _write_all(os.O_TRUNC),
+    OpKind.PWRITE: _pwrite(0),
+    OpKind.APPEND: _write_all(os.O_APPEND),
+    OpKind.TRUNCATE: lambda op, p, root, data: os.truncate(p, op.size),
+    OpKind.FALLOCATE: _fallocate,
+    OpKind.RENAME: lambda op, p, root, data: os.rename(p, root / op.dst),
+    OpKind.LINK: lambda op, p, root, data: os.link(p, root / op.dst),
+    OpKind.UNLINK: lambda op, p, root, data: os.unlink(p),
+    OpKind.RMDIR: lambda op, p, root, data: os.rmdir(p),
+    OpKind.SYMLINK: lambda op, p, root, data: os.symlink(op.target, p),
+    OpKind.SETXATTR: lambda op, p, root, data: os.setxattr(p, op.xattr, data),
+    OpKind.REMOVEXATTR: lambda op, p, root, data: os.removexattr(p, op.xattr),
+    OpKind.FSYNC: _fsync(0, os.fsync),
+    OpKind.FDATASYNC: _fsync(0, os.fdatasync),
+    OpKind.SYNC: lambda op, p, root, data: os.sync(),
+    OpKind.FSYNC_DIR: _fsync(os.O_DIRECTORY, os.fsync),
+    OpKind.DIRECT_WRITE: lambda op, p, root, data: _direct_write(p, op.offset, data),
+    OpKind.MMAP_WRITE: _mmap_write,
+    OpKind.MSYNC: _msync,
+    OpKind.WRITE_OSYNC: _pwrite(os.O_SYNC),
+    OpKind.WRITE_ODSYNC: _pwrite(os.O_DSYNC),
+    OpKind.SYNC_FILE_RANGE: _sync_file_range,
+    OpKind.SYNCFS: _syncfs,
+    OpKind.RENAME_NOREPLACE: _renameat2(RENAME_NOREPLACE),
+    OpKind.RENAME_EXCHANGE: _renameat2(RENAME_EXCHANGE),
+    OpKind.COPY_FILE_RANGE: _two_files(_copy_file_range),
+    OpKind.CLONE: _two_files(_clone),
+    OpKind.CLONE_RANGE: _two_files(_clone_range),
+}
+
+
+def perform(op: Op, root: Path, data: bytes) -> None:
+    """Do ``op`` under ``root`` with the syscalls it names."""
+    PERFORM[op.kind](op, root / op.path if op.path else root, root, data)
 
 
 #: The mark after mkfs, before the workload's first op.
@@ -301,7 +367,7 @@ def execute(workload: Workload, root: Path, mark: Callable[[str], None]) -> Orac
             marks += 1
             mark(name)
             node_id = model.lookup(op.path)
-            rec.mark(name, index, str(op.kind), op.path, node_id, synced_range(op))
+            rec.mark(name, index, op.kind, op.path, node_id, synced_range(op))
     rec.finish(len(workload.ops))
     return rec.log
 
@@ -325,13 +391,13 @@ def _record_effects(
             if node.kind is NodeKind.FILE:
                 rec.data(now, index, b"")
         rec.bind(path, index, now, _cause(op, path, was, now))
-    node_id = model.lookup(op.dst if op.kind in _RENAME_OPS or op.kind in _DST_DATA_OPS else op.path)
+    node_id = model.lookup(op.dst if op.kind in RENAME_OPS or op.kind in COPY_OPS else op.path)
     if node_id is None:
         return
     node = model.nodes[node_id]
     if (
-        op.kind in _CONTENT_OPS
-        or op.kind in _DST_DATA_OPS
+        op.kind in DATA_OPS
+        or op.kind in COPY_OPS
         or (op.kind is OpKind.CREAT and path_existed(before, op.path))
     ):
         if op.kind is OpKind.WRITE and rec.size_of(node_id):
@@ -340,7 +406,7 @@ def _record_effects(
             # writeback, so a crash in between finds the file empty.
             rec.data(node_id, index, b"")
         rec.data(node_id, index, bytes(node.data))
-    elif op.kind in (OpKind.SETXATTR, OpKind.REMOVEXATTR):
+    elif op.kind in XATTR_OPS:
         rec.xattr(node_id, index, op.xattr, node.xattrs.get(op.xattr))
 
 
@@ -348,15 +414,8 @@ def path_existed(before: dict[str, dict[str, int]], path: str) -> bool:
     return path in before.get(path, {})
 
 
-def _cause(op: Op, path: str, was: int | None, now: int | None) -> str:
-    """Why ``path`` changed binding: the op kind for its own paths, ``moved`` for descendants."""
-    direct = path in (op.path, op.dst)
-    if not direct:
-        return "moved"
-    if op.kind is OpKind.RENAME and path == op.dst and was is not None:
-        return "rename-replace"
-    if op.kind is OpKind.RENAME_NOREPLACE:
-        return "rename"  # a rename that never replaces: the same promises as rename
-    if op.kind is OpKind.RENAME_EXCHANGE:
-        return "rename-exchange"  # both names stay bound; no data is flushed for it
-    return str(op.kind)
+def _cause(op: Op, path: str, was: int | None, now: int | None) -> Cause:
+    """Why ``path`` changed binding: the op's own for its paths, ``moved`` for descendants."""
+    if path not in (op.path, op.dst):
+        return Cause.MOVED
+    return SPECS[op.kind].cause(op, path, was)

@@ -119,7 +119,8 @@ def _odsync(op: Op, ctx: OpContext) -> Step:
                  f"iflag=fullblock status=none",))
 
 
-_FALLOC = {
+#: The xfs_io command of each fallocate mode.
+FALLOC_COMMANDS = {
     FallocMode.ALLOCATE: "falloc",
     FallocMode.KEEP_SIZE: "falloc -k",
     FallocMode.PUNCH_HOLE: "fpunch",
@@ -130,7 +131,7 @@ _FALLOC = {
 
 
 def _fallocate(op: Op, ctx: OpContext) -> Step:
-    command = _FALLOC[op.falloc]
+    command = FALLOC_COMMANDS[op.falloc]
     return Step((_io(op, [f"{command} {op.offset} {op.length}"]),),
                 _require_io(command.split()[0]))
 
@@ -173,10 +174,11 @@ def _copy(op: Op, ctx: OpContext) -> Step:
                           f"{_io_file(op.path)}"], path=op.dst),), _require_io("copy_range"))
 
 
-def _clone(op: Op, ctx: OpContext) -> Step:
-    args = "" if op.kind is OpKind.CLONE else f" {op.offset} {op.dst_offset} {op.length}"
-    return Step((_io(op, [f"reflink {_io_file(op.path)}{args}"], path=op.dst),),
-                (". ./common/reflink", "_require_scratch_reflink"))
+def _reflink(args: Callable[[Op], str]) -> Callable[[Op, OpContext], Step]:
+    def render(op: Op, ctx: OpContext) -> Step:
+        return Step((_io(op, [f"reflink {_io_file(op.path)}{args(op)}"], path=op.dst),),
+                    (". ./common/reflink", "_require_scratch_reflink"))
+    return render
 
 
 _RENAMEAT2 = (". ./common/renameat2",)
@@ -184,8 +186,8 @@ _ATTRS = (". ./common/attr", "_require_attrs user")
 #: What the test must require for the programs some checks run (the rest are coreutils).
 CHECK_TOOL_REQUIRES = {"getfattr": _ATTRS}
 
-#: How each op kind is done in the fstests test. A kind missing here cannot be
-#: exported to fstests (a one-line error names it); add new kinds here.
+#: How each op kind is done in the fstests test (tests/unit/test_kinds.py holds every
+#: kind to be here; translate_ops refuses one that is not in the table it is given).
 FSTESTS_OPS: dict[OpKind, Callable[[Op, OpContext], Step]] = {
     OpKind.CREAT: _simple(": > {p}"),
     OpKind.MKDIR: _simple("mkdir {p}"),
@@ -221,8 +223,8 @@ FSTESTS_OPS: dict[OpKind, Callable[[Op, OpContext], Step]] = {
     OpKind.RENAME_EXCHANGE: _simple("$here/src/renameat2 -x {p} {d}",
                                     (*_RENAMEAT2, "_require_renameat2 exchange")),
     OpKind.COPY_FILE_RANGE: _copy,
-    OpKind.CLONE: _clone,
-    OpKind.CLONE_RANGE: _clone,
+    OpKind.CLONE: _reflink(lambda op: ""),
+    OpKind.CLONE_RANGE: _reflink(lambda op: f" {op.offset} {op.dst_offset} {op.length}"),
 }
 
 

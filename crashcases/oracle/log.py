@@ -56,6 +56,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from crashcases.vocabulary import RANGE_SYNC_OPS, OpKind
 from framework.core.errors import PowercutError
 
 try:
@@ -82,6 +83,24 @@ class NodeKind(StrEnum):
     SYMLINK = "symlink"
 
 
+class Cause(StrEnum):
+    """Why a path's binding changed: the op kind that bound or unbound it, told apart where
+    the promises differ."""
+
+    CREAT = "creat"
+    MKDIR = "mkdir"
+    SYMLINK = "symlink"
+    LINK = "link"
+    UNLINK = "unlink"
+    RMDIR = "rmdir"
+    RENAME = "rename"  # either name of a rename (or RENAME_NOREPLACE) that replaced nothing
+    RENAME_REPLACE = "rename-replace"  # the new name of a rename that replaced what it named
+    RENAME_EXCHANGE = "rename-exchange"  # both names of a RENAME_EXCHANGE
+    MOVED = "moved"  # an ancestor was renamed
+
+
+_CAUSES = {c.value: c for c in Cause}
+
 
 @dataclass(frozen=True, slots=True)
 class Binding:
@@ -89,7 +108,7 @@ class Binding:
 
     op: int
     inode: int | None
-    cause: str  # the op kind, "rename-replace", or "moved" (an ancestor was renamed)
+    cause: Cause
 
 
 def binding_spans(hist: Sequence[Binding]) -> Iterator[tuple[Binding, float]]:
@@ -127,20 +146,13 @@ class InodeRecord:
 class MarkRecord:
     name: str
     op: int  # index of the durability op it follows
-    kind: str
+    kind: OpKind
     path: str
     inode: int | None
-    #: For ops that sync a byte range of the file (O_SYNC/O_DSYNC writes,
-    #: msync): [range_start, range_end). Both 0 for every other op.
+    #: For ops that sync a byte range of the file (RANGE_SYNC_OPS: O_SYNC/O_DSYNC
+    #: writes, msync): [range_start, range_end). Both 0 for every other op.
     range_start: int = 0
     range_end: int = 0
-
-
-# Mark kinds and what they promise (see durable_at_marks).
-SYNC_KINDS = ("sync", "syncfs")  # everything done before
-WHOLE_FILE_KINDS = ("fsync", "fdatasync")  # all of the file's data
-RANGE_KINDS = ("write_osync", "write_odsync", "msync")  # the data of a byte range
-FULL_KINDS = ("fsync", "write_osync")  # also the inode's other metadata (xattrs, names)
 
 
 def block_digest(chunk: bytes, block_bytes: int = BLOCK_BYTES) -> str:
@@ -231,7 +243,7 @@ class OracleLog:
             "skipped": {str(i): why for i, why in sorted(self.skipped.items())},
             "marks": [
                 [m.name, m.op, m.kind, m.path, m.inode]
-                + ([m.range_start, m.range_end] if m.kind in RANGE_KINDS else [])
+                + ([m.range_start, m.range_end] if m.kind in RANGE_SYNC_OPS else [])
                 for m in self.mark_records
             ],
             "paths": {p: [[b.op, b.inode, b.cause] for b in h] for p, h in self.paths.items()},
@@ -284,8 +296,10 @@ class OracleLog:
                 n_ops=int(doc["n_ops"]),
                 ops=tuple(ops),
                 skipped=skipped,
-                mark_records=tuple(MarkRecord(*m) for m in doc["marks"]),
-                paths={p: tuple(Binding(*b) for b in h) for p, h in doc["paths"].items()},
+                mark_records=tuple(MarkRecord(name, op, OpKind(kind), *rest)
+                                   for name, op, kind, *rest in doc["marks"]),
+                paths={p: tuple(Binding(op, ino, _CAUSES[cause]) for op, ino, cause in h)
+                       for p, h in doc["paths"].items()},
                 inodes=inodes,
                 block_bytes=int(doc["block_bytes"]),
             )
@@ -399,7 +413,7 @@ class Recorder:
     def inode(self, ino: int, kind: NodeKind, op: int, target: str = "") -> None:
         self._inodes[ino] = {"kind": kind, "created": op, "target": target}
 
-    def bind(self, path: str, op: int, ino: int | None, cause: str) -> None:
+    def bind(self, path: str, op: int, ino: int | None, cause: Cause) -> None:
         self._paths.setdefault(path, []).append(Binding(op, ino, cause))
 
     def data(self, ino: int, op: int, content: bytes) -> None:
@@ -421,7 +435,7 @@ class Recorder:
         self,
         name: str,
         op: int,
-        kind: str,
+        kind: OpKind,
         path: str,
         ino: int | None,
         byte_range: tuple[int, int] | None = None,

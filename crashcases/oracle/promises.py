@@ -12,17 +12,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from crashcases.oracle.log import (
-    FULL_KINDS,
-    RANGE_KINDS,
-    SYNC_KINDS,
-    WHOLE_FILE_KINDS,
-    Binding,
-    DataVersion,
-    NodeKind,
-    OracleLog,
-    binding_spans,
-)
+from crashcases.oracle.log import Binding, Cause, DataVersion, NodeKind, OracleLog, binding_spans
+from crashcases.vocabulary import FILE_SYNC_OPS, FULL_SYNC_OPS, RANGE_SYNC_OPS, SYNC_ALL_OPS, OpKind
 from recovery.persistence import PersistenceRules
 
 # ---------------------------------------------------------------------------
@@ -64,7 +55,7 @@ class _ReplacedInEffect:
         self.spans: list[tuple[int, float, Binding]] = []
         for hist in oracle.paths.values():
             for b, end in binding_spans(hist):
-                if b.cause == "rename-replace":
+                if b.cause is Cause.RENAME_REPLACE:
                     self.spans.append((b.op, end, b))
         self._by_start = sorted(range(len(self.spans)), key=lambda i: self.spans[i][0])
         self._rewind()
@@ -111,10 +102,10 @@ class _InodeDurable:
         self.first_own: dict[int, int] = {}
         for m, rec in enumerate(oracle.mark_records):
             latest = self.latest_sync_op[-1] if self.latest_sync_op else float("-inf")
-            self.latest_sync_op.append(max(latest, rec.op) if rec.kind in SYNC_KINDS else latest)
+            self.latest_sync_op.append(max(latest, rec.op) if rec.kind in SYNC_ALL_OPS else latest)
             # O_SYNC/O_DSYNC writes and msync reach the same ->fsync with a range, and
             # the range limits only which data pages are written.
-            if (rec.kind in WHOLE_FILE_KINDS or rec.kind in RANGE_KINDS) and rec.inode is not None:
+            if rec.kind in FILE_SYNC_OPS and rec.inode is not None:
                 self.first_own.setdefault(rec.inode, m)
 
     def __call__(self, ino: int, m: int) -> bool:
@@ -135,7 +126,7 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
         if (
             rules.rename_replace_flushes_data
             and eff is not None
-            and eff.cause == "rename-replace"
+            and eff.cause is Cause.RENAME_REPLACE
             and eff.inode is not None
             and oracle.inodes[eff.inode].kind is NodeKind.FILE
         ):
@@ -146,7 +137,7 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
     def promise_new_ancestors(path: str, m: int, d: int) -> None:
         for anc in _ancestors(path):
             eff = oracle.binding_at(anc, d)
-            if eff is not None and eff.cause == "mkdir":
+            if eff is not None and eff.cause is Cause.MKDIR:
                 promise_entry(anc, m, d)
 
     for m, mk in enumerate(oracle.mark_records):
@@ -156,13 +147,13 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
         # inode, has the filesystem commit (->sync_fs with wait) and flushes
         # its block device, like ksys_sync() does for every filesystem. The
         # workload lives on one filesystem, so both promise everything before.
-        if mk.kind in SYNC_KINDS:
+        if mk.kind in SYNC_ALL_OPS:
             prom.syncs.append((m, d))
             if rules.rename_replace_flushes_data:
                 for b in in_effect.at(d):
                     if b.inode is not None:
                         prom.data[b.inode].append((m, b.op))
-        elif mk.kind == "fsync_dir":
+        elif mk.kind is OpKind.FSYNC_DIR:
             for child in oracle.children().get(mk.path, ()):
                 eff = oracle.binding_at(child, d)
                 if (
@@ -174,7 +165,7 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
                     promise_entry(child, m, d)
             if mk.inode is not None:
                 prom.xattr[mk.inode].append((m, d))
-        elif (mk.kind in WHOLE_FILE_KINDS or mk.kind in RANGE_KINDS) and mk.inode is not None:
+        elif mk.kind in FILE_SYNC_OPS and mk.inode is not None:
             # The range kinds are fsync and fdatasync of a byte range, so they
             # promise what those do with the data limited to the range:
             # - an O_SYNC write is fsync(2) of what it wrote: generic_write_sync()
@@ -194,11 +185,11 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
             # whole folios, so whole 4 KiB blocks) and then commit as fsync or
             # fdatasync would: the inode's other metadata as for the whole call.
             ino = mk.inode
-            if mk.kind in RANGE_KINDS:
+            if mk.kind in RANGE_SYNC_OPS:
                 prom.ranges[ino].append((m, d, mk.range_start, mk.range_end))
             else:
                 prom.data[ino].append((m, d))
-            full = mk.kind in FULL_KINDS
+            full = mk.kind in FULL_SYNC_OPS
             if full:
                 prom.xattr[ino].append((m, d))
             for path in oracle.inode_paths().get(ino, ()):
@@ -206,10 +197,11 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
                 if eff is None:
                     continue
                 if eff.inode == ino and (
-                    (full and rules.fsync_file_persists_names and eff.cause != "moved"
-                     and (eff.cause != "rename-exchange"
+                    (full and rules.fsync_file_persists_names and eff.cause is not Cause.MOVED
+                     and (eff.cause is not Cause.RENAME_EXCHANGE
                           or rules.fsync_file_persists_exchanged_names))
-                    or (not full and rules.fdatasync_persists_new_names and eff.cause == "creat")
+                    or (not full and rules.fdatasync_persists_new_names
+                        and eff.cause is Cause.CREAT)
                 ):
                     promise_entry(path, m, d)
                     promise_new_ancestors(path, m, d)
@@ -217,7 +209,7 @@ def durable_at_marks(oracle: OracleLog, rules: PersistenceRules) -> Promises:
                     full
                     and rules.fsync_file_persists_names
                     and eff.inode is None
-                    and eff.cause in ("unlink", "rename")
+                    and eff.cause in (Cause.UNLINK, Cause.RENAME)
                 ):
                     prev = oracle.binding_at(path, eff.op - 1)
                     if prev is not None and prev.inode == ino:

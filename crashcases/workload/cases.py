@@ -1,9 +1,12 @@
 """Crash workloads by name: the hand-written cases and every spec ``--case`` takes.
 
 ``hand:<name>`` is a known idiom (atomic replace, log append, ...);
-``gen:seq1``, ``gen:seq2``, ``gen:seq3``, ``gen:burst``, ``gen:chain``, ``random:N``,
-``stress:N`` and ``ranges:N`` come from the generators (crashcases.workload.generate); ``file:PATH`` is a
-workload in JSON.
+``gen:seq1``, ``gen:seq2`` and ``gen:seq3`` (crashcases.workload.sequences),
+``gen:burst`` (crashcases.workload.bursts), ``gen:chain`` (crashcases.workload.chains),
+``random:N``, ``stress:N`` and ``ranges:N`` (crashcases.workload.streams) come from the
+generators, which draw from the operations an ``OpSelection`` allows
+(crashcases.workload.selection) and are packed into one workload
+(crashcases.workload.packing); ``file:PATH`` is a workload in JSON.
 """
 
 from __future__ import annotations
@@ -11,34 +14,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 
-from crashcases.workload.generate import (
-    BURST_DEFAULT,
-    CHAIN_DEFAULT,
-    RANGES_KINDS,
-    SEQ3_DEFAULT,
-    B,
-    OpSelection,
-    _packed,
-    _sample,
-    burst,
-    chain,
-    pack,
-    parse_ops,
-    random_ops,
-    ranges_ops,
-    seq1,
-    seq2,
-    seq3,
-    variants,
-)
+from crashcases.vocabulary import OpKind
+from crashcases.workload.bursts import BURST_DEFAULT, burst
+from crashcases.workload.chains import CHAIN_DEFAULT, chain
+from crashcases.workload.kinds import FallocMode
 from crashcases.workload.model import FsModel
-from crashcases.workload.ops import (
-    FallocMode,
-    Op,
-    OpKind,
-    Workload,
-    WorkloadError,
-)
+from crashcases.workload.ops import Op, Workload, WorkloadError
+from crashcases.workload.packing import pack, pack_numbered, sample
+from crashcases.workload.selection import OpSelection, parse_ops
+from crashcases.workload.sequences import SEQ3_DEFAULT, B, seq1, seq2, seq3, variants
+from crashcases.workload.streams import RANGES_KINDS, random_ops, ranges_ops
 from framework.core.errors import ConfigError
 
 
@@ -229,17 +214,17 @@ def load_case(
         if arg in ("seq1", "seq2"):
             found = seq1(selection) if arg == "seq1" else seq2(selection)
             items = [(i, label, ops) for i, (label, ops) in enumerate(found)]
-            return _packed(spec, _sample(items, max_sequences, seed), seed)
+            return pack_numbered(spec, sample(items, max_sequences, seed), seed)
         if arg == "seq3":
-            return _packed(spec, seq3(seed, max_sequences or SEQ3_DEFAULT, selection), seed)
+            return pack_numbered(spec, seq3(seed, max_sequences or SEQ3_DEFAULT, selection), seed)
         if arg == "burst":
-            return _packed(spec, burst(seed, max_sequences or BURST_DEFAULT, selection), seed)
+            return pack_numbered(spec, burst(seed, max_sequences or BURST_DEFAULT, selection), seed)
         if arg == "chain":
             chained = chain(seed, max_sequences or CHAIN_DEFAULT, selection)
             if not chained:
                 raise ConfigError(f"case {spec!r}: no chain is made of operations of kinds "
                                   f"{_names(kinds)}")
-            return _packed(spec, chained, seed)
+            return pack_numbered(spec, chained, seed)
         raise ConfigError(
             f"case {spec!r}: unknown generator {arg!r} (known: seq1, seq2, seq3, burst, chain)")
     if family == "stress":

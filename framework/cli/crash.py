@@ -29,8 +29,8 @@ from crashcases.known import KnownList, KnownMatcher, load_known, recorded_marks
 from crashcases.oracle.log import OracleLog
 from crashcases.vocabulary import KNOWN, Outcome, fails
 from crashcases.workload.cases import list_cases
-from crashcases.workload.generate import parse_ops
 from crashcases.workload.ops import Workload
+from crashcases.workload.selection import parse_ops
 from framework.cli import (
     add_machine_options,
     add_profile_option,

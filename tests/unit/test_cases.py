@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from crashcases.oracle.verify import verify
-from crashcases.workload import generate as cases
+from crashcases.workload import packing, sequences
+from crashcases.workload.bursts import burst
 from crashcases.workload.cases import list_cases, load_case
-from crashcases.workload.generate import OpSelection, durables, pack, random_ops
+from crashcases.workload.kinds import CAPABILITIES
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
-    CAPABILITIES,
     DURABILITY_OPS,
     FallocMode,
     Op,
@@ -21,6 +21,10 @@ from crashcases.workload.ops import (
     Workload,
     WorkloadError,
 )
+from crashcases.workload.packing import pack
+from crashcases.workload.selection import OpSelection
+from crashcases.workload.sequences import durables
+from crashcases.workload.streams import random_ops
 from framework.core.errors import ConfigError
 from recovery.filesystems import persistence_rules
 from recovery.persistence import posix_strict
@@ -68,17 +72,17 @@ def test_seeds_change_samples_and_random_runs() -> None:
 
 
 def test_seq1_is_every_variant_with_every_applicable_durability_op() -> None:
-    variants = cases._variants()
+    variants = sequences._variants()
     expected = 0
     for _, op in variants:
         model = FsModel()
-        for setup_op in [*cases._setup(), op]:
+        for setup_op in [*sequences.setup_ops(), op]:
             assert model.check(setup_op) is None
             model.apply(setup_op, bytes(setup_op.length))
         expected += len(durables(op, model))
     kinds_covered = {op.kind for _, op in variants}
     assert kinds_covered == set(CLASSIC_KINDS) - DURABILITY_OPS  # every classic op has variants
-    seqs = cases.seq1()
+    seqs = sequences.seq1()
     assert len(seqs) == expected
     w = load_case("gen:seq1", seed=0)
     assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == expected
@@ -87,19 +91,19 @@ def test_seq1_is_every_variant_with_every_applicable_durability_op() -> None:
 
 
 def test_seq2_is_every_valid_ordered_pair() -> None:
-    variants = cases._variants()
+    variants = sequences._variants()
     valid = 0
     for (_, a), (_, b) in itertools.product(variants, repeat=2):
         model = FsModel()
         ok = True
-        for op in [*cases._setup(), a, b]:
+        for op in [*sequences.setup_ops(), a, b]:
             if model.check(op) is not None:
                 ok = False
                 break
             model.apply(op, bytes(op.length))
         valid += ok
     assert len(variants) ** 2 > valid > len(variants) ** 2 // 2
-    assert len(cases.seq2()) == valid
+    assert len(sequences.seq2()) == valid
     w = load_case("gen:seq2", seed=0, max_sequences=40)
     assert len({namespace_of(op) for op in w.ops if op.kind is not K.SYNC}) == 40
 
@@ -112,13 +116,13 @@ def test_seq3_count_is_capped() -> None:
 
 
 def test_bursts_have_no_durability_between_most_ops_and_end_in_one_of_what_they_named() -> None:
-    bursts = cases.burst(3, 300)
+    bursts = burst(3, 300)
     assert len(bursts) == 300
-    setup = len(cases._setup())
+    setup = len(sequences.setup_ops())
     quiet = new_dir = 0
     for _, label, ops in bursts:
         body = ops[setup:]
-        assert ops[:setup] == cases._setup() and label.count(";") == len(body) - 1
+        assert ops[:setup] == sequences.setup_ops() and label.count(";") == len(body) - 1
         core = [op for op in body[:-1] if op.kind not in DURABILITY_OPS]
         assert len(core) >= 2 and body[-1].kind in (K.FSYNC, K.FDATASYNC, K.FSYNC_DIR)
         named = {""}
@@ -140,16 +144,16 @@ def test_bursts_have_no_durability_between_most_ops_and_end_in_one_of_what_they_
 
 def test_chains_persist_the_file_then_move_it_and_persist_what_holds_it() -> None:
     from crashcases.oracle.log import NodeKind
-    from crashcases.workload.generate import chain, chains
+    from crashcases.workload.chains import chain, chains
 
     everything = OpSelection(frozenset({"fallocate", "punch-hole", "zero-range"}))
     found = chains(everything)
     assert len(found) > 900 and len({label for label, _ in found}) == len(found)
-    setup = len(cases._setup())
+    setup = len(sequences.setup_ops())
     moved = 0
     for _label, ops in found:
         body = ops[setup:]
-        assert ops[:setup] == cases._setup()
+        assert ops[:setup] == sequences.setup_ops()
         fsyncs = [i for i, op in enumerate(body) if op.kind in DURABILITY_OPS]
         assert len(fsyncs) == 2 and fsyncs[1] == len(body) - 1  # one in the middle, one last
         subject = body[fsyncs[0]].path
@@ -251,7 +255,7 @@ def test_max_sequences_must_be_positive() -> None:
 
 
 def test_pack_retires_finished_namespaces_in_groups(tmp_path: Path) -> None:
-    seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in cases.seq1()[:5]]
+    seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in sequences.seq1()[:5]]
     packed = pack(seqs, name="p", retire_every=2)
     # Every namespace is created once and removed once; removals come in
     # groups of two, each group ending in a sync, removed after its group
@@ -273,7 +277,7 @@ def test_pack_retires_finished_namespaces_in_groups(tmp_path: Path) -> None:
 
 def test_retired_files_must_stay_gone(tmp_path: Path) -> None:
     """After the sync that ends a retirement, a removed file that is back is a finding."""
-    seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in cases.seq1()[:2]]
+    seqs = [Workload(name=label, seed=0, ops=tuple(ops)) for label, ops in sequences.seq1()[:2]]
     packed = pack(seqs, name="p", retire_every=2)
     root = tmp_path / "run"
     oracle, marks = record(packed, root)
@@ -294,7 +298,7 @@ def test_gen_cases_retire_and_stay_small() -> None:
         if op.kind is K.SYNC:
             biggest = max(biggest, len(model.bindings("")))
     assert len(model.bindings("")) == 1  # only the root is left
-    assert biggest < 20 * (cases.RETIRE_EVERY + 1)
+    assert biggest < 20 * (packing.RETIRE_EVERY + 1)
 
 
 # -- capabilities and --ops ----------------------------------------------------
@@ -318,7 +322,7 @@ def test_without_capabilities_generators_keep_the_classic_workloads() -> None:
 
 
 def test_capabilities_bring_every_newer_op_the_filesystem_has() -> None:
-    seqs = cases.seq1(OpSelection(EVERYTHING))
+    seqs = sequences.seq1(OpSelection(EVERYTHING))
     kinds = {op.kind for _, ops in seqs for op in ops}
     assert kinds == set(OpKind)
     modes = {op.falloc for _, ops in seqs for op in ops if op.kind is K.FALLOCATE}
@@ -394,10 +398,10 @@ def test_ranges_keeps_to_the_classic_ops_or_those_named() -> None:
 
 
 def test_generated_sequences_include_argument_partitions() -> None:
-    labels = {label.split("+")[0] for label, _ in cases.seq1(OpSelection(EXT4_CAPS))}
+    labels = {label.split("+")[0] for label, _ in sequences.seq1(OpSelection(EXT4_CAPS))}
     assert {"pwrite-below-page", "pwrite-across-page", "pwrite-hole", "pwrite-zero",
             "write-zero", "truncate-block", "direct-write-zero"} <= labels
-    pairs = {label for label, _ in cases.seq2(OpSelection(EXT4_CAPS))}
+    pairs = {label for label, _ in sequences.seq2(OpSelection(EXT4_CAPS))}
     assert "truncate-grow,pwrite-hole" in pairs  # a write into the hole a truncate made
     assert "punch-hole,pwrite-below-page" in pairs
 

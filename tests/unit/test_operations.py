@@ -12,10 +12,9 @@ from crashcases.execute import execute
 from crashcases.oracle.log import NodeKind, OracleLog
 from crashcases.oracle.verify import verify
 from crashcases.workload.cases import load_case
-from crashcases.workload.generate import random_ops
+from crashcases.workload.kinds import CAPABILITIES
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
-    CAPABILITIES,
     DURABILITY_OPS,
     FallocMode,
     Op,
@@ -27,6 +26,7 @@ from crashcases.workload.ops import (
     required_capability,
     synced_range,
 )
+from crashcases.workload.streams import random_ops
 from recovery.persistence import posix_strict
 
 K = OpKind

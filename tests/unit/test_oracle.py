@@ -18,18 +18,11 @@ from hypothesis import strategies as st
 from crashcases.execute import execute, mark_name, perform
 from crashcases.oracle import verify as oracle_mod
 from crashcases.oracle.finding import Finding, FindingKind
-from crashcases.oracle.log import (
-    RANGE_KINDS,
-    SYNC_KINDS,
-    WHOLE_FILE_KINDS,
-    OracleError,
-    OracleLog,
-    Recorder,
-)
+from crashcases.oracle.log import OracleError, OracleLog, Recorder
 from crashcases.oracle.promises import _InodeDurable, _ReplacedInEffect
 from crashcases.oracle.verify import verify, walk_tree
+from crashcases.vocabulary import RANGE_SYNC_OPS, SYNC_ALL_OPS, WHOLE_FILE_SYNC_OPS
 from crashcases.workload.cases import load_case
-from crashcases.workload.generate import pack, random_ops
 from crashcases.workload.ops import (
     DURABILITY_OPS,
     FallocMode,
@@ -39,6 +32,8 @@ from crashcases.workload.ops import (
     needs_data,
     op_data,
 )
+from crashcases.workload.packing import pack
+from crashcases.workload.streams import random_ops
 from recovery.filesystems import persistence_rules
 from recovery.persistence import PersistenceRules, posix_strict
 from recovery.targets import get_target
@@ -555,15 +550,15 @@ def test_the_promise_indexes_answer_as_a_scan_of_every_mark_and_binding(
     replaced = [(p, b) for p, hist in oracle.paths.items() for b in hist
                 if b.cause == "rename-replace"]
     in_effect = _ReplacedInEffect(oracle)
-    ops = [r.op for r in oracle.mark_records if r.kind in SYNC_KINDS]
+    ops = [r.op for r in oracle.mark_records if r.kind in SYNC_ALL_OPS]
     for op in [*ops, *reversed(ops), *range(oracle.n_ops)]:
         assert in_effect.at(op) == [b for p, b in replaced if oracle.binding_at(p, op) == b], op
     durable = _InodeDurable(oracle)
     for m in range(len(oracle.mark_records)):
         for ino, rec in oracle.inodes.items():
             scanned = any(
-                (r.kind in SYNC_KINDS and r.op >= rec.created_op)
-                or ((r.kind in WHOLE_FILE_KINDS or r.kind in RANGE_KINDS) and r.inode == ino)
+                (r.kind in SYNC_ALL_OPS and r.op >= rec.created_op)
+                or ((r.kind in WHOLE_FILE_SYNC_OPS or r.kind in RANGE_SYNC_OPS) and r.inode == ino)
                 for r in oracle.mark_records[: m + 1])
             assert durable(ino, m) == scanned, (ino, m)
 
