@@ -16,13 +16,22 @@ import fcntl
 import logging
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crashcases.oracle.log import Cause, NodeKind, OracleLog, Recorder
+from crashcases.oracle.log import (
+    FS_IOC_GETFLAGS,
+    MANAGED_FLAGS,
+    Cause,
+    NodeKind,
+    OracleLog,
+    Recorder,
+)
 from crashcases.vocabulary import (
+    ATTR_OPS,
     COPY_OPS,
     DATA_OPS,
     DURABILITY_OPS,
@@ -30,7 +39,7 @@ from crashcases.vocabulary import (
     XATTR_OPS,
     OpKind,
 )
-from crashcases.workload.kinds import SPECS
+from crashcases.workload.kinds import SPECS, UTIME_NOW, UTIME_OMIT
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
     MAX_MARK_CHARS,
@@ -73,9 +82,16 @@ _UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTSUP}
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1 << 0  # include/uapi/linux/fs.h
 RENAME_EXCHANGE = 1 << 1
+RENAME_WHITEOUT = 1 << 2
 SYNC_FILE_RANGE_ALL = 1 | 2 | 4  # WAIT_BEFORE | WRITE | WAIT_AFTER (sync_file_range(2))
 FICLONE = 0x40049409  # _IOW(0x94, 9, int), include/uapi/linux/fs.h
 FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
+FIDEDUPERANGE = 0xC0189436  # _IOWR(0x94, 54, struct file_dedupe_range)
+FILE_DEDUPE_RANGE_DIFFERS = 1  # an info's status: the ranges differ, nothing was shared
+FS_IOC_SETFLAGS = 0x40086602  # _IOW('f', 2, long), include/uapi/linux/fs.h; the kernel reads an int
+# utimensat(2)'s tv_nsec values (include/uapi/linux/stat.h).
+KERNEL_UTIME_NOW = (1 << 30) - 1
+KERNEL_UTIME_OMIT = (1 << 30) - 2
 #: fallocate(2)'s mode flags for each mode (include/uapi/linux/falloc.h).
 FALLOC_FLAGS = {
     FallocMode.ALLOCATE: 0,
@@ -84,6 +100,8 @@ FALLOC_FLAGS = {
     FallocMode.ZERO_RANGE: 0x10,
     FallocMode.COLLAPSE_RANGE: 0x08,
     FallocMode.INSERT_RANGE: 0x20,
+    FallocMode.ZERO_RANGE_KEEP_SIZE: 0x10 | 0x01,
+    FallocMode.UNSHARE_RANGE: 0x40,
 }
 #: How an op is done: (op, its path under the root, the root, the data it writes).
 Do = Callable[[Op, Path, Path, bytes], None]
@@ -102,9 +120,9 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
             return
 
 
-def _direct_write(path: Path, offset: int, data: bytes) -> None:
+def _direct_write(path: Path, offset: int, data: bytes, flags: int = 0) -> None:
     # O_DIRECT wants an aligned buffer: an anonymous mapping starts on a page.
-    fd = _open_rw(path, os.O_DIRECT)
+    fd = _open_rw(path, os.O_DIRECT | flags)
     buf = mmap.mmap(-1, max(len(data), mmap.PAGESIZE))
     try:
         buf[: len(data)] = data
@@ -128,7 +146,7 @@ def _mapped(path: Path, offset: int, length: int) -> tuple[int, mmap.mmap, int]:
     return fd, m, offset - start
 
 
-def _file_ioctl(fd: int, request: int, arg: int | bytes, path: Path) -> None:
+def _file_ioctl(fd: int, request: int, arg: int | bytes | bytearray, path: Path) -> None:
     try:
         fcntl.ioctl(fd, request, arg)
     except OSError as exc:
@@ -167,6 +185,57 @@ def _clone_range(fd_in: int, fd_out: int, op: Op, dst: Path) -> None:
     # struct file_clone_range { s64 src_fd; u64 src_offset, src_length, dest_offset; }
     _file_ioctl(fd_out, FICLONERANGE,
                 struct.pack("qQQQ", fd_in, op.offset, op.length, op.dst_offset), dst)
+
+
+def _dedupe_range(fd_in: int, fd_out: int, op: Op, dst: Path) -> None:
+    # struct file_dedupe_range { u64 src_offset, src_length; u16 dest_count, reserved1;
+    # u32 reserved2; struct file_dedupe_range_info info[1] { s64 dest_fd; u64 dest_offset,
+    # bytes_deduped; s32 status; u32 reserved; } }, on the source's descriptor
+    # (ioctl_fideduperange(2)); the status says what happened to this destination.
+    arg = bytearray(struct.pack("QQHHIqQQiI", op.offset, op.length, 1, 0, 0, fd_out,
+                                op.dst_offset, 0, 0, 0))
+    try:
+        fcntl.ioctl(fd_in, FIDEDUPERANGE, arg)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(dst)) from None
+    status = struct.unpack_from("i", arg, 24 + 24)[0]
+    if status < 0:
+        raise OSError(-status, os.strerror(-status), os.fspath(dst))
+
+
+def _inode_flags(fd: int, path: Path) -> int:
+    buf = bytearray(8)
+    _file_ioctl(fd, FS_IOC_GETFLAGS, buf, path)
+    return int(struct.unpack_from("i", buf)[0])
+
+
+def _setflags(op: Op, p: Path, root: Path, data: bytes) -> None:
+    # As chattr(1) does: read the flags, change the ones the op manages, write them back
+    # (the others, such as ext4's extents flag, stay as they are).
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        flags = (_inode_flags(fd, p) & ~MANAGED_FLAGS) | op.flags
+        _file_ioctl(fd, FS_IOC_SETFLAGS, struct.pack("q", flags), p)
+    finally:
+        os.close(fd)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _timespec(ns: int) -> _Timespec:
+    if ns == UTIME_NOW:
+        return _Timespec(0, KERNEL_UTIME_NOW)
+    if ns == UTIME_OMIT:
+        return _Timespec(0, KERNEL_UTIME_OMIT)
+    return _Timespec(ns // 10**9, ns % 10**9)
+
+
+def _utimes(op: Op, p: Path, root: Path, data: bytes) -> None:
+    times = (_Timespec * 2)(_timespec(op.atime_ns), _timespec(op.mtime_ns))
+    _libc_call("utimensat", [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int],
+               (AT_FDCWD, os.fsencode(p), ctypes.addressof(times), 0), p)
 
 
 def _creat(op: Op, p: Path, root: Path, data: bytes) -> None:
@@ -295,6 +364,17 @@ PERFORM: dict[OpKind, Do] = {
     OpKind.COPY_FILE_RANGE: _two_files(_copy_file_range),
     OpKind.CLONE: _two_files(_clone),
     OpKind.CLONE_RANGE: _two_files(_clone_range),
+    OpKind.DEDUPE_RANGE: _two_files(_dedupe_range),
+    OpKind.RENAME_WHITEOUT: _renameat2(RENAME_WHITEOUT),
+    OpKind.MKNOD: lambda op, p, root, data: os.mknod(p, 0o644 | stat.S_IFIFO),
+    OpKind.CHMOD: lambda op, p, root, data: os.chmod(p, op.mode),
+    OpKind.CHOWN: lambda op, p, root, data: os.chown(p, op.uid, op.gid),
+    OpKind.UTIMES: _utimes,
+    OpKind.SETFLAGS: _setflags,
+    OpKind.DIRECT_WRITE_OSYNC: lambda op, p, root, data: _direct_write(p, op.offset, data,
+                                                                       os.O_SYNC),
+    OpKind.DIRECT_WRITE_ODSYNC: lambda op, p, root, data: _direct_write(p, op.offset, data,
+                                                                        os.O_DSYNC),
 }
 
 
@@ -362,6 +442,12 @@ def execute(workload: Workload, root: Path, mark: Callable[[str], None]) -> Orac
         rec.op(index, op.describe())
         model.apply(op, data)
         _record_effects(rec, model, op, index, before)
+        if op.kind in ATTR_OPS:
+            node_id = model.lookup(op.path)
+            if node_id is not None:
+                for name, value in observe_attributes(op, root / op.path,
+                                                      model.nodes[node_id].kind).items():
+                    rec.attr(node_id, index, name, value)
         if op.kind in DURABILITY_OPS:
             name = mark_name(marks)
             marks += 1
@@ -391,15 +477,19 @@ def _record_effects(
             if node.kind is NodeKind.FILE:
                 rec.data(now, index, b"")
         rec.bind(path, index, now, _cause(op, path, was, now))
-    node_id = model.lookup(op.dst if op.kind in RENAME_OPS or op.kind in COPY_OPS else op.path)
+    moved = op.kind in RENAME_OPS or op.kind in COPY_OPS or op.kind is OpKind.DEDUPE_RANGE
+    node_id = model.lookup(op.dst if moved else op.path)
     if node_id is None:
         return
     node = model.nodes[node_id]
-    if (
-        op.kind in DATA_OPS
-        or op.kind in COPY_OPS
-        or (op.kind is OpKind.CREAT and path_existed(before, op.path))
-    ):
+    changes_data = (op.kind in DATA_OPS or op.kind in COPY_OPS
+                    or (op.kind is OpKind.CREAT and path_existed(before, op.path)))
+    if (changes_data or op.kind is OpKind.DEDUPE_RANGE) and rec.has_attr(node_id, "mtime"):
+        # The kernel sets the mtime of a file whose data it changes (file_update_time(),
+        # file_modified(), the setattr of a truncate) to the time of day, read once or more
+        # in the op: from here on it is not known (dedupe leaves it, but is not counted on).
+        rec.attr(node_id, index, "mtime", None)
+    if changes_data:
         if op.kind is OpKind.WRITE and rec.size_of(node_id):
             # open(O_TRUNC) is a change of its own before the new bytes: xfs_setattr_size()
             # and ext4_truncate() log the new size at once, while the write may wait for
@@ -408,6 +498,31 @@ def _record_effects(
         rec.data(node_id, index, bytes(node.data))
     elif op.kind in XATTR_OPS:
         rec.xattr(node_id, index, op.xattr, node.xattrs.get(op.xattr))
+
+
+def observe_attributes(op: Op, path: Path, kind: NodeKind) -> dict[str, int | None]:
+    """The attributes attribute op ``op`` just set on the object at ``path``, as the kernel
+    keeps them (a time truncated to the filesystem's granularity, set-user-ID dropped by
+    chown), read back: what the oracle then holds it to (crashcases.oracle.log.ATTRIBUTES).
+
+    A time set to UTIME_NOW is not known (the time of day, which a run of the same workload
+    elsewhere does not share), and a directory's mtime is never held (see ATTRIBUTES)."""
+    st = os.lstat(path)
+    if op.kind is OpKind.CHMOD:
+        return {"mode": stat.S_IMODE(st.st_mode)}
+    if op.kind is OpKind.CHOWN:
+        return {"uid": st.st_uid, "gid": st.st_gid, "mode": stat.S_IMODE(st.st_mode)}
+    if op.kind is OpKind.UTIMES:
+        if kind is not NodeKind.FILE or op.mtime_ns == UTIME_OMIT:
+            return {}
+        return {"mtime": None if op.mtime_ns == UTIME_NOW else st.st_mtime_ns}
+    if op.kind is OpKind.SETFLAGS:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            return {"flags": _inode_flags(fd, path) & MANAGED_FLAGS}
+        finally:
+            os.close(fd)
+    return {}
 
 
 def path_existed(before: dict[str, dict[str, int]], path: str) -> bool:

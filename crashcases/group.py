@@ -47,6 +47,7 @@ PROMISE_KINDS = {
     Broken.TYPE: "wrong type",
     Broken.TARGET: "symlink target",
     Broken.XATTR: "xattr",
+    Broken.ATTR: "attribute",
     Broken.NLINK: "link count",
     Broken.ONE_INODE: "identity",
     Broken.MANY_INODES: "identity",

@@ -2,15 +2,24 @@
 
 The baseline is POSIX as Linux implements it (``posix_strict``):
 
-- ``fsync(file)``: the file's data, size and inode metadata (xattrs) are
-  durable. NOT its directory entry: a new file needs an fsync of its parent
+- ``fsync(file)``: the file's data, size and inode metadata are durable:
+  its xattrs, its mode and owner, and the mtime utimensat(2) gave it
+  (fsync(2): "fsync() also flushes the metadata information associated with
+  the file (see inode(7))"; inode(7) lists the mode, owner and timestamps;
+  with lazytime too, whose times reach the disk on fsync, mount(8)). A
+  directory's times are not held: log replay adds its entries again and so
+  sets them (crashcases.oracle.log.ATTRIBUTES names the code). Nor atime,
+  which reading the crash state changes. NOT its directory entry: a new file needs an fsync of its parent
   directory, a renamed file an fsync of both directories (fsync(2): "Calling
   fsync() does not necessarily ensure that the entry in the directory
   containing the file has also reached disk").
 - ``fdatasync(file)``: the data and the metadata needed to read it back
-  (the size); not other metadata such as xattrs (fdatasync(2)).
+  (the size); not other metadata such as xattrs, mode, owner or mtime
+  (fdatasync(2): "does not flush modified metadata unless that metadata is
+  needed in order to allow a subsequent data retrieval").
 - ``fsync(dir)``: the directory's entries (every name -> which inode, and
-  the absence of removed names) and the directory's own xattrs. Not the
+  the absence of removed names) and the directory's own metadata (xattrs,
+  mode, owner). Not the
   directory's own name in its parent. A new entry is owed only if the
   inode it names is durable too (fsynced, or synced since it was made),
   unless metadata is atomic (the creating transaction carries the inode):
@@ -167,6 +176,20 @@ class PersistenceRules:
     # Only a block that equals a block of another file's data is reported:
     # a torn or unknown block cannot be told from a legitimate one.
     other_files_data_never_exposed: bool = False
+    # The inode flags FS_IOC_SETFLAGS sets (ioctl_iflags(2): append-only, immutable,
+    # sync, nodump, noatime) are durable with the rest of the inode's metadata (fsync,
+    # directory fsync, sync). They live in the on-disk inode and change in a transaction
+    # of their own: ext4_fileattr_set() -> ext4_ioctl_setflags() marks the inode dirty in
+    # a jbd2 handle (ext4_mark_iloc_dirty(), fs/ext4/ioctl.c), which fsync waits for;
+    # xfs_fileattr_set() logs the inode core (xfs_ioctl_setattr_xflags() ->
+    # xfs_trans_log_inode(), fs/xfs/xfs_ioctl.c), which fsync forces; btrfs_fileattr_set()
+    # updates the inode item in a transaction (btrfs_update_inode(), fs/btrfs/ioctl.c),
+    # and fsync logs the item whole (fill_inode_item(), fs/btrfs/tree-log.c);
+    # f2fs_setflags_common() marks the inode dirty for fsync (fs/f2fs/file.c), and
+    # roll-forward takes i_flags back from the fsynced inode (recover_inode(),
+    # fs/f2fs/recovery.c). Linux 6.1 and 6.12. The rules of a filesystem without a
+    # journal leave it out: nothing beyond POSIX, and POSIX has no such flags.
+    inode_flags_durable: bool = False
 
     def guarantees(self) -> list[str]:
         """The rule fields that hold (for stale_data_after_extension: that does not), in order."""
@@ -201,6 +224,8 @@ RULE_SENTENCES: dict[str, str] = {
                                   "as the new data or zeros, never old disk contents.",
     "other_files_data_never_exposed": "No block of a file ever reads data that was written to "
                                       "another file.",
+    "inode_flags_durable": "Inode flags (append-only, immutable, sync, nodump, noatime) are "
+                           "durable with the rest of the inode's metadata.",
 }
 
 
@@ -219,4 +244,5 @@ def journalled(name: str) -> PersistenceRules:
         metadata_atomic=True,
         stale_data_after_extension=False,
         other_files_data_never_exposed=True,
+        inode_flags_durable=True,
     )

@@ -30,8 +30,9 @@ from crashcases.findings.export import (
     skipped,
 )
 from crashcases.findings.script import build_checks
-from crashcases.oracle.log import OracleLog
+from crashcases.oracle.log import FLAG_LETTERS, OracleLog
 from crashcases.vocabulary import CrashPointKind, VariantKind
+from crashcases.workload.kinds import UTIME_NOW, UTIME_OMIT
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import (
     DURABILITY_OPS,
@@ -127,6 +128,8 @@ FALLOC_COMMANDS = {
     FallocMode.ZERO_RANGE: "fzero",
     FallocMode.COLLAPSE_RANGE: "fcollapse",
     FallocMode.INSERT_RANGE: "finsert",
+    FallocMode.ZERO_RANGE_KEEP_SIZE: "fzero -k",
+    FallocMode.UNSHARE_RANGE: "funshare",
 }
 
 
@@ -181,6 +184,42 @@ def _reflink(args: Callable[[Op], str]) -> Callable[[Op, OpContext], Step]:
     return render
 
 
+def _direct_sync(dd_flag: str) -> Callable[[Op, OpContext], Step]:
+    # dd opens with O_DIRECT and O_SYNC or O_DSYNC (oflag), and one aligned block of
+    # op.length bytes is one write(2).
+    def render(op: Op, ctx: OpContext) -> Step:
+        fill = f"'\\{pattern_byte(ctx.index):03o}'"
+        return Step((f"head -c {op.length} /dev/zero | tr '\\0' {fill} | dd "
+                     f"of={fs_path(op.path)} bs={op.length} seek={op.offset} "
+                     f"oflag=direct,{dd_flag},seek_bytes conv=notrunc iflag=fullblock "
+                     f"status=none",), ("_require_odirect",))
+    return render
+
+
+def _utimes(op: Op, ctx: OpContext) -> Step:
+    # touch(1): -a and -m pick the time, -d @SECONDS.NANOSECONDS gives it (none: now).
+    lines = []
+    for flag, ns in (("-a", op.atime_ns), ("-m", op.mtime_ns)):
+        if ns == UTIME_OMIT:
+            continue
+        when = "" if ns == UTIME_NOW else f" -d @{ns // 10**9}.{ns % 10**9:09d}"
+        lines.append(f"touch {flag}{when} {fs_path(op.path)}")
+    return Step(tuple(lines))
+
+
+def _chown(op: Op, ctx: OpContext) -> Step:
+    owner = ("" if op.uid == -1 else str(op.uid)) + ("" if op.gid == -1 else f":{op.gid}")
+    return Step((f"chown {owner} {fs_path(op.path)}",))
+
+
+def _setflags(op: Op, ctx: OpContext) -> Step:
+    # chattr(1) changes only the flags it names, as the workload's ioctl does.
+    on = "".join(c for bit, c in FLAG_LETTERS.items() if op.flags & bit)
+    off = "".join(c for bit, c in FLAG_LETTERS.items() if not op.flags & bit)
+    return Step((f"$CHATTR_PROG -{off}{' +' + on if on else ''} {fs_path(op.path)}",),
+                tuple(f"_require_chattr {c}" for c in on))
+
+
 _RENAMEAT2 = (". ./common/renameat2",)
 _ATTRS = (". ./common/attr", "_require_attrs user")
 #: What the test must require for the programs some checks run (the rest are coreutils).
@@ -225,6 +264,19 @@ FSTESTS_OPS: dict[OpKind, Callable[[Op, OpContext], Step]] = {
     OpKind.COPY_FILE_RANGE: _copy,
     OpKind.CLONE: _reflink(lambda op: ""),
     OpKind.CLONE_RANGE: _reflink(lambda op: f" {op.offset} {op.dst_offset} {op.length}"),
+    OpKind.DEDUPE_RANGE: lambda op, ctx: Step(
+        (_io(op, [f"dedupe {_io_file(op.path)} {op.offset} {op.dst_offset} {op.length}"],
+             path=op.dst),),
+        (". ./common/reflink", "_require_scratch_dedupe")),
+    OpKind.RENAME_WHITEOUT: _simple("$here/src/renameat2 -w {p} {d}",
+                                    (*_RENAMEAT2, "_require_renameat2 whiteout")),
+    OpKind.MKNOD: _simple("mkfifo -m 0644 {p}"),
+    OpKind.CHMOD: lambda op, ctx: Step((f"chmod {op.mode:04o} {fs_path(op.path)}",)),
+    OpKind.CHOWN: _chown,
+    OpKind.UTIMES: _utimes,
+    OpKind.SETFLAGS: _setflags,
+    OpKind.DIRECT_WRITE_OSYNC: _direct_sync("sync"),
+    OpKind.DIRECT_WRITE_ODSYNC: _direct_sync("dsync"),
 }
 
 

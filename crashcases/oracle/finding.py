@@ -18,7 +18,7 @@ from typing import Any
 
 
 class FindingKind(StrEnum):
-    DATA_LOSS = "data-loss"  # a promised name, size or block is gone
+    DATA_LOSS = "data-loss"  # a promised name, size, block or attribute is gone
     WRONG_CONTENT = "wrong-content"  # data matches no version it may legitimately have
     UNEXPECTED_ENTRY = "unexpected-entry"  # a name promised absent, or never made, is there
     WRONG_TYPE = "wrong-type"  # a name refers to an object of a type it never had
@@ -46,6 +46,9 @@ class Broken(StrEnum):
     TYPE = "type"  # a name is of a type it never had (found, expected: the types)
     TARGET = "target"  # a symlink points elsewhere (found, expected: its target)
     XATTR = "xattr"  # an xattr holds a value it never had since the promise (xattr, found)
+    #: an attribute (mode, uid, gid, mtime, flags) holds a value it never had since the
+    #: promise (attribute, found, expected: the values it may hold)
+    ATTR = "attr"
     NLINK = "nlink"  # st_nlink is not the number of names found (bound: st_nlink, names)
     ONE_INODE = "one-inode"  # names of one inode are different inodes (names)
     MANY_INODES = "many-inodes"  # names of different inodes are one inode (names)
@@ -73,6 +76,7 @@ class Finding:
     xattr: str = ""  # XATTR: the attribute's name
     versions: int | None = None  # VERSIONS: how many versions were allowed
     others: int = 0  # how many other inodes the name had, none of which matches either
+    attribute: str = ""  # ATTR: which (crashcases.oracle.log.ATTRIBUTES)
 
     @classmethod
     def make(cls, kind: FindingKind, path: str, broken: Broken, **fields: Any) -> Finding:
@@ -123,6 +127,8 @@ def render(f: Finding) -> str:
         Broken.TYPE: lambda: f"found {f.found}, expected {'/'.join(f.expected)}",
         Broken.TARGET: lambda: f"target {f.found!r}, made as {f.expected[0]!r}",
         Broken.XATTR: lambda: f"xattr {f.xattr} is {f.found}; {f.promise}",
+        Broken.ATTR: lambda: (
+            f"{f.attribute} is {f.found}; {f.promise}: {' or '.join(f.expected)}"),
         Broken.NLINK: lambda: f"st_nlink {f.bound} but {len(f.names)} names found: {', '.join(f.names)}",
         Broken.ONE_INODE: lambda: f"names of one inode are different inodes: {', '.join(f.names)}",
         Broken.MANY_INODES: lambda: f"names of different inodes are one inode: {', '.join(f.names)}",

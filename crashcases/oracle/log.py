@@ -67,9 +67,9 @@ except ImportError:  # a Python built without it
     from hashlib import blake2b
 
 BLOCK_BYTES = 4096
-#: 2: skipped ops are a map of their own ("skipped"); 1 wrote " [skipped: why]" after the
-#: op's words, read here into the same map.
-_FORMAT = 2
+#: 3: inodes may have attribute events ("attrs"); 2: skipped ops are a map of their own
+#: ("skipped"); 1 wrote " [skipped: why]" after the op's words, read here into the same map.
+_FORMAT = 3
 _SKIP_WORDS = " [skipped: "
 
 
@@ -81,6 +81,8 @@ class NodeKind(StrEnum):
     FILE = "file"
     DIR = "dir"
     SYMLINK = "symlink"
+    FIFO = "fifo"  # mknod(2) S_IFIFO
+    WHITEOUT = "whiteout"  # a character device 0:0 that RENAME_WHITEOUT leaves
 
 
 class Cause(StrEnum):
@@ -96,6 +98,8 @@ class Cause(StrEnum):
     RENAME = "rename"  # either name of a rename (or RENAME_NOREPLACE) that replaced nothing
     RENAME_REPLACE = "rename-replace"  # the new name of a rename that replaced what it named
     RENAME_EXCHANGE = "rename-exchange"  # both names of a RENAME_EXCHANGE
+    RENAME_WHITEOUT = "rename-whiteout"  # the old name of a RENAME_WHITEOUT, now its whiteout
+    MKNOD = "mknod"
     MOVED = "moved"  # an ancestor was renamed
 
 
@@ -133,6 +137,52 @@ class XattrEvent:
     digest: str | None  # None: removed
 
 
+#: The attributes the oracle holds an inode to, as attribute ops set them (ATTR_OPS):
+#: - mode: the permission bits (stat.S_IMODE), after chmod and chown;
+#: - uid, gid: after chown;
+#: - mtime: a regular file's, in nanoseconds, set by utimes to a given time; a later change
+#:   of the file's data makes it unknown again (the kernel reads the time of day for it). A
+#:   directory's is never held: log replay at mount adds entries again through the
+#:   directory operations, which set its times to the time of the replay
+#:   (btrfs_add_link() from the log tree's replay, fs/btrfs/tree-log.c; f2fs_add_dentry()
+#:   from recover_dentry(), fs/f2fs/recovery.c; ext4_fc_replay_link_internal() ->
+#:   __ext4_link(), fs/ext4/fast_commit.c);
+#: - flags: the inode flags among crashcases.workload.kinds.MANAGED_FLAGS, after setflags.
+#: An attribute no op set is not held at all: its value at creation (umask, the parent's
+#: set-group-ID bit, the time of day) is the kernel's.
+ATTRIBUTES = ("mode", "uid", "gid", "mtime", "flags")
+
+# Inode flags of FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (include/uapi/linux/fs.h,
+# ioctl_iflags(2)) that the workloads set: the ones ext4, xfs, btrfs and f2fs all take
+# (ext4_fileattr_set(), xfs_fileattr_set(), btrfs_fileattr_set(), f2fs_fileattr_set(),
+# Linux 6.1), on regular files only: a directory passes some of them on to what is made in
+# it, each filesystem its own set.
+FS_SYNC_FL = 0x08  # 'S': writes are synchronous (IS_SYNC(), as O_SYNC)
+FS_IMMUTABLE_FL = 0x10  # 'i': no change at all
+FS_APPEND_FL = 0x20  # 'a': opened for writing only with O_APPEND, never truncated
+FS_NODUMP_FL = 0x40  # 'd': dump(8) skips it
+FS_NOATIME_FL = 0x80  # 'A': no atime updates
+#: The flags a ``setflags`` op sets or clears (the rest of the inode's flags stay as they are).
+MANAGED_FLAGS = FS_SYNC_FL | FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL
+#: The ioctl that reads them (_IOR('f', 1, long); the kernel writes an int).
+FS_IOC_GETFLAGS = 0x80086601
+#: The letters chattr(1) and lsattr(1) give each flag.
+FLAG_LETTERS = {FS_SYNC_FL: "S", FS_IMMUTABLE_FL: "i", FS_APPEND_FL: "a", FS_NODUMP_FL: "d",
+                FS_NOATIME_FL: "A"}
+
+
+def flag_words(flags: int) -> str:
+    """``flags`` in chattr(1)'s letters (``-`` for none)."""
+    return "".join(letter for bit, letter in FLAG_LETTERS.items() if flags & bit) or "-"
+
+
+@dataclass(frozen=True, slots=True)
+class AttrEvent:
+    op: int
+    name: str  # one of ATTRIBUTES
+    value: int | None  # None: not known from here on
+
+
 @dataclass(frozen=True, slots=True)
 class InodeRecord:
     kind: NodeKind
@@ -140,6 +190,7 @@ class InodeRecord:
     target: str = ""
     data: tuple[DataVersion, ...] = ()
     xattrs: tuple[XattrEvent, ...] = ()
+    attrs: tuple[AttrEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +204,12 @@ class MarkRecord:
     #: writes, msync): [range_start, range_end). Both 0 for every other op.
     range_start: int = 0
     range_end: int = 0
+
+
+def _attr_event(op: int, name: str, value: int | None) -> AttrEvent:
+    if name not in ATTRIBUTES or not (value is None or isinstance(value, int)):
+        raise ValueError(f"attribute event {[op, name, value]!r}")
+    return AttrEvent(int(op), name, value)
 
 
 def block_digest(chunk: bytes, block_bytes: int = BLOCK_BYTES) -> str:
@@ -224,7 +281,7 @@ class OracleLog:
         def ref(digest: str) -> int:
             return table.setdefault(digest, len(table))
 
-        inodes = {}
+        inodes: dict[str, dict[str, Any]] = {}
         for ino, rec in self.inodes.items():
             inodes[str(ino)] = {
                 "kind": str(rec.kind),
@@ -233,6 +290,8 @@ class OracleLog:
                 "data": [[v.op, v.size_bytes, [ref(b) for b in v.blocks]] for v in rec.data],
                 "xattrs": [[x.op, x.name, x.digest] for x in rec.xattrs],
             }
+            if rec.attrs:
+                inodes[str(ino)]["attrs"] = [[a.op, a.name, a.value] for a in rec.attrs]
         doc = {
             "format": _FORMAT,
             "workload": self.workload,
@@ -269,7 +328,7 @@ class OracleLog:
     def from_json(cls, text: str) -> OracleLog:
         try:
             doc = json.loads(text)
-            if doc.get("format") not in (1, _FORMAT):
+            if doc.get("format") not in (1, 2, _FORMAT):
                 raise OracleError(f"oracle log format {doc.get('format')!r} is not {_FORMAT}")
             ops, skipped = list(doc["ops"]), {int(i): why for i, why in doc.get("skipped", {}).items()}
             if doc["format"] == 1:
@@ -287,6 +346,7 @@ class OracleLog:
                         DataVersion(o, s, tuple(hashes[i] for i in b)) for o, s, b in r["data"]
                     ),
                     xattrs=tuple(XattrEvent(o, n, d) for o, n, d in r["xattrs"]),
+                    attrs=tuple(_attr_event(o, n, v) for o, n, v in r.get("attrs", ())),
                 )
                 for ino, r in doc["inodes"].items()
             }
@@ -396,6 +456,7 @@ class Recorder:
         }
         self._data: dict[int, list[DataVersion]] = defaultdict(list)
         self._xattrs: dict[int, list[XattrEvent]] = defaultdict(list)
+        self._attrs: dict[int, list[AttrEvent]] = defaultdict(list)
         self._n_ops = 0
 
     @property
@@ -431,6 +492,13 @@ class Recorder:
             XattrEvent(op, name, None if value is None else value_digest(value))
         )
 
+    def attr(self, ino: int, op: int, name: str, value: int | None) -> None:
+        """Attribute ``name`` of inode ``ino`` is ``value`` after op ``op`` (None: unknown)."""
+        self._attrs[ino].append(_attr_event(op, name, value))
+
+    def has_attr(self, ino: int, name: str) -> bool:
+        return any(a.name == name for a in self._attrs.get(ino, ()))
+
     def mark(
         self,
         name: str,
@@ -463,6 +531,7 @@ class Recorder:
                     target=r["target"],
                     data=tuple(self._data.get(ino, ())),
                     xattrs=tuple(self._xattrs.get(ino, ())),
+                    attrs=tuple(self._attrs.get(ino, ())),
                 )
                 for ino, r in self._inodes.items()
             },

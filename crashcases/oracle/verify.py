@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import fcntl
 import os
 import stat
 from collections import defaultdict
@@ -19,16 +20,31 @@ from typing import Any
 
 from crashcases.oracle.finding import Broken, Finding, FindingKind, render
 from crashcases.oracle.log import (
+    FS_IOC_GETFLAGS,
+    MANAGED_FLAGS,
+    AttrEvent,
     DataVersion,
     NodeKind,
     OracleLog,
     binding_spans,
     block_digest,
     data_digests,
+    flag_words,
     value_digest,
 )
 from crashcases.oracle.promises import Promises, RangePromise, block_of, durable_at_marks
 from recovery.persistence import PersistenceRules
+
+
+def _attr_words(name: str, value: int) -> str:
+    if name == "mode":
+        return f"{value:04o}"
+    if name == "flags":
+        return flag_words(value)
+    if name == "mtime":
+        return f"{value // 10**9}.{value % 10**9:09d}"
+    return str(value)
+
 
 # ---------------------------------------------------------------------------
 # Reading the crash state
@@ -40,13 +56,18 @@ class _Seen:
     st: os.stat_result
 
 
-def _kind_of(mode: int) -> NodeKind | None:
+def _kind_of(st: os.stat_result) -> NodeKind | None:
+    mode = st.st_mode
     if stat.S_ISREG(mode):
         return NodeKind.FILE
     if stat.S_ISDIR(mode):
         return NodeKind.DIR
     if stat.S_ISLNK(mode):
         return NodeKind.SYMLINK
+    if stat.S_ISFIFO(mode):
+        return NodeKind.FIFO
+    if stat.S_ISCHR(mode) and st.st_rdev == 0:
+        return NodeKind.WHITEOUT  # the 0:0 device renameat2(RENAME_WHITEOUT) makes
     return None
 
 
@@ -228,6 +249,7 @@ class _Checker:
         self._digests: dict[str, tuple[str, ...]] = {}
         self._pinned: dict[tuple[str, int], int | None] = {}
         self._identified: dict[tuple[str, int], int | None] = {}
+        self._flags_error = ""
 
     # -- promises -----------------------------------------------------------
 
@@ -336,7 +358,7 @@ class _Checker:
         if path not in self._seen:
             try:
                 st = os.lstat(self.at(path))
-                self._seen[path] = _Seen(_kind_of(st.st_mode), st)
+                self._seen[path] = _Seen(_kind_of(st), st)
             except (FileNotFoundError, NotADirectoryError):
                 self._seen[path] = None
                 self._missing.add(path)
@@ -509,6 +531,8 @@ class _Checker:
         xp = self.inode_promise(self.prom.xattr, ino)
         if xp is not None and rec.xattrs:
             out += self.check_xattrs(ino, path, xp)
+        if xp is not None and rec.attrs:
+            out += self.check_attrs(ino, path, obs, xp)
         return out
 
     def check_data(
@@ -647,6 +671,66 @@ class _Checker:
                 out.append(Finding.make(FindingKind.WRONG_XATTR, path, Broken.XATTR, xattr=name,
                                         found=have, **self.promised(promise)))
         return out
+
+    def check_attrs(self, ino: int, path: str, obs: _Seen,
+                    promise: tuple[int, int]) -> list[Finding]:
+        """Each attribute an op set (crashcases.oracle.log.ATTRIBUTES) holds its value at the
+        promise or one it had since, up to the window's end. The metadata promise is the
+        xattrs' (fsync, O_SYNC writes, directory fsync of the directory itself, sync): the
+        inode's metadata, which fsync(2) says it flushes (inode(7) lists mode, owner and
+        times); fdatasync(2) and msync do not. An attribute whose value at the promise or
+        since is not known (the time of day) is not compared, nor the inode flags where the
+        rules do not hold them (PersistenceRules.inode_flags_durable)."""
+        events: dict[str, list[AttrEvent]] = defaultdict(list)
+        for e in self.o.inodes[ino].attrs:
+            events[e.name].append(e)
+        out = []
+        for name, mine in sorted(events.items()):
+            if name == "flags" and not self.rules.inode_flags_durable:
+                continue
+            before = [e.value for e in mine if e.op <= promise[0]]
+            if not before:
+                continue  # no op set it before the promise: its value is the kernel's
+            allowed = {before[-1], *(e.value for e in mine if promise[0] < e.op <= self.end)}
+            if None in allowed:
+                continue
+            got = self._attribute(path, name, obs)
+            if got is None:
+                out.append(io_error(path, f"reading the inode flags: {self._flags_error}"))
+                continue
+            if got not in allowed:
+                out.append(Finding.make(
+                    FindingKind.DATA_LOSS, path, Broken.ATTR, attribute=name,
+                    found=_attr_words(name, got),
+                    expected=tuple(sorted(_attr_words(name, v) for v in allowed if v is not None)),
+                    **self.promised(promise)))
+        return out
+
+    def _attribute(self, path: str, name: str, obs: _Seen) -> int | None:
+        """Attribute ``name`` of what ``obs`` found at ``path`` (None: unreadable)."""
+        st = obs.st
+        if name == "mode":
+            return stat.S_IMODE(st.st_mode)
+        if name == "uid":
+            return st.st_uid
+        if name == "gid":
+            return st.st_gid
+        if name == "mtime":
+            return st.st_mtime_ns
+        try:
+            fd = os.open(self.at(path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as exc:
+            self._flags_error = str(exc)
+            return None
+        try:
+            buf = bytearray(8)
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
+            return int.from_bytes(buf[:4], "little", signed=True) & MANAGED_FLAGS
+        except OSError as exc:
+            self._flags_error = str(exc)
+            return None
+        finally:
+            os.close(fd)
 
     def check_identity(self, identity: dict[int, dict[tuple[int, int], str]]) -> None:
         owners: dict[tuple[int, int], dict[int, str]] = defaultdict(dict)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from crashcases.oracle.log import NodeKind
 from crashcases.vocabulary import OpKind
-from crashcases.workload.kinds import CLASSIC_FALLOC_MODES, FallocMode
+from crashcases.workload.kinds import CLASSIC_FALLOC_MODES, GEN3_FALLOC_MODES
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import Op
 from crashcases.workload.selection import CLASSIC, OpSelection
@@ -56,7 +56,7 @@ def _burst_makers(
     def any_name() -> str:
         return pick(_BURST_FILES + _BURST_DIRS)
 
-    modes = [m for m in FallocMode if (selection.extended or m in CLASSIC_FALLOC_MODES)]
+    modes = [m for m in GEN3_FALLOC_MODES if (selection.extended or m in CLASSIC_FALLOC_MODES)]
     makers: list[Callable[[], Op]] = [
         lambda: Op(K.CREAT, f()),
         lambda: Op(K.MKDIR, pick(_BURST_DIRS + _BURST_FILES)),

@@ -3,8 +3,8 @@
 ``hand:<name>`` is a known idiom (atomic replace, log append, ...);
 ``gen:seq1``, ``gen:seq2`` and ``gen:seq3`` (crashcases.workload.sequences),
 ``gen:burst`` (crashcases.workload.bursts), ``gen:chain`` (crashcases.workload.chains),
-``random:N``, ``stress:N`` and ``ranges:N`` (crashcases.workload.streams) come from the
-generators, which draw from the operations an ``OpSelection`` allows
+``random:N``, ``stress:N`` and ``ranges:N`` (crashcases.workload.streams) and ``cover:N``
+(crashcases.workload.cover) come from the generators, which draw from the operations an ``OpSelection`` allows
 (crashcases.workload.selection) and are packed into one workload
 (crashcases.workload.packing); ``file:PATH`` is a workload in JSON.
 """
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from crashcases.vocabulary import OpKind
 from crashcases.workload.bursts import BURST_DEFAULT, burst
 from crashcases.workload.chains import CHAIN_DEFAULT, chain
+from crashcases.workload.cover import cover_ops
 from crashcases.workload.kinds import FallocMode
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import Op, Workload, WorkloadError
@@ -165,7 +166,7 @@ def _names(items: Iterable[str] | None) -> str:
 
 def list_cases() -> list[str]:
     return [*(f"hand:{n}" for n in _hand_cases()), "gen:seq1", "gen:seq2", "gen:seq3", "gen:burst",
-            "gen:chain", "random:200", "stress:200", "ranges:200", "file:PATH"]
+            "gen:chain", "random:200", "stress:200", "ranges:200", "cover:600", "file:PATH"]
 
 
 def load_case(
@@ -190,10 +191,10 @@ def load_case(
     if max_sequences is not None and max_sequences < 1:
         raise ConfigError(f"case {spec!r}: max_sequences must be at least 1, got {max_sequences}")
     kinds = parse_ops(ops) if ops else None
-    if kinds is not None and family not in ("gen", "random", "stress", "ranges"):
+    if kinds is not None and family not in ("gen", "random", "stress", "ranges", "cover"):
         raise ConfigError(
-            f"case {spec!r}: ops choose what generated cases use (gen:*, random:N, stress:N, ranges:N); "
-            f"{family}: cases have their own")
+            f"case {spec!r}: ops choose what generated cases use (gen:*, random:N, stress:N, "
+            f"ranges:N, cover:N); {family}: cases have their own")
     selection = OpSelection(
         None if capabilities is None else frozenset(capabilities), kinds)
     if family == "hand":
@@ -241,6 +242,11 @@ def load_case(
                 f"{_names(kinds)} are none of them ({_names(RANGES_KINDS)})")
         return Workload(name=spec, seed=seed, ops=tuple(
             ranges_ops(int(arg), seed, selection=selection)))
+    if family == "cover":
+        if not arg.isdigit() or int(arg) < 1:
+            raise ConfigError(f"case {spec!r}: expected cover:N with N >= 1 ops")
+        return Workload(name=spec, seed=seed, ops=tuple(
+            cover_ops(int(arg), seed, selection)))
     if family == "random":
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"case {spec!r}: expected random:N with N >= 1 ops")
@@ -266,5 +272,6 @@ def load_case(
             model.apply(op, bytes(op.length))
         return workload
     raise ConfigError(
-        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3|burst|chain, random:N, stress:N, ranges:N or file:PATH"
+        f"case {spec!r}: expected hand:NAME, gen:seq1|seq2|seq3|burst|chain, random:N, stress:N, "
+        "ranges:N, cover:N or file:PATH"
     )

@@ -16,7 +16,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
-from crashcases.oracle.log import Cause, NodeKind
+from crashcases.oracle.log import (
+    FS_APPEND_FL,
+    FS_IMMUTABLE_FL,
+    FS_NOATIME_FL,
+    FS_NODUMP_FL,
+    FS_SYNC_FL,
+    MANAGED_FLAGS,
+    Cause,
+    NodeKind,
+    flag_words,
+)
 from crashcases.vocabulary import OpKind
 from crashcases.workload.tree import Node, Tree, parent_of, resize, write_at
 
@@ -32,11 +42,20 @@ class FallocMode(StrEnum):
     ZERO_RANGE = "zero-range"  # FALLOC_FL_ZERO_RANGE: zeros, may extend the size
     COLLAPSE_RANGE = "collapse-range"  # FALLOC_FL_COLLAPSE_RANGE: remove the range, shift down
     INSERT_RANGE = "insert-range"  # FALLOC_FL_INSERT_RANGE: insert a hole, shift up
+    # FALLOC_FL_ZERO_RANGE|FALLOC_FL_KEEP_SIZE: zeros inside the file, the size stays.
+    ZERO_RANGE_KEEP_SIZE = "zero-range-keep-size"
+    UNSHARE_RANGE = "unshare-range"  # FALLOC_FL_UNSHARE_RANGE: private copies of shared blocks
 
 
 #: The modes every generator has used from the start (random streams depend on this order).
 CLASSIC_FALLOC_MODES = (
     FallocMode.ALLOCATE, FallocMode.KEEP_SIZE, FallocMode.PUNCH_HOLE, FallocMode.ZERO_RANGE,
+)
+#: The modes the generators of generator 3 draw from, in their order: ``gen:*``, ``random:N``,
+#: ``stress:N`` and ``ranges:N`` list these, never FallocMode itself, so that a mode added to
+#: it leaves their workloads as they were (old runs are rebuilt from their plans).
+GEN3_FALLOC_MODES = (
+    *CLASSIC_FALLOC_MODES, FallocMode.COLLAPSE_RANGE, FallocMode.INSERT_RANGE,
 )
 # vfs_fallocate() (fs/open.c, Linux 6.1) returns EOPNOTSUPP where the filesystem has
 # no ->fallocate (jfs, reiserfs); ext4_fallocate() (fs/ext4/extents.c) punches holes
@@ -48,7 +67,28 @@ FALLOC_CAPABILITY = {
     FallocMode.ZERO_RANGE: "zero-range",
     FallocMode.COLLAPSE_RANGE: "collapse-range",
     FallocMode.INSERT_RANGE: "insert-range",
+    # ext4_zero_range(), xfs_file_fallocate(), btrfs_zero_range() and f2fs_zero_range()
+    # take FALLOC_FL_KEEP_SIZE with FALLOC_FL_ZERO_RANGE.
+    FallocMode.ZERO_RANGE_KEEP_SIZE: "zero-range",
+    FallocMode.UNSHARE_RANGE: "unshare-range",
 }
+
+
+#: The inode flags a setflags op may set, each alone (FLAG_LETTERS says which is which).
+SETTABLE_FLAGS = (FS_APPEND_FL, FS_IMMUTABLE_FL, FS_SYNC_FL, FS_NOATIME_FL, FS_NODUMP_FL)
+
+#: What a file with FS_IMMUTABLE_FL or FS_APPEND_FL may still have done to it: syncs open
+#: it read-only, and setflags clears the flag; an append-only file takes O_APPEND writes
+#: (may_open() and do_truncate(), fs/namei.c and fs/open.c; setattr_prepare() and
+#: xattr_permission() refuse the rest with EPERM).
+IMMUTABLE_OK = frozenset({OpKind.SETFLAGS, OpKind.FSYNC, OpKind.FDATASYNC, OpKind.SYNC,
+                          OpKind.SYNCFS, OpKind.SYNC_FILE_RANGE})
+APPEND_ONLY_OK = IMMUTABLE_OK | {OpKind.APPEND}
+
+#: utimensat(2)'s special times, as an op's ``atime_ns`` and ``mtime_ns`` carry them (every
+#: other value is nanoseconds since the epoch).
+UTIME_OMIT = -1  # leave the time as it is
+UTIME_NOW = -2  # the current time
 
 
 def check_path(path: str, *, root_ok: bool) -> str | None:
@@ -83,6 +123,18 @@ class OpFields(Protocol):
     def xattr(self) -> str: ...
     @property
     def dst_offset(self) -> int: ...
+    @property
+    def mode(self) -> int: ...
+    @property
+    def uid(self) -> int: ...
+    @property
+    def gid(self) -> int: ...
+    @property
+    def atime_ns(self) -> int: ...
+    @property
+    def mtime_ns(self) -> int: ...
+    @property
+    def flags(self) -> int: ...
 
 
 #: Every kind's rules, by kind: each class below that names a kind adds itself.
@@ -195,6 +247,16 @@ class Symlink(_Create):
         tree.attach(op.path, tree.new(Node(NodeKind.SYMLINK, target=op.target)))
 
 
+class Mknod(_Create):
+    kind = OpKind.MKNOD
+
+    def describe(self, op: OpFields) -> str:
+        return f"mknod {op.path} fifo"
+
+    def apply(self, op: OpFields, tree: Tree, data: bytes) -> None:
+        tree.attach(op.path, tree.new(Node(NodeKind.FIFO)))
+
+
 # -- one regular file: its data, its size, syncing it
 
 
@@ -291,6 +353,26 @@ class WriteOdsync(WriteOsync):
     kind = OpKind.WRITE_ODSYNC
 
 
+class DirectWriteOsync(DirectWrite):
+    kind = OpKind.DIRECT_WRITE_OSYNC
+
+    def range_problem(self, op: OpFields, size: int) -> str | None:
+        if op.length == 0:
+            return f"{op.kind} of 0 bytes syncs nothing"
+        return super().range_problem(op, size)
+
+    def synced_range(self, op: OpFields, page_bytes: int) -> tuple[int, int] | None:
+        # iomap_dio_rw() (fs/iomap/direct-io.c) and __generic_file_write_iter() end an
+        # O_DIRECT write of an O_SYNC or O_DSYNC descriptor in generic_write_sync() over the
+        # bytes written, as a buffered one; iomap may instead write them with FUA and skip
+        # it when the blocks were allocated already (IOMAP_DIO_WRITE_THROUGH, O_DSYNC only).
+        return op.offset, op.offset + op.length
+
+
+class DirectWriteOdsync(DirectWriteOsync):
+    kind = OpKind.DIRECT_WRITE_ODSYNC
+
+
 class Truncate(_OneFile):
     kind = OpKind.TRUNCATE
 
@@ -324,6 +406,10 @@ class Fallocate(_OneFile):
                         f"({size} B)")
             if op.falloc is FallocMode.INSERT_RANGE and op.offset >= size:
                 return f"insert-range offset {op.offset} must be before the end ({size} B)"
+        if op.falloc is FallocMode.UNSHARE_RANGE and op.offset + op.length > size:
+            # Without KEEP_SIZE an unshare past the end would also extend the file
+            # (xfs_falloc_unshare_range()); the workloads keep it inside.
+            return f"unshare-range {op.offset}+{op.length} runs past the end ({size} B)"
         return None
 
     def change(self, op: OpFields, buf: bytearray, data: bytes) -> None:
@@ -343,7 +429,12 @@ class Fallocate(_OneFile):
             del buf[offset:end]
         elif mode is FallocMode.INSERT_RANGE:
             buf[offset:offset] = bytes(op.length)
-        # KEEP_SIZE: blocks past EOF are allocated, nothing readable changes.
+        elif mode is FallocMode.ZERO_RANGE_KEEP_SIZE:
+            stop = min(end, len(buf))
+            if stop > offset:
+                buf[offset:stop] = bytes(stop - offset)
+        # KEEP_SIZE: blocks past EOF are allocated, nothing readable changes; UNSHARE_RANGE
+        # gives the range blocks of its own, the bytes stay.
 
 
 class Fsync(_OneFile):
@@ -478,6 +569,36 @@ class Clone(CloneRange):
         return self.remap_problem(op, 0, src_size, src_size, dst_size, same=same)
 
 
+class DedupeRange(_Copy):
+    kind = OpKind.DEDUPE_RANGE
+    capability = "dedupe"
+
+    def copy_problem(self, op: OpFields, src_size: int, dst_size: int, *, same: bool) -> str | None:
+        """The EINVAL cases of vfs_dedupe_file_range() and generic_remap_checks()
+        (fs/remap_range.c, Linux 6.1): both ranges within their files, block-aligned starts,
+        a length that is aligned or ends both files (else the kernel shortens it)."""
+        if op.length == 0:
+            return "dedupe_range needs a length above 0"
+        if op.offset % ALIGN_BYTES or op.dst_offset % ALIGN_BYTES:
+            return f"dedupe offsets must be multiples of {ALIGN_BYTES}"
+        if op.offset + op.length > src_size or op.dst_offset + op.length > dst_size:
+            return "dedupe ranges must lie inside both files"
+        to_eof = op.offset + op.length == src_size and op.dst_offset + op.length == dst_size
+        if op.length % ALIGN_BYTES and not to_eof:
+            return (f"dedupe length must be a multiple of {ALIGN_BYTES} unless it ends both "
+                    "files")
+        span = -(-op.length // ALIGN_BYTES) * ALIGN_BYTES
+        if same and op.dst_offset + span > op.offset and op.dst_offset < op.offset + span:
+            return "dedupe ranges overlap in one file"
+        return None
+
+    def apply(self, op: OpFields, tree: Tree, data: bytes) -> None:
+        # FIDEDUPERANGE shares the two ranges only where their bytes are equal and reports
+        # FILE_DEDUPE_RANGE_DIFFERS, changing nothing, where they are not
+        # (ioctl_fideduperange(2)): what either file reads stays the same.
+        return
+
+
 # -- xattrs
 
 
@@ -536,7 +657,9 @@ class Unlink(_Remove):
 
     def check(self, op: OpFields, tree: Tree) -> str | None:
         kind = tree.kind_of(op.path)
-        return None if kind in (NodeKind.FILE, NodeKind.SYMLINK) else f"{op.path} is not a file"
+        if kind in (NodeKind.FILE, NodeKind.SYMLINK, NodeKind.FIFO, NodeKind.WHITEOUT):
+            return None
+        return f"{op.path} is not a file"
 
 
 class Rmdir(_Remove):
@@ -668,6 +791,107 @@ class RenameExchange(Rename):
 
     def cause(self, op: OpFields, path: str, was: int | None) -> Cause:
         return Cause.RENAME_EXCHANGE  # both names stay bound; no data is flushed for it
+
+
+class RenameWhiteout(Rename):
+    kind = OpKind.RENAME_WHITEOUT
+    capability = "rename-whiteout"
+
+    def describe(self, op: OpFields) -> str:
+        return f"{op.kind} {op.path} -> {op.dst}"
+
+    def replace_problem(self, op: OpFields, tree: Tree, kind: NodeKind,
+                        dst_kind: NodeKind | None) -> str | None:
+        # The workloads move files and special files with it: a whiteout over a directory's
+        # old name is left to overlayfs, which uses it.
+        if kind is NodeKind.DIR:
+            return f"{op.path} is a directory (rename_whiteout moves other files here)"
+        return super().replace_problem(op, tree, kind, dst_kind)
+
+    def apply(self, op: OpFields, tree: Tree, data: bytes) -> None:
+        # renameat2(2): RENAME_WHITEOUT creates a whiteout object (a character device 0:0)
+        # at the source in the same operation as the rename.
+        super().apply(op, tree, data)
+        tree.attach(op.path, tree.new(Node(NodeKind.WHITEOUT)))
+
+    def cause(self, op: OpFields, path: str, was: int | None) -> Cause:
+        if path == op.path:
+            return Cause.RENAME_WHITEOUT
+        return super().cause(op, path, was)
+
+
+# -- an inode's attributes: chmod, chown, utimes, setflags
+
+
+class _Attr(OpSpec):
+    #: The kinds of object the op may name.
+    subjects: ClassVar[tuple[NodeKind, ...]] = (NodeKind.FILE, NodeKind.DIR, NodeKind.FIFO)
+
+    def check(self, op: OpFields, tree: Tree) -> str | None:
+        if tree.kind_of(op.path) not in self.subjects:
+            kinds = ", ".join(k.value for k in self.subjects)
+            return f"{op.path or '.'} is not one of {kinds}"
+        return self.value_problem(op)
+
+    def value_problem(self, op: OpFields) -> str | None:
+        return None
+
+
+class Chmod(_Attr):
+    kind = OpKind.CHMOD
+
+    def describe(self, op: OpFields) -> str:
+        return f"chmod {op.path} {op.mode:04o}"
+
+    def value_problem(self, op: OpFields) -> str | None:
+        return None if 0 <= op.mode <= 0o7777 else f"mode {op.mode:o} is not permission bits"
+
+
+class Chown(_Attr):
+    kind = OpKind.CHOWN
+
+    def describe(self, op: OpFields) -> str:
+        return f"chown {op.path} {op.uid}:{op.gid}"
+
+    def value_problem(self, op: OpFields) -> str | None:
+        if min(op.uid, op.gid) < -1 or (op.uid == -1 and op.gid == -1):
+            return "chown needs a uid or a gid (-1 leaves one as it is)"
+        return None
+
+
+class Utimes(_Attr):
+    kind = OpKind.UTIMES
+
+    def describe(self, op: OpFields) -> str:
+        def word(ns: int) -> str:
+            return {UTIME_OMIT: "omit", UTIME_NOW: "now"}.get(ns, f"{ns // 10**9}.{ns % 10**9:09d}")
+        return f"utimes {op.path} atime={word(op.atime_ns)} mtime={word(op.mtime_ns)}"
+
+    def value_problem(self, op: OpFields) -> str | None:
+        if min(op.atime_ns, op.mtime_ns) < UTIME_NOW:
+            return "utimes takes nanoseconds, UTIME_NOW or UTIME_OMIT"
+        if op.atime_ns == op.mtime_ns == UTIME_OMIT:
+            return "utimes with both times omitted changes nothing"
+        return None
+
+
+class Setflags(_Attr):
+    kind = OpKind.SETFLAGS
+    capability = "setflags"
+    subjects = (NodeKind.FILE,)
+
+    def describe(self, op: OpFields) -> str:
+        return f"setflags {op.path} {flag_words(op.flags)}"
+
+    def value_problem(self, op: OpFields) -> str | None:
+        if op.flags & ~MANAGED_FLAGS:
+            return f"flags {op.flags:#x} are not among {MANAGED_FLAGS:#x}"
+        return None
+
+    def apply(self, op: OpFields, tree: Tree, data: bytes) -> None:
+        node_id = tree.lookup(op.path)
+        if node_id is not None:
+            tree.nodes[node_id].flags = op.flags
 
 
 # -- the filesystem or a directory: sync, syncfs, fsync of a directory

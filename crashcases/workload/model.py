@@ -7,7 +7,14 @@ kind of op needs and does is its class in crashcases.workload.kinds.
 
 from __future__ import annotations
 
-from crashcases.workload.kinds import SPECS, check_path
+from crashcases.workload.kinds import (
+    APPEND_ONLY_OK,
+    FS_APPEND_FL,
+    FS_IMMUTABLE_FL,
+    IMMUTABLE_OK,
+    SPECS,
+    check_path,
+)
 from crashcases.workload.ops import Op
 from crashcases.workload.tree import Tree
 
@@ -23,7 +30,18 @@ class FsModel(Tree):
             return bad
         if min(op.offset, op.length, op.size, op.dst_offset) < 0:
             return "offset, length, size and dst_offset must not be negative"
-        return spec.check(op, self)
+        return self.flags_problem(op) or spec.check(op, self)
+
+    def flags_problem(self, op: Op) -> str | None:
+        """Why an inode flag of what ``op`` names refuses it (EPERM), or None."""
+        for path in (op.path, op.dst) if op.dst else (op.path,):
+            node_id = self.lookup(path)
+            flags = self.nodes[node_id].flags if node_id is not None else 0
+            if flags & FS_IMMUTABLE_FL and op.kind not in IMMUTABLE_OK:
+                return f"{path} is immutable"
+            if flags & FS_APPEND_FL and op.kind not in APPEND_ONLY_OK:
+                return f"{path} is append-only"
+        return None
 
     def apply(self, op: Op, data: bytes = b"") -> None:
         """Apply ``op`` (already checked); ``data`` is what write ops write."""

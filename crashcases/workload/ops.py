@@ -55,7 +55,13 @@ class Op:
     size: int = 0
     falloc: FallocMode = FallocMode.ALLOCATE
     xattr: str = ""
-    dst_offset: int = 0  # copy_file_range, clone_range: where in `dst`
+    dst_offset: int = 0  # copy_file_range, clone_range, dedupe_range: where in `dst`
+    mode: int = 0  # chmod: the permission bits
+    uid: int = -1  # chown: the new owner (-1: unchanged)
+    gid: int = -1  # chown: the new group (-1: unchanged)
+    atime_ns: int = -1  # utimes: ns since the epoch, or kinds.UTIME_OMIT (-1) or UTIME_NOW (-2)
+    mtime_ns: int = -1
+    flags: int = 0  # setflags: the inode flags among kinds.MANAGED_FLAGS
 
     def describe(self) -> str:
         """Short human form, e.g. ``pwrite s0003/f0 @4096+100``."""

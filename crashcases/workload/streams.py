@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from crashcases.vocabulary import DURABILITY_OPS, OpKind
-from crashcases.workload.kinds import CLASSIC_FALLOC_MODES, FallocMode
+from crashcases.workload.kinds import CLASSIC_FALLOC_MODES, GEN3_FALLOC_MODES, FallocMode
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import Op
 from crashcases.workload.selection import CLASSIC, OpSelection
@@ -61,7 +61,8 @@ def random_ops(
 
     falloc_modes: list[FallocMode] = list(CLASSIC_FALLOC_MODES)
     if selection.extended:
-        falloc_modes = [m for m in FallocMode if selection.capable(Op(OpKind.FALLOCATE, falloc=m))]
+        falloc_modes = [m for m in GEN3_FALLOC_MODES
+                        if selection.capable(Op(OpKind.FALLOCATE, falloc=m))]
     makers: list[Callable[[], Op]] = [
         lambda: Op(OpKind.CREAT, path(_RANDOM_FILES)),
         lambda: Op(OpKind.MKDIR, path(_RANDOM_DIRS)),
@@ -158,7 +159,7 @@ def ranges_ops(n_ops: int, seed: int, *, selection: OpSelection = CLASSIC) -> li
             Op(K.SYNC)]
     for op in ops:
         model.apply(op, bytes(op.length))
-    modes = [m for m in FallocMode if (selection.extended or m in CLASSIC_FALLOC_MODES)]
+    modes = [m for m in GEN3_FALLOC_MODES if (selection.extended or m in CLASSIC_FALLOC_MODES)]
 
     def ranges(size: int) -> list[tuple[int, int]]:
         last = (size - 1) // B * B if size else 0  # the block holding the end of file

@@ -20,6 +20,7 @@ class Node:
     entries: dict[str, int] = field(default_factory=dict)
     target: str = ""
     xattrs: dict[str, bytes] = field(default_factory=dict)
+    flags: int = 0  # inode flags a setflags op set (crashcases.workload.kinds.MANAGED_FLAGS)
 
 
 def parent_of(path: str) -> str:

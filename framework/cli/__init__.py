@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("framework.cli.run", "run a study: crash, power-cut and benchmark steps (default: quick)"),
     "targets": ("framework.cli.targets", "list targets and show one's options and persistence rules"),
     "crash": ("framework.cli.crash", "record a workload and check every crash state"),
+    "coverage": ("framework.cli.coverage",
+                 "which syscalls, flags and argument classes workloads give a filesystem"),
     "recheck": ("framework.cli.crash", "rebuild one crash state of an earlier run and check it again"),
     "shrink": ("framework.cli.shrink", "minimise the workload of a failing crash state (delta debugging)"),
     "export": ("framework.cli.export", "turn a failing crash state into a shell or fstests reproducer"),

@@ -62,11 +62,17 @@ def classify_fsck8_status(status: int, *, repair: bool) -> FsckVerdict:
 #:   do_dentry_open() in fs/open.c refuses it with EINVAL otherwise);
 #: - reflink: the FICLONE and FICLONERANGE ioctls (->remap_file_range);
 #: - fallocate: fallocate(2) allocating a range (mode 0 and FALLOC_FL_KEEP_SIZE);
-#: - punch-hole, zero-range, collapse-range, insert-range: those fallocate(2) modes;
-#: - rename-exchange: renameat2(2) RENAME_EXCHANGE (->rename accepts the flag).
+#: - punch-hole, zero-range, collapse-range, insert-range, unshare-range: those
+#:   fallocate(2) modes;
+#: - rename-exchange, rename-whiteout: renameat2(2) RENAME_EXCHANGE, RENAME_WHITEOUT
+#:   (->rename accepts the flag; the others return EINVAL);
+#: - dedupe: the FIDEDUPERANGE ioctl (->remap_file_range takes REMAP_FILE_DEDUP);
+#: - setflags: FS_IOC_SETFLAGS takes append-only, immutable, sync, nodump and noatime
+#:   (->fileattr_set).
 CAPABILITIES = frozenset(
     {"direct-io", "reflink", "fallocate", "punch-hole", "zero-range", "collapse-range",
-     "insert-range", "rename-exchange"}
+     "insert-range", "rename-exchange", "rename-whiteout", "dedupe", "unshare-range",
+     "setflags"}
 )
 
 

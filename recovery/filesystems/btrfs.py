@@ -38,7 +38,8 @@ class BtrfsAdapter(FilesystemAdapter):
     family = "btrfs"
     fstypes = ("btrfs",)
     capabilities = frozenset({"direct-io", "reflink", "rename-exchange", "fallocate", "punch-hole",
-                              "zero-range"})  # no collapse/insert: btrfs_fallocate()
+                              "zero-range",  # no collapse/insert/unshare: btrfs_fallocate()
+                              "rename-whiteout", "setflags", "dedupe"})
     kernel_modules = ("btrfs",)
     tools = (Tool("mkfs.btrfs", "btrfs-progs", ("--version",), required=False),
              Tool("btrfs", "btrfs-progs", ("--version",), required=False))

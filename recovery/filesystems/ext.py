@@ -106,7 +106,7 @@ class ExtAdapter(FilesystemAdapter):
     family = "ext"
     fstypes = ("ext2", "ext3", "ext4")
     capabilities = frozenset({"direct-io", "rename-exchange", "fallocate", "punch-hole", "zero-range",
-                              "collapse-range", "insert-range"})
+                              "collapse-range", "insert-range", "rename-whiteout", "setflags"})
     # One driver serves all three: Debian's kernel has CONFIG_EXT4_USE_FOR_EXT2=y
     # and neither CONFIG_EXT2_FS nor CONFIG_EXT3_FS.
     kernel_modules = ("ext4",)

@@ -28,7 +28,8 @@ class F2fsAdapter(FilesystemAdapter):
     family = "f2fs"
     fstypes = ("f2fs",)
     capabilities = frozenset({"direct-io", "fallocate", "punch-hole", "zero-range", "collapse-range",
-                              "insert-range", "rename-exchange"})  # f2fs_fallocate()
+                              "insert-range", "rename-exchange",  # f2fs_fallocate()
+                              "rename-whiteout", "setflags"})
     kernel_modules = ("f2fs",)
     tools = (
         Tool("mkfs.f2fs", "f2fs-tools", ("-V",), required=False),

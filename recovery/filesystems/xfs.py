@@ -21,7 +21,8 @@ class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
     capabilities = frozenset({"direct-io", "reflink", "fallocate", "punch-hole", "zero-range",
-                              "collapse-range", "insert-range", "rename-exchange"})  # xfs_file_fallocate()
+                              "collapse-range", "insert-range", "rename-exchange",  # xfs_file_fallocate()
+                              "rename-whiteout", "setflags", "dedupe", "unshare-range"})
     kernel_modules = ("xfs",)
     tools = (
         Tool("mkfs.xfs", "xfsprogs", ("-V",), required=False),

@@ -19,16 +19,22 @@ from crashcases.workload.cases import list_cases, load_case
 from crashcases.workload.ops import Op, OpKind, Workload
 
 #: The adapters' capabilities when the digests were taken, written out so that a change
-#: to an adapter does not show up here as a change of generation.
+#: to an adapter does not show up here as a change of generation. The capabilities that
+#: came with cover:N (rename-whiteout, setflags, dedupe, unshare-range) were added to them
+#: with no digest of an older case changing: those generators do not look at them.
 CAPABILITIES: dict[str, frozenset[str] | None] = {
     "ext4": frozenset({"collapse-range", "direct-io", "fallocate", "insert-range",
-                       "punch-hole", "rename-exchange", "zero-range"}),
+                       "punch-hole", "rename-exchange", "zero-range", "rename-whiteout",
+                       "setflags"}),
     "xfs": frozenset({"collapse-range", "direct-io", "fallocate", "insert-range",
-                      "punch-hole", "reflink", "rename-exchange", "zero-range"}),
+                      "punch-hole", "reflink", "rename-exchange", "zero-range",
+                      "rename-whiteout", "setflags", "dedupe", "unshare-range"}),
     "btrfs": frozenset({"direct-io", "fallocate", "punch-hole", "reflink",
-                        "rename-exchange", "zero-range"}),
+                        "rename-exchange", "zero-range", "rename-whiteout", "setflags",
+                        "dedupe"}),
     "f2fs": frozenset({"collapse-range", "direct-io", "fallocate", "insert-range",
-                       "punch-hole", "rename-exchange", "zero-range"}),
+                       "punch-hole", "rename-exchange", "zero-range", "rename-whiteout",
+                       "setflags"}),
     "jfs": frozenset({"direct-io"}),
     "classic": None,
 }

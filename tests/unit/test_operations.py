@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,11 @@ def assert_tree_matches(model: FsModel, root: Path) -> None:
                 assert os.getxattr(p, name) == value
         elif node.kind is NodeKind.SYMLINK:
             assert os.readlink(p) == node.target
+        elif node.kind is NodeKind.FIFO:
+            assert stat.S_ISFIFO(p.lstat().st_mode)
+        elif node.kind is NodeKind.WHITEOUT:
+            st = p.lstat()
+            assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
         else:
             assert p.is_dir() and not p.is_symlink()
 
@@ -168,15 +174,44 @@ def test_every_op_kind_against_the_model(tmp_path: Path) -> None:
         Op(K.CREAT, "c"),
         Op(K.CLONE, "e/sub", dst="c"),
         Op(K.CLONE_RANGE, "l", dst="c", offset=B, length=B, dst_offset=0),
+        # The kinds of cover:N.
+        Op(K.WRITE, "c", length=3 * B),
+        Op(K.COPY_FILE_RANGE, "c", dst="e/sub", offset=0, length=B, dst_offset=0),
+        Op(K.DEDUPE_RANGE, "c", dst="e/sub", offset=0, length=B, dst_offset=0),
+        Op(K.FALLOCATE, "c", offset=100, length=B, falloc=F.ZERO_RANGE_KEEP_SIZE),
+        Op(K.FALLOCATE, "c", offset=0, length=B, falloc=F.UNSHARE_RANGE),
+        Op(K.DIRECT_WRITE_OSYNC, "c", offset=B, length=B),
+        Op(K.DIRECT_WRITE_ODSYNC, "c", offset=4 * B, length=B),  # extends
+        Op(K.MKNOD, "e/fifo"),
+        Op(K.RENAME_WHITEOUT, "e/fifo", dst="fifo"),  # e/fifo becomes a whiteout
+        Op(K.CHMOD, "c", mode=0o600),
+        Op(K.CHMOD, "e", mode=0o1777),
+        Op(K.CHOWN, "c", uid=1000, gid=-1),
+        Op(K.CHOWN, "fifo", uid=-1, gid=1000),
+        Op(K.UTIMES, "c", atime_ns=10**18, mtime_ns=10**18 + 5),
+        Op(K.UTIMES, "e", atime_ns=-2, mtime_ns=-1),  # UTIME_NOW, UTIME_OMIT
+        Op(K.SETFLAGS, "c", flags=0x20),  # append-only: O_APPEND writes still go
+        Op(K.APPEND, "c", length=5),
+        Op(K.SETFLAGS, "c", flags=0),
+        Op(K.UNLINK, "e/fifo"),  # the whiteout
     )
     w = Workload(name="all", seed=4, ops=ops)
     assert {op.kind for op in ops} == set(OpKind)
     assert {op.falloc for op in ops} == set(FallocMode)
     oracle = execute(w, tmp_path, lambda name: None)
-    # Only reflinks may be unsupported here (most filesystems have none).
+    # Only reflinks, dedupe and unshare may be unsupported here (most filesystems have none).
     skipped = skipped_ops(oracle)
-    assert {ops[i].kind for i in skipped} <= {K.CLONE, K.CLONE_RANGE}
+    assert {ops[i].kind for i in skipped} <= {K.CLONE, K.CLONE_RANGE, K.DEDUPE_RANGE,
+                                              K.FALLOCATE}
+    assert {ops[i].falloc for i in skipped if ops[i].kind is K.FALLOCATE} <= {F.UNSHARE_RANGE}
     assert_tree_matches(model_after(w, skipped), tmp_path)
+    st = (tmp_path / "c").stat()
+    assert (st.st_mode & 0o7777, st.st_uid) == (0o600, 1000)
+    # The explicit mtime is what the oracle holds until the append sets another.
+    c = next(ino for ino, r in oracle.inodes.items() if any(a.name == "flags" for a in r.attrs))
+    assert [a.value for a in oracle.inodes[c].attrs if a.name == "mtime"] == [10**18 + 5, None]
+    assert (tmp_path / "fifo").stat().st_gid == 1000 and (tmp_path / "e").stat().st_mode & 0o1000
+    assert {i.kind for i in oracle.inodes.values()} >= {NodeKind.FIFO}
 
 
 def test_capabilities_name_what_adapters_declare() -> None:

@@ -233,30 +233,32 @@ def test_punched_hole_reads_zeros_once_promised(tmp_path: Path) -> None:
 # rename-replace flushes data, metadata atomic, data block atomic, data writes
 # atomic, stale data after extension, other files' data never exposed ("T"
 # holds, "." does not). The second column came later: xfs alone does not log
-# the inodes of a RENAME_EXCHANGE; so did the last: f2fs, ext4 data=writeback
-# and filesystems without a journal may show a freed block's old data.
+# the inodes of a RENAME_EXCHANGE; so did the one before last: f2fs, ext4 data=writeback
+# and filesystems without a journal may show a freed block's old data; and the last, inode
+# flags held with the inode's metadata, where a journal (or log) carries them.
 FIELDS = ("fsync_file_persists_names", "fsync_file_persists_exchanged_names",
           "fdatasync_persists_new_names",
           "rename_replace_flushes_data", "metadata_atomic", "data_block_atomic",
-          "data_writes_atomic", "stale_data_after_extension", "other_files_data_never_exposed")
+          "data_writes_atomic", "stale_data_after_extension", "other_files_data_never_exposed",
+          "inode_flags_durable")
 PINNED = {
-    "ext2": ("ext2", ".......T."),
-    "ext3": ("ext3/ordered", "TTTTT...T"),
-    "ext3/logdev": ("ext3/ordered", "TTTTT...T"),
-    "ext4/ordered": ("ext4/ordered", "TTTTT...T"),
-    "ext4/writeback": ("ext4/writeback", "TTT.T..T."),
-    "ext4/journal": ("ext4/journal", "TTTTTT..T"),
-    "ext4/nojournal": ("ext4/nojournal", ".......T."),
-    "ext4/fast_commit": ("ext4/ordered", "TTTTT...T"),
-    "ext4/logdev": ("ext4/ordered", "TTTTT...T"),
-    "ext4/nobarrier": ("ext4/ordered", "TTTTT...T"),
-    "xfs": ("xfs", "T.T.T...T"),
-    "xfs/logdev": ("xfs", "T.T.T...T"),
-    "btrfs": ("btrfs", "TTT.TT..T"),
-    "f2fs": ("f2fs", "TTT.T...."),
-    "jfs": ("jfs", "....T..T."),
-    "jfs/logdev": ("jfs", "....T..T."),
-    "reiserfs": ("reiserfs", "....T..T."),
+    "ext2": ("ext2", ".......T.."),
+    "ext3": ("ext3/ordered", "TTTTT...TT"),
+    "ext3/logdev": ("ext3/ordered", "TTTTT...TT"),
+    "ext4/ordered": ("ext4/ordered", "TTTTT...TT"),
+    "ext4/writeback": ("ext4/writeback", "TTT.T..T.T"),
+    "ext4/journal": ("ext4/journal", "TTTTTT..TT"),
+    "ext4/nojournal": ("ext4/nojournal", ".......T.."),
+    "ext4/fast_commit": ("ext4/ordered", "TTTTT...TT"),
+    "ext4/logdev": ("ext4/ordered", "TTTTT...TT"),
+    "ext4/nobarrier": ("ext4/ordered", "TTTTT...TT"),
+    "xfs": ("xfs", "T.T.T...TT"),
+    "xfs/logdev": ("xfs", "T.T.T...TT"),
+    "btrfs": ("btrfs", "TTT.TT..TT"),
+    "f2fs": ("f2fs", "TTT.T....T"),
+    "jfs": ("jfs", "....T..T.."),
+    "jfs/logdev": ("jfs", "....T..T.."),
+    "reiserfs": ("reiserfs", "....T..T.."),
 }
 
 
@@ -362,5 +364,5 @@ def test_every_rule_has_a_sentence() -> None:
         "fsync_file_persists_names", "fsync_file_persists_exchanged_names",
         "fdatasync_persists_new_names",
         "rename_replace_flushes_data", "metadata_atomic", "data_block_atomic",
-        "stale_data_after_extension", "other_files_data_never_exposed",
+        "stale_data_after_extension", "other_files_data_never_exposed", "inode_flags_durable",
     ]
