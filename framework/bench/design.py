@@ -39,7 +39,7 @@ from typing import Any
 
 from framework.core.errors import ConfigError
 from framework.core.stats import FactorialDesign, StatsError, full_factorial
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 METRIC = "metric"
 TARGET = "target"
@@ -166,7 +166,7 @@ def _apply(target: Target, levels: tuple[tuple[str, str], ...]) -> Target:
     table["name"] = name
     table["description"] = f"{target.name} with {', '.join(f'{f} {lv}' for f, lv in levels)}"
     try:
-        return Target.from_dict(table)
+        return target_from_dict(table)
     except ConfigError as exc:
         # The loader names the key (journal, journal_size_mib, ...) and what is wrong.
         what = ", ".join(f"{f}={lv}" for f, lv in levels)

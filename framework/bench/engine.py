@@ -58,7 +58,7 @@ from framework.core.stats import (
 )
 from framework.core.store import Store
 from recovery.disks import plan_disks
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +446,7 @@ def config_from_plan(run_dir: Path) -> BenchConfig:
             until_ci_pct=doc["until_ci_pct"], max_reps=int(doc["max_reps"]),
             seed=int(doc["seed"]), baseline=doc["baseline"], metric=doc["metric"],
             level=float(doc["level"]), cpus=int(doc.get("cpus", 2)),
-            user_targets=tuple(Target.from_dict(t) for t in doc.get("user_targets", ())),
+            user_targets=tuple(target_from_dict(t) for t in doc.get("user_targets", ())),
             factors=tuple(factorial_design.parse_factor(f) for f in doc.get("factors", ())),
             bases=tuple(doc.get("bases", ())))
     except (KeyError, TypeError, ValueError) as exc:

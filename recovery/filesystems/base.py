@@ -13,7 +13,7 @@ from framework.core.errors import ConfigError
 from recovery.persistence import PersistenceRules
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 
 class FsckVerdict(StrEnum):

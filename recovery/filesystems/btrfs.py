@@ -11,7 +11,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, split_opti
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 # Output of `btrfs check` that means it never looked at the filesystem
 # (bad invocation, missing or busy device) rather than found it damaged.

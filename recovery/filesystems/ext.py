@@ -19,7 +19,7 @@ from recovery.filesystems.base import (
 from recovery.persistence import PersistenceRules, journalled, posix_strict
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 # Block size used when the journal has a device of its own: mke2fs picks the
 # block size from the device size (1 KiB below 512 MiB), and the journal

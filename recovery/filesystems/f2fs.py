@@ -11,7 +11,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_f
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 SECTOR_BYTES = 512
 

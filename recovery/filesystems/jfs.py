@@ -10,7 +10,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_f
 from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 BLOCK_BYTES = 1024  # jfs_mkfs's trailing block count is in 1 KiB units
 

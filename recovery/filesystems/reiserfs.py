@@ -15,7 +15,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 FS_BLOCK_BYTES = 4096
 

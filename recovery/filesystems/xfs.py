@@ -11,7 +11,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 # mkfs.xfs (xfsprogs >= 5.19) refuses data sections of 300 MiB or less.
 MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1

@@ -280,6 +280,7 @@ PLANTED = [
     ("framework/report/html.py", "import framework.study.engine", "Layers: application"),
     ("crashcases/sweep/guest.py", "import numpy", "Guest programs load no numerics"),
     ("crashcases/crash/guest.py", "import crashcases.findings.checks", "Rooms of crashcases"),
+    ("recovery/filesystems/xfs.py", "import recovery.targets", "Targets load above"),
 ]
 
 
