@@ -58,7 +58,7 @@ from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
 from recovery.filesystems import kernel_modules
 from recovery.mount import Timeouts
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 MiB = 1 << 20
 
@@ -84,7 +84,7 @@ class NaiveRequest:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NaiveRequest:
-        return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
+        return cls(target_from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    tuple(int(p) for p in raw["points"]), Timeouts(**raw["timeouts"]))
 
 

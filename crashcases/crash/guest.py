@@ -47,7 +47,7 @@ from framework.core.errors import DeviceBusy
 from recovery.filesystems import adapter_for, persistence_rules
 from recovery.mount import Timeouts, mkfs, mounted
 from recovery.persistence import PersistenceRules
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 if TYPE_CHECKING:  # the guest builds no crash state: points.py stays unread there
     from crashcases.crash.points import CrashState
@@ -86,7 +86,7 @@ class RecordRequest:
     def from_dict(cls, raw: Mapping[str, Any]) -> RecordRequest:
         from crashcases.workload.ops import Workload
 
-        return cls(Target.from_dict(raw["target"]), Workload.from_json(raw["workload"]),
+        return cls(target_from_dict(raw["target"]), Workload.from_json(raw["workload"]),
                    str(raw["data_dev"]), str(raw["log_dev"]), str(raw["oracle_path"]),
                    raw.get("journal_dev"), raw.get("journal_log_dev"))
 
@@ -275,7 +275,7 @@ class CheckRequest:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckRequest:
         journal = JournalDisks(**raw["journal"]) if raw.get("journal") else None
-        return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
+        return cls(target_from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    str(raw["cow_dev"]), str(raw["oracle_path"]), str(raw["results_path"]),
                    tuple(StateRecipe.from_dict(s) for s in raw["states"]),
                    Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"),

@@ -36,7 +36,7 @@ from framework.core.machine.base import DiskSpec, Machine
 from recovery.disks import disk_bytes
 from recovery.filesystems import adapter_for
 from recovery.mount import Timeouts
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def load_plan(run_dir: Path) -> CrashPlan:
         raw["variants"] = tuple(raw.get("variants", ("prefix",)))
         raw["ops"] = tuple(raw.get("ops", ()))
         raw.setdefault("generator", 1)  # plans without the key predate generator 2
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        raw["user_targets"] = tuple(target_from_dict(t) for t in raw.get("user_targets", ()))
         return CrashPlan(**raw)
     except (TypeError, AttributeError, KeyError) as exc:
         raise ConfigError(f"{run_dir / rundir.PLAN}: not a crash plan ({exc})") from None

@@ -43,7 +43,7 @@ from framework.core.store import Store
 from recovery.disks import MiB, plan_disks
 from recovery.filesystems import tool_versions
 from recovery.mount import Timeouts
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ def load_cut_plan(run_dir: Path) -> CutPlan:
     try:
         raw["targets"] = tuple(raw["targets"])
         raw["mode"] = FlakeyMode(raw.get("mode", FlakeyMode.DROP_WRITES.value))
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        raw["user_targets"] = tuple(target_from_dict(t) for t in raw.get("user_targets", ()))
         return CutPlan(**raw)
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{path}: not a power-cut plan ({exc})") from None

@@ -47,7 +47,7 @@ from framework.core.machine.slot import GuestLost, GuestSlot
 from recovery.disks import DEFAULT_JOURNAL_BYTES, MARGIN_BYTES, MiB
 from recovery.filesystems import adapter_for, tool_versions
 from recovery.mount import Timeouts
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -447,7 +447,7 @@ def load_sweep_plan(run_dir: Path) -> SweepPlan:
     try:
         for key in ("targets", "sizes_mib", "files", "dirty_mib", "journal_mib"):
             raw[key] = tuple(raw[key])
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        raw["user_targets"] = tuple(target_from_dict(t) for t in raw.get("user_targets", ()))
         return SweepPlan(**raw)
     except (TypeError, KeyError, ValueError) as exc:
         raise ConfigError(f"{run_dir / rundir.PLAN}: not a sweep plan ({exc})") from None

@@ -19,7 +19,7 @@ from crashcases.vocabulary import VariantKind, fails
 from framework.core import rundir
 from framework.core.errors import ConfigError
 from framework.core.store import Run, Store
-from recovery.targets import Target
+from recovery.targets import target_from_dict
 
 #: Outcomes that never fail a target (a "recovered" state fails a journalled one only:
 #: crashcases.vocabulary.fails).
@@ -87,7 +87,7 @@ class Results:
             # Runs keep a target's definition (Target.to_dict()) with extras of their own.
             known = ("fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib")
             try:
-                return fails(outcome, Target.from_dict(
+                return fails(outcome, target_from_dict(
                     {"name": target, **{k: v for k, v in config.items() if k in known}}))
             except (ConfigError, KeyError, TypeError, ValueError):
                 pass  # a configuration this powercut cannot read: by outcome alone

@@ -13,7 +13,7 @@ from crashcases.vocabulary import Outcome
 from crashcases.workload.cases import load_case
 from framework.core.machine.qemu import QemuMachine
 from recovery.filesystems import kernel_modules
-from recovery.targets import Target
+from recovery.targets import target_from_dict
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 
@@ -72,7 +72,7 @@ def test_cut_positive_control_counting_lied_fsyncs_finds_data_loss(tmp_path: Pat
 
 def test_a_target_only_the_host_knows_is_cut_and_checked_in_the_guest(tmp_path: Path) -> None:
     """The requests carry the whole target: the guest never looks a name up."""
-    mine = Target.from_dict({"name": "ext4/commit1", "fstype": "ext4",
+    mine = target_from_dict({"name": "ext4/commit1", "fstype": "ext4",
                              "mount_options": ["data=ordered", "commit=1"]})
     plan = CutPlan(targets=(mine.name,), case="random:60", trials=1, seed=5)
 

@@ -40,7 +40,7 @@ from framework.core.errors import ConfigError
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import Store
 from recovery.mount import Timeouts
-from recovery.targets import Target, get_target
+from recovery.targets import get_target, target_from_dict
 
 K = OpKind
 
@@ -362,7 +362,7 @@ def test_percentile_interpolates_between_ranks() -> None:
 
 
 def test_engine_sends_the_whole_target_and_keeps_the_guests_outcome(tmp_path: Path) -> None:
-    mine = Target.from_dict({"name": "ext4/mine", "fstype": "ext4",
+    mine = target_from_dict({"name": "ext4/mine", "fstype": "ext4",
                              "mount_options": ["data=journal"]})
     workload = small_workload()
     sent: list[dict[str, Any]] = []

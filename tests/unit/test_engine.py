@@ -30,7 +30,7 @@ from framework.core.errors import ConfigError, ConsoleTimeout, GuestDied
 from framework.core.machine.fake import FakeMachine
 from framework.core.rundir import GUEST_STARTED
 from recovery.filesystems import adapter_for
-from recovery.targets import Target, get_target
+from recovery.targets import Target, get_target, target_from_dict
 
 
 def states(n: int) -> list[CrashState]:
@@ -256,7 +256,7 @@ def test_run_and_guest_directories_are_absolute(tmp_path, monkeypatch):
 
 def user_target() -> Target:
     """A target only the host knows (from a --targets-file): the guest cannot look it up."""
-    return Target.from_dict({"name": "ext4/mine", "fstype": "ext4",
+    return target_from_dict({"name": "ext4/mine", "fstype": "ext4",
                              "mkfs_options": ["-O", "^metadata_csum"],
                              "mount_options": ["data=ordered", "commit=1"]})
 
@@ -356,9 +356,9 @@ def test_a_plan_with_a_user_target_survives_plan_json(tmp_path):
     from crashcases.crash.engine import run_spec
     from crashcases.crash.plan import CrashPlan, load_plan
     from framework.core.lifecycle import run_lifecycle
-    from recovery.targets import Target
+    from recovery.targets import target_from_dict
 
-    mine = Target.from_dict({"name": "mine", "fstype": "ext4", "mount_options": ["data=journal"]})
+    mine = target_from_dict({"name": "mine", "fstype": "ext4", "mount_options": ["data=journal"]})
     plan = CrashPlan(target="mine", case="hand:append-fdatasync", user_targets=(mine,))
     with run_lifecycle(run_spec(plan), tmp_path, None) as run:  # writes plan.json
         pass

@@ -39,7 +39,7 @@ from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import MIGRATIONS, SCHEMA_VERSION, Store
 from framework.study.engine import parse_study
-from recovery.targets import Target, get_target
+from recovery.targets import get_target, target_from_dict
 
 DEBIAN_6_1 = "6.1.0-28-amd64"
 
@@ -279,7 +279,7 @@ def test_fstype_and_target_globs(scope: str, target: str, applies: bool) -> None
 
 
 def test_a_user_target_matches_by_its_fstype() -> None:
-    mine = Target.from_dict({"name": "mine", "fstype": "jfs"})
+    mine = target_from_dict({"name": "mine", "fstype": "jfs"})
     m = klist(known()).matcher(run="crash", target=mine, case="random:10", kernel=DEBIAN_6_1,
                                marks={})
     assert [e.id for e in m.applicable] == ["k1"]
