@@ -66,6 +66,8 @@ from framework.core.store import Store  # noqa: E402
 
 CRASH = ["crash", "--target", "ext4/ordered", "--case", "gen:burst", "--max-sequences", "24",
          "--seed", "3", "-q"]
+#: What sqlite's PRAGMA integrity_check says of a sound database.
+SQLITE_SOUND = "ok"
 STUDY = """
 [study]
 name = "faults"
@@ -403,10 +405,10 @@ def fault_full(ref: Reference, work: Path, n: int, rng: random.Random) -> Row:
                 row.failed(f"{mib} MiB: no one-line error naming the path: {last[:200]!r}")
                 continue
             if (mnt / "db.sqlite").exists():
-                ok = sqlite3.connect(mnt / "db.sqlite").execute(
+                integrity = sqlite3.connect(mnt / "db.sqlite").execute(
                     "PRAGMA integrity_check").fetchone()[0]
-                if ok != "ok":
-                    row.failed(f"{mib} MiB: database integrity_check: {ok}")
+                if integrity != SQLITE_SOUND:
+                    row.failed(f"{mib} MiB: database integrity_check: {integrity}")
                     row.lost += 1
                     continue
             subprocess.run(["mount", "-o", "remount,size=1024m", str(mnt)], check=True)

@@ -793,7 +793,7 @@ def save_results(result: CrashRunResult, run: Run) -> None:
             for s in result.states
         ],
     }
-    run.save_json(rundir.RESULTS, data)
+    run.save_results(data)
 
 
 # -- reproducers --------------------------------------------------------------

@@ -31,6 +31,7 @@ from framework.core import rundir
 from framework.core.errors import (
     ConfigError,
 )
+from framework.core.files import write_atomic
 from framework.core.lifecycle import EngineRun, read_plan
 from framework.core.machine.base import DiskSpec, Machine
 from recovery.disks import disk_bytes
@@ -50,9 +51,7 @@ MiB = 1 << 20
 
 def write_json_lines(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     """One JSON object per line, replacing ``path`` atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 CHUNK = 100  # states per agent call: each call starts python and loads the oracle and log index;
 # a hang costs nothing extra, since the watchdog spots it per state and results are per state
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]

@@ -11,7 +11,6 @@ per target are in ``crashcases.cut.summary``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
@@ -361,14 +360,14 @@ def load_cut_plan(run_dir: Path) -> CutPlan:
 
 def earlier_trials(run_dir: Path) -> dict[tuple[str, int], TrialResult]:
     """The trials an interrupted run saved in its results.json, by (target, trial)."""
-    path = run_dir / rundir.RESULTS
-    if not path.exists():
+    if not (run_dir / rundir.RESULTS).exists():
         return {}
     try:
-        rows = json.loads(path.read_text())["trials"]
+        rows = rundir.read_results(run_dir, "power-cut run's results")["trials"]
         trials = [TrialResult.from_dict(r) for r in rows]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a power-cut run's results ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.RESULTS}: not a power-cut run's results "
+                          f"({exc})") from None
     return {(t.target, t.trial): t for t in trials}
 
 
@@ -421,14 +420,14 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
             result.trials.append(tr)
             engine.store_trial(tr, known=judged(tr))
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())
             if progress is not None:
                 progress(tr)
         if plan.reruns > 0:
             again = [t for t in result.trials if result.failing(t) and t.rate is None]
             for tr in again[:plan.max_reruns]:
                 engine.rerun_trial(tr)
-                run.save_json(rundir.RESULTS, result.to_dict())
+                run.save_results(result.to_dict())
         return result
     finally:
         if engine is not None:
@@ -437,4 +436,4 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())

@@ -28,7 +28,6 @@ import contextlib
 import csv
 import io
 import itertools
-import json
 import logging
 import os
 import random
@@ -455,13 +454,13 @@ def load_sweep_plan(run_dir: Path) -> SweepPlan:
 
 def earlier_rows(run_dir: Path) -> dict[str, SweepRow]:
     """The points an interrupted sweep saved in its results.json, by key."""
-    path = run_dir / rundir.RESULTS
-    if not path.exists():
+    if not (run_dir / rundir.RESULTS).exists():
         return {}
     try:
-        rows = [SweepRow.from_dict(r) for r in json.loads(path.read_text())["rows"]]
+        rows = [SweepRow.from_dict(r)
+                for r in rundir.read_results(run_dir, "sweep's results")["rows"]]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a sweep's results ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.RESULTS}: not a sweep's results ({exc})") from None
     return {r.point.key: r for r in rows}
 
 
@@ -489,7 +488,7 @@ def run_sweep(plan: SweepPlan, run: Run, factory: MachineFactory, *,
                 row = engine.run_point(point)
                 store_row(run, row)
             result.rows.append(row)
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())
             if progress is not None:
                 progress(row)
         return result
@@ -498,5 +497,5 @@ def run_sweep(plan: SweepPlan, run: Run, factory: MachineFactory, *,
         engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())
             (run.run_dir / rundir.RESULTS_CSV).write_text(rows_csv(result.rows))

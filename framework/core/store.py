@@ -218,6 +218,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+#: What sqlite's PRAGMA quick_check says of a sound database.
+QUICK_CHECK_SOUND = "ok"
 
 
 # ---- rows returned by queries ------------------------------------------------
@@ -417,7 +419,7 @@ class Store:
             # A damaged page is found here, as a one-line error, not halfway through a report
             # (milliseconds for a database of megabytes).
             problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
-            if problem != "ok":
+            if problem != QUICK_CHECK_SOUND:
                 raise sqlite3.DatabaseError(problem)
             self._wal(timeout_s)
             self._db.execute("PRAGMA foreign_keys=ON")

@@ -30,6 +30,7 @@ from pathlib import Path
 from framework.core import clock
 from framework.core.command import run
 from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.files import write_atomic
 from framework.core.machine.initramfs import cache_dir
 from framework.core.machine.kernel import source_tarball
 from framework.zoo.entry import ZooEntry
@@ -145,7 +146,7 @@ class KernelTree:
         if entry is None:
             marker.unlink(missing_ok=True)
         else:
-            marker.write_text(entry.name)
+            write_atomic(marker, entry.name)
 
     def _configure(self) -> None:
         want = self.config_sha256()
@@ -163,7 +164,7 @@ class KernelTree:
         for line in GUEST_CONFIG.read_text().splitlines():
             if line.startswith("CONFIG_") and line.endswith("=y") and line not in config:
                 raise ConfigError(f"{GUEST_CONFIG}: {line} did not take in the kernel's .config")
-        stamp.write_text(want)
+        write_atomic(stamp, want)
 
     @staticmethod
     def config_sha256() -> str:

@@ -99,8 +99,8 @@ def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
     saved: dict[str, dict] = {}
 
     class Run:
-        def save_json(self, name: str, data: dict) -> None:
-            saved[name] = data
+        def save_results(self, data: dict) -> None:
+            saved["results.json"] = data
 
     save_results(result, Run())  # type: ignore[arg-type]
     assert saved["results.json"]["shared"] == 2

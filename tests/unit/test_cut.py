@@ -268,6 +268,11 @@ def test_recovered_fails_a_journalled_target_but_not_ext2() -> None:
     assert summarize(get_target("ext4/ordered"), [_trial("ext4/ordered", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 1
     assert summarize(get_target("ext2"), [_trial("ext2", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 0
     assert summarize(get_target("ext2"), [_trial("ext2", 0, Outcome.DATA_LOSS, 0.1, 1)]).failing == 1
+    # A reader that cannot tell the target (its stored definition unreadable) does not hide a
+    # repair; a harness error fails no target.
+    from crashcases.vocabulary import fails
+    assert fails(Outcome.RECOVERED, None) and fails("data-loss", None)
+    assert not fails(Outcome.OK, None) and not fails(Outcome.ERROR, None)
 
 
 def _render(table: Any) -> str:

@@ -122,8 +122,8 @@ def test_a_planted_flaky_checker_is_reported_as_fails_f_of_t_and_kept_in_the_sto
                 command_line="t", study="t", environment={}, git_revision=None, kind="crash")
             self.saved: dict = {}
 
-        def save_json(self, name: str, data: dict) -> None:
-            self.saved[name] = data
+        def save_results(self, data: dict) -> None:
+            self.saved["results.json"] = data
 
     with Store(tmp_path / "db.sqlite") as store:
         run = Run(store)
