@@ -12,9 +12,10 @@
    goes on with the next state.
 5. A guest that dies (qemu exits: killed from outside, or its kernel
    panicked) is replaced and the states it had in flight are checked again,
-   one at a time, on fresh guests. A state whose check kills the guest
-   kernel twice is a finding (``hang``, with the console lines); one that
-   loses its guest three times for any reason is a harness error.
+   one at a time, on fresh guests. What a state whose check loses its guest
+   comes to is the guest slot's policy (framework.core.machine.slot): a
+   finding (``hang``, with the console lines) once it has brought the guest
+   kernel down twice, a harness error once it has lost its guest three times.
 """
 
 from __future__ import annotations
@@ -81,14 +82,13 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.replay import Replayer, apply_entries
 from framework.core import agent, clock, rundir
 from framework.core.errors import (
-    GuestDied,
     MachineError,
     PowercutError,
     ScratchDeviceError,
 )
 from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import GuestLost, GuestSlot, boot_retrying
+from framework.core.machine.slot import GuestLost, GuestSlot, Verdict, boot_retrying
 from framework.core.rundir import write_json_atomic
 from framework.core.store import Store
 from recovery.disks import throttle
@@ -121,12 +121,13 @@ class CrashEngine:
         self.inject_key: str | None = None
         self.inject_busy_key: str | None = None
         self.inject_panic_key: str | None = None
-        #: Guests that died checking a state alone, per state key (see the module docstring).
-        self.deaths: dict[str, list[GuestDied]] = {}
+        #: The guests each state lost (deaths and harness errors), per state key: what the
+        #: state comes to is the slot's policy.
+        self.losses: dict[str, list[GuestLost]] = {}
         #: States that were in flight when a guest died with several: each is checked alone.
         self.suspects: set[str] = set()
         #: Harness errors met so far (the state and why), in order; a state that meets one
-        #: is checked again on a fresh guest, and recorded as an error only the second time.
+        #: is checked again on a fresh guest, as the slot's policy says.
         self.harness_errors: list[tuple[str, str]] = []
         self.results: dict[str, CheckResult] = {}
         self.replacements = 0
@@ -300,7 +301,7 @@ class CrashEngine:
                 got = parse_results(results_path)[done_before:]
                 finished = set()
                 for r in got:
-                    if r.outcome is Outcome.ERROR and self._first_error(r):
+                    if r.outcome is Outcome.ERROR and self._harness_error(slot, r):
                         continue  # checked again on the fresh guest
                     self._store(r, total)
                     finished.add(r.key)
@@ -313,7 +314,7 @@ class CrashEngine:
                 begun = set(parse_started(results_path)[begun_before:]) - {r.key for r in got}
                 in_flight = [s for s in pending if s.key in begun]
                 if lost is not None and lost.died is not None:
-                    result = self._died(pending, lost.died, in_flight) if pending else None
+                    result = self._died(slot, pending, lost, in_flight) if pending else None
                     if result is not None:
                         self._store(result, total)
                         finished.add(result.key)
@@ -325,6 +326,15 @@ class CrashEngine:
                                         notes=[f"guest stopped answering: {lost}"])
                         self._store(r, total)
                         finished.add(r.key)
+                elif lost is not None and pending:
+                    # The task itself met a harness error (a device that stayed busy before
+                    # any lane began): counted against the state it was to begin with.
+                    error = CheckResult(key=(in_flight or pending)[0].key,
+                                        outcome=Outcome.ERROR, notes=[str(lost)])
+                    error.explanation = str(lost)
+                    if not self._harness_error(slot, error):
+                        self._store(error, total)
+                        finished.add(error.key)
                 elif lost is None and any(r.outcome in (Outcome.HANG, Outcome.ERROR) for r in got):
                     # A step hung (the guest gave up and said so) or a device stayed busy:
                     # nothing more in that guest is trusted.
@@ -368,28 +378,35 @@ class CrashEngine:
     def _recheck(self, slot: GuestSlot, state: CrashState) -> CheckResult:
         """``state`` checked once more in ``slot``'s guest (a hang is the result)."""
         budget = self.plan.check_timeout_s
-        results_path = guest_files(slot.machine(), self.oracle_path)
-        before = len(parse_results(results_path))
-        try:
-            slot.perform(CRASH_CHECK, lambda machine: check_request(
-                machine, self.target, [state], budget_s=budget),
-                timeout_s=budget + 120, watch=progress_watch(results_path, budget))
-        except GuestLost as exc:
-            return CheckResult(key=state.key, outcome=Outcome.HANG if exc.hung else Outcome.ERROR,
-                               notes=[str(exc)])
-        got = parse_results(results_path)[before:]
-        return got[0] if got else CheckResult(key=state.key, outcome=Outcome.ERROR,
-                                              notes=["the guest returned no result"])
+        losses: list[GuestLost] = []
+        while True:
+            results_path = guest_files(slot.machine(), self.oracle_path)
+            before = len(parse_results(results_path))
+            try:
+                slot.perform(CRASH_CHECK, lambda machine: check_request(
+                    machine, self.target, [state], budget_s=budget),
+                    timeout_s=budget + 120, watch=progress_watch(results_path, budget))
+            except GuestLost as exc:
+                verdict = slot.lost(exc, losses)
+                if verdict is Verdict.AGAIN:
+                    continue
+                return CheckResult(key=state.key, outcome=Outcome(verdict.value),
+                                   notes=[str(exc)])
+            got = parse_results(results_path)[before:]
+            return got[0] if got else CheckResult(key=state.key, outcome=Outcome.ERROR,
+                                                  notes=["the guest returned no result"])
 
-    def _died(self, pending: list[CrashState], died: GuestDied,
+    def _died(self, slot: GuestSlot, pending: list[CrashState], lost: GuestLost,
               in_flight: Sequence[CrashState] = ()) -> CheckResult | None:
         """A guest died with ``pending`` (the chunk's states without a result) left, of which
         its lanes had begun ``in_flight`` (empty if it died before any lane began).
 
         With several in flight, each is checked alone next (with none known, the first few
-        pending: as many as the guest checks at once). With one, the death is that state's:
-        a finding once its check has killed the guest kernel twice, a harness error once it
-        has lost its guest three times; None means check it again on a fresh guest."""
+        pending: as many as the guest checks at once). With one, the death is that state's,
+        and the slot's policy says what it comes to: None means check it again on a fresh
+        guest."""
+        died = lost.died
+        assert died is not None
         suspects = list(in_flight) or pending[:2]  # two lanes: its first and LANE_DISKS'
         with self._lock:
             self.harness_errors.append((suspects[0].key, f"guest died: {died}"))
@@ -404,33 +421,39 @@ class CrashEngine:
                             "alone: %s", len(suspects), died)
                 return None
             key = suspects[0].key
-            deaths = self.deaths.setdefault(key, [])
-            deaths.append(died)
-        panics = sum(d.panicked for d in deaths)
-        if panics >= 2:
+            losses = self.losses.setdefault(key, [])
+        verdict = slot.lost(lost, losses)
+        deaths = [x.died for x in losses if x.died is not None]
+        if verdict is Verdict.HANG:
+            panics = sum(d.panicked for d in deaths)
             return CheckResult(key=key, outcome=Outcome.HANG, notes=[
                 f"the guest kernel died checking this state, {panics} times in "
-                f"{len(deaths)} checks; last console lines: {died.console}"])
-        if len(deaths) >= 3:
+                f"{len(losses)} checks; last console lines: {died.console}"])
+        if verdict is Verdict.ERROR:
+            others = len(losses) - len(deaths)
             return CheckResult(key=key, outcome=Outcome.ERROR, notes=[
-                f"harness error: the guest died {len(deaths)} times checking this state: {died}"])
+                f"harness error: the guest died {len(deaths)} times checking this state"
+                + (f" and was given up {others} times for harness errors" if others else "")
+                + f": {died}"])
         log.warning("state %s: its guest died (%s); checking it again on a fresh guest",
                     key, died)
         return None
 
-    def _first_error(self, result: CheckResult) -> bool:
-        """Note a harness error; whether it is the state's first (then it is checked again)."""
+    def _harness_error(self, slot: GuestSlot, result: CheckResult) -> bool:
+        """Note a harness error the guest met checking a state; whether the state is checked
+        again (on a fresh guest) rather than recorded as an error, by the slot's policy."""
         with self._lock:
-            first = all(key != result.key for key, _ in self.harness_errors)
             self.harness_errors.append((result.key, result.explanation))
+            losses = self.losses.setdefault(result.key, [])
             # An injected fault is injected once: the fresh guest checks the state as it is.
             if self.inject_busy_key:
                 self.inject_busy_key = ",".join(
                     item for item in self.inject_busy_key.split(",")
                     if item.partition("@")[0] != result.key) or None
+        again = slot.lost(GuestLost(result.explanation, hung=False), losses) is Verdict.AGAIN
         log.warning("state %s%s: %s", result.key,
-                    ", checking it again on a fresh guest" if first else "", result.explanation)
-        return first
+                    ", checking it again on a fresh guest" if again else "", result.explanation)
+        return again
 
     def _check_chunk(self, slot: GuestSlot, chunk: list[CrashState],
                      results_path: Path) -> GuestLost | None:

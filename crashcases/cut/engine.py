@@ -37,7 +37,7 @@ from framework.core import clock, rundir
 from framework.core.errors import ConfigError, PowercutError
 from framework.core.lifecycle import EngineRun, Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import GuestLost, GuestSlot
+from framework.core.machine.slot import GuestLost, GuestSlot, Verdict
 from framework.core.store import Store
 from recovery.disks import MiB, plan_disks
 from recovery.filesystems import tool_versions
@@ -288,27 +288,24 @@ class CutEngine:
                 timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),
                 journal_dev=self._journal_dev(machine, spec))
 
-        # A harness error (a device that stayed busy, a guest killed from outside) gets one
-        # more try on a fresh guest; a trial whose guest kernel died both times is a finding.
-        panics = 0
-        for attempt in (1, 2):
+        # A guest lost under the trial: a hang (a step stuck in the kernel, or a guest that
+        # stopped answering) is a finding for it, and nothing in that guest is trusted after
+        # it; a guest that died or met a harness error (a device that stayed busy, a guest
+        # killed from outside) is replaced and the trial tried again, as the slot's policy
+        # says (framework.core.machine.slot).
+        losses: list[GuestLost] = []
+        while True:
             try:
                 self._ensure_oracle(spec)
                 seen = self.slot.perform(CUT_TRIAL, request, timeout_s=self.plan.trial_timeout_s)
             except GuestLost as exc:
-                panics += exc.died is not None and exc.died.panicked
-                if exc.hung or panics == 2:
-                    # A step stuck in the kernel (or a guest that stopped answering): a
-                    # finding for this trial; nothing in that guest is trusted after it.
-                    return TrialResult(target, trial, point, Outcome.HANG, None, None,
-                                       notes=[str(exc)])
-                if attempt == 2:
-                    return TrialResult(target, trial, point, Outcome.ERROR, None, None,
-                                       notes=[str(exc)])
-                continue
+                verdict = self.slot.lost(exc, losses)
+                if verdict is Verdict.AGAIN:
+                    continue
+                return TrialResult(target, trial, point, Outcome(verdict.value), None, None,
+                                   notes=[str(exc)])
             return TrialResult(target, trial, point, seen.check.outcome, seen.drive, seen.check,
                                checked_mark=seen.checked_mark)
-        raise AssertionError("unreachable")
 
     def rerun_trial(self, trial: TrialResult) -> Rate:
         """Run failing ``trial`` ``plan.reruns`` more times, cut at the same point of the same

@@ -400,6 +400,47 @@ def test_engine_sends_the_whole_target_and_keeps_the_guests_outcome(tmp_path: Pa
     assert (result.outcome, result.mount_s, result.checked_mark) == (Outcome.OK, 0.2, "pc-2")
 
 
+def test_a_trial_follows_the_one_guest_policy(tmp_path: Path) -> None:
+    """A guest killed under a trial is replaced and the trial run again, up to three guests
+    (as crash and sweep do); one whose kernel panics twice under it is a finding."""
+    from framework.core.errors import GuestDied
+
+    workload = small_workload()
+    deaths: list[bool] = []  # how the next trials' guests die, one entry per death
+
+    def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+        raw = json.loads(text or "{}")
+        if raw.pop("task") == "cut-oracle":
+            return 0, agent.frame({"result": OracleResult(4, len(workload.ops), 0.1).to_dict()}), ""
+        if deaths:
+            panicked = deaths.pop(0)
+            raise GuestDied("qemu exited", console="Kernel panic" if panicked else "",
+                            panicked=panicked)
+        trial = TrialRequest.from_dict(raw)
+        drive = _trial("ext4/ordered", 0, Outcome.OK, 0.2, 0.3).drive
+        assert drive is not None
+        outcome = TrialOutcome(drive, CheckResult(key=trial.key, mount_s=0.2), "pc-2")
+        return 0, agent.frame({"result": outcome.to_dict()}), ""
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        rundir.mkdir(parents=True, exist_ok=True)
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
+
+    plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", cut_after_ops=2)
+    engine = cut.CutEngine(plan, tmp_path, factory,
+                           checked=([get_target("ext4/ordered")], workload))
+    try:
+        deaths[:] = [False, False]  # killed twice, the third guest runs it
+        assert engine.run_trial("ext4/ordered", 0).outcome is Outcome.OK
+        deaths[:] = [False, False, False]
+        assert engine.run_trial("ext4/ordered", 1).outcome is Outcome.ERROR
+        deaths[:] = [True, False, True]
+        assert engine.run_trial("ext4/ordered", 2).outcome is Outcome.HANG
+        assert not deaths and engine.replacements == 8
+    finally:
+        engine.close()
+
+
 def test_trial_requests_and_outcomes_round_trip_through_json() -> None:
     req = TrialRequest(get_target("xfs"), "xfs#3", "/run/w.json", "/run/o.json", "/dev/vda",
                        CutPoint(after_s=1.5), FlakeyMode.ERROR_WRITES, continue_syncs=3,
