@@ -192,7 +192,17 @@ def timeouts_for(budget_s: float) -> Timeouts:
     return Timeouts.within(budget_s, shares=4)
 
 
-def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
+@dataclass(frozen=True, slots=True)
+class ValidatedCutPlan:
+    """A plan whose options were checked (``validate_cut_plan``), with the targets it names
+    and the workload it makes: what a power-cut run carries from start to end."""
+
+    plan: CutPlan
+    targets: tuple[Target, ...]
+    workload: Workload
+
+
+def validate_cut_plan(plan: CutPlan) -> ValidatedCutPlan:
     """Fail on bad options before anything is created or a guest boots."""
     if plan.trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
@@ -205,28 +215,27 @@ def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
         raise ConfigError(f"--order {plan.order}: expected targets or random")
     if FlakeyMode(plan.mode) not in CUT_MODES:
         raise ConfigError(f"--mode {plan.mode}: expected drop_writes or error_writes")
-    targets = [plan.spec(t) for t in plan.targets]
-    return targets, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
+    targets = tuple(plan.spec(t) for t in plan.targets)
+    return ValidatedCutPlan(plan, targets, load_case(plan.case, seed=plan.seed,
+                                                     max_sequences=plan.max_sequences))
 
 
 class CutEngine:
     """Boots a guest, prepares each target's oracle, runs the trials, replaces hung guests."""
 
-    def __init__(self, plan: CutPlan, run_dir: Path, factory: MachineFactory, *,
+    def __init__(self, valid: ValidatedCutPlan, run_dir: Path, factory: MachineFactory, *,
                  store: Store | None = None, run_id: int | None = None,
-                 progress: Callable[[TrialResult], None] | None = None,
-                 checked: tuple[list[Target], Workload] | None = None) -> None:
-        self.plan, self.run_dir, self.factory = plan, run_dir, factory
+                 progress: Callable[[TrialResult], None] | None = None) -> None:
+        self.plan, self.run_dir, self.factory = valid.plan, run_dir, factory
         self.store, self.run_id, self.progress = store, run_id, progress
-        # ``checked``: validate_cut_plan() already ran (run_cut validates first).
-        self.targets, self.workload = checked or validate_cut_plan(plan)
+        self.targets, self.workload = valid.targets, valid.workload
         # Requests carry the whole target: a user-defined one exists only here.
         self.by_name = {t.name: t for t in self.targets}
         self.vm_dir = run_dir / "vm"
         # A target with an external journal gets a journal disk; the trial cuts both.
         # Device profiles that throttle a disk differently give their targets disks of their own.
-        self.disk_plan = plan_disks(self.targets,
-                                    data_bytes=plan.data_mib * MiB if plan.data_mib else None)
+        data_mib = self.plan.data_mib
+        self.disk_plan = plan_disks(self.targets, data_bytes=data_mib * MiB if data_mib else None)
         self.disks = list(self.disk_plan.specs)
         self.journal_evidence: dict[str, str] = {}
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
@@ -379,20 +388,22 @@ def run_spec(plan: CutPlan) -> RunSpec:
                    tool_versions=tool_versions(plan.spec(t).fstype for t in plan.targets))
 
 
-def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
+def run_cut(valid: ValidatedCutPlan, run: Run, factory: MachineFactory, *,
             progress: Callable[[TrialResult], None] | None = None,
-            checked: tuple[list[Target], Workload] | None = None,
             known: KnownList | None = None, resume: bool = False) -> CutRunResult:
-    """All trials of ``plan`` inside ``run``; each is stored and saved as soon as it is known.
+    """All trials of ``valid.plan`` inside ``run``; each is stored and saved as soon as it is
+    known.
 
-    ``known``: the known-behaviour list that trials are judged against. ``resume``:
+    ``valid``: the plan validate_cut_plan() checked before the run was opened, with its
+    targets and workload. ``known``: the known-behaviour list that trials are judged
+    against. ``resume``:
     ``run`` is an interrupted run reopened; the trials its results.json holds are kept
     (each is saved there as it finishes) and the others are run."""
     start = clock.monotonic()
-    checked = checked or validate_cut_plan(plan)
+    plan = valid.plan
     result = CutRunResult(run.run_dir, plan, run_id=run.run_id)
     earlier = earlier_trials(run.run_dir) if resume else {}
-    marks = mark_ops(checked[1]) if known is not None else {}
+    marks = mark_ops(valid.workload) if known is not None else {}
 
     def judged(tr: TrialResult) -> tuple[str, ...] | None:
         if known is None:
@@ -411,8 +422,8 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
 
     engine: CutEngine | None = None
     try:
-        engine = CutEngine(plan, run.run_dir, booted, store=run.store, run_id=run.run_id,
-                           progress=progress, checked=checked)
+        engine = CutEngine(valid, run.run_dir, booted, store=run.store, run_id=run.run_id,
+                           progress=progress)
         for target, trial in plan.trial_order():
             tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
             result.trials.append(tr)

@@ -12,12 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from crashcases.check import fsck_first
-from crashcases.crash.engine import write_image
-from crashcases.crash.plan import (
-    disk_sizes,
-    load_state,
-    timeouts_for,
-)
+from crashcases.crash.plan import disk_sizes, timeouts_for
+from crashcases.crash.rundir import load_state, write_image
 from crashcases.findings.checks import Check, CheckBuilder, check_functions, finding_lines
 from crashcases.findings.export import (
     ROOT_VAR,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crashcases.crash.plan import load_checked
+from crashcases.crash.results import load_checked
 from crashcases.execute import mark_name
 from crashcases.findings.shrink import cheap_cut, load_failure
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
@@ -51,7 +51,7 @@ def cut_workload(run_dir: Path, key: str) -> Workload:
     ops = failure.workload.ops
     kept = cheap_cut(ops, failure.signature)
     if kept is None:
-        kept = mark_cut(ops, load_checked(run_dir, key)[1].get("last_mark"))
+        kept = mark_cut(ops, load_checked(run_dir, key)[1].last_mark)
     chosen = ops if kept is None else tuple(ops[i] for i in kept)
     return Workload(name=f"{failure.workload.name}, cut for state {key}",
                     seed=failure.workload.seed, ops=chosen)

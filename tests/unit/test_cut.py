@@ -391,7 +391,7 @@ def test_engine_sends_the_whole_target_and_keeps_the_guests_outcome(tmp_path: Pa
         return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
 
     plan = cut.CutPlan(targets=("ext4/mine",), case="random:10", cut_after_ops=2)
-    engine = cut.CutEngine(plan, tmp_path, factory, checked=([mine], workload))
+    engine = cut.CutEngine(cut.ValidatedCutPlan(plan, (mine,), workload), tmp_path, factory)
     result = engine.run_trial("ext4/mine", 0)
     engine.close()
     assert [r["task"] for r in sent] == ["cut-oracle", "cut-trial"]
@@ -427,8 +427,8 @@ def test_a_trial_follows_the_one_guest_policy(tmp_path: Path) -> None:
         return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
 
     plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", cut_after_ops=2)
-    engine = cut.CutEngine(plan, tmp_path, factory,
-                           checked=([get_target("ext4/ordered")], workload))
+    engine = cut.CutEngine(cut.ValidatedCutPlan(plan, (get_target("ext4/ordered"),), workload),
+                           tmp_path, factory)
     try:
         deaths[:] = [False, False]  # killed twice, the third guest runs it
         assert engine.run_trial("ext4/ordered", 0).outcome is Outcome.OK
@@ -478,7 +478,7 @@ def test_a_resumed_cut_run_keeps_saved_trials_and_runs_only_the_rest(tmp_path: P
         return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
 
     plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", trials=3, cut_after_ops=2)
-    checked = ([target], workload)
+    valid = cut.ValidatedCutPlan(plan, (target,), workload)
     with Store(tmp_path / "db.sqlite") as store:
         with pytest.raises(KeyboardInterrupt), \
                 run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
@@ -490,7 +490,7 @@ def test_a_resumed_cut_run_keeps_saved_trials_and_runs_only_the_rest(tmp_path: P
         assert cut.load_cut_plan(run.run_dir) == plan
         with resumed_lifecycle(cut.run_spec(plan), run.run_dir, store) as again:
             assert again.run_id == run.run_id
-            result = cut.run_cut(plan, again, factory, checked=checked, resume=True)
+            result = cut.run_cut(valid, again, factory, resume=True)
         assert store.run(run.run_id or 0).status is RunStatus.FINISHED
         rows = store.recoveries(run.run_id or 0)
     assert trials_run == ["ext4/ordered#1", "ext4/ordered#2"]
@@ -528,8 +528,9 @@ def test_a_flaky_failing_trial_is_run_again_and_reported_as_f_of_t(tmp_path: Pat
     try:
         with Store(tmp_path / "db.sqlite") as store:
             with run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
-                result = cut.run_cut(plan, run, lambda *a: FakeMachine(),
-                                     checked=([get_target("ext4/ordered")], small_workload()))
+                result = cut.run_cut(
+                    cut.ValidatedCutPlan(plan, (get_target("ext4/ordered"),), small_workload()),
+                    run, lambda *a: FakeMachine())
             stored = store.reruns(run.run_id or 0)
             report = html.build(load(store, str(run.run_id)))
             page = html.render_html(report)
