@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shlex
 import textwrap
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -41,6 +39,7 @@ from crashcases.workload.ops import (
     Workload,
     needs_data,
 )
+from framework.core.files import write_atomic
 from recovery.filesystems import adapter_for
 
 log = logging.getLogger(__name__)
@@ -380,10 +379,7 @@ def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAUL
     try:
         test_dir.mkdir(parents=True, exist_ok=True)
         for path, body, mode in ((test, text, 0o755), (out, golden, 0o644)):
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:6]}.tmp")
-            tmp.write_text(body)
-            tmp.chmod(mode)
-            os.replace(tmp, path)
+            write_atomic(path, body, mode=mode)
         group_list = test_dir / "group.list"
         if group_list.is_file():
             kept = [ln for ln in group_list.read_text().splitlines()

@@ -180,7 +180,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                earlier=earlier)
         analysis = analyse(done)
         report = report_json(done, analysis)
-        run.save_json(rundir.RESULTS, report)
+        run.save_results(report)
         junit_path = Path(args.junit) if args.junit else run.run_dir / rundir.JUNIT
         cases = junit_cases(analysis, args.max_overhead)
         junit.write(junit_path, f"powercut bench {config.workload}", cases)

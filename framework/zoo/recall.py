@@ -29,10 +29,7 @@ short is interrupted (SIGTERM) and keeps what it checked.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-import shlex
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,11 +39,13 @@ from typing import Any
 
 from framework.core import clock, rundir
 from framework.core.errors import ConfigError
-from framework.core.store import Store
+from framework.zoo import masked
+from framework.zoo import steps as crash_steps
 from framework.zoo.commands import STOP as _STOP
-from framework.zoo.commands import run_command
+from framework.zoo.confirm import add_same_image, confirm, lacks_same_image
 from framework.zoo.entry import ZooEntry
 from framework.zoo.kernels import FIXED, Kernel, installed
+from framework.zoo.steps import Step
 
 #: The workloads of every target, in order: (case, more options). The seed is the run's.
 #: gen:seq1 is a seeded sample of 60 of its several hundred sequences, spread over the whole
@@ -103,111 +102,6 @@ class RecallPlan:
         return min(left, max(left / remaining, MIN_STEP_S))
 
 
-@dataclass(slots=True)
-class Step:
-    """One crash run of the recall: what ran, and what it found."""
-
-    kernel: str
-    target: str
-    case: str
-    argv: list[str]
-    run_dir: str = ""
-    wall_s: float = 0.0
-    states: int = 0
-    failing: int = 0  # failing states no known behaviour explains
-    known: int = 0  # failing states known behaviour explains
-    findings: int = 0  # distinct findings among the unexplained failing states
-    first_failure: str = ""  # timestamp of the first unexplained failing state
-    representative: str = ""  # the first new finding's representative state
-    interrupted: bool = False  # the budget ended it
-    error: str = ""  # the crash command failed (exit 2) twice: why, in its last line
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-
-def _crash_argv(kernel: Kernel, target: str, case: str, options: Sequence[str], seed: int,
-                results: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "framework.cli", "crash", "-q", "--target", target,
-            "--case", case, *options, "--seed", str(seed), "--kernel", os.fspath(kernel.image),
-            "--modules", os.fspath(kernel.modules), "--results", os.fspath(results),
-            "--db", os.fspath(db)]
-
-
-def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None], *,
-              left_s: float | None = None) -> None:
-    """Run one crash command; SIGTERM when its share ends (it keeps what it checked).
-
-    The share ``timeout_s`` counts from the end of the recording (the run directory's
-    record.json), so a workload whose recording is long still gets its share of checking;
-    ``left_s`` (default: the share) bounds the whole step, recording included."""
-    before = set(results.glob("crash-*")) if results.is_dir() else set()
-    say("zoo: + " + shlex.join(["powercut", *step.argv[3:]]))
-    start = clock.monotonic()
-    hard = start + max(left_s if left_s is not None else timeout_s, 1.0)
-    checking_since: float | None = None if left_s is not None else start
-
-    def ends(now: float) -> float:
-        nonlocal checking_since
-        if checking_since is None and any(
-                (d / rundir.RECORD).is_file() for d in set(results.glob("crash-*")) - before):
-            checking_since = now
-        if checking_since is None:
-            return hard
-        return min(hard, checking_since + max(timeout_s, 1.0))
-
-    code, _, err, step.interrupted = run_command(step.argv, ends)
-    if _STOP.event.is_set():
-        step.interrupted = True
-    step.wall_s = clock.monotonic() - start
-    made = sorted(set(results.glob("crash-*")) - before)
-    if code not in (0, 1) and not step.interrupted:
-        # The crash command's own error (a guest that panicked while booting, a harness
-        # error): the step is recorded with it and the recall goes on.
-        last = err.strip().splitlines()[-1:] or [f"exit {code}"]
-        step.error = f"exit {code}: {last[0]}"
-        say(f"zoo: step failed: {shlex.join(step.argv)} -- {step.error}")
-    if made:
-        step.run_dir = os.fspath(made[-1])
-        _read_step(step, made[-1])
-
-
-def _read_step(step: Step, run_dir: Path) -> None:
-    try:
-        data = rundir.read_json_object(run_dir / rundir.RESULTS, "crash results")
-    except ConfigError:
-        return  # killed before its first results: nothing checked
-    states = data.get("states", [])
-    step.states = sum(1 for s in states if s.get("result"))
-    findings = data.get("findings", [])
-    new = [f for f in findings if not f.get("known")]
-    step.findings = len(new)
-    failing = {k for f in new for k in f["states"]}
-    step.failing = len(failing)
-    step.known = sum(len(f["states"]) for f in findings if f.get("known"))
-    if failing:
-        step.first_failure = _first_check(run_dir, failing)
-        step.representative = str(new[0].get("representative") or "")
-
-
-def _first_check(run_dir: Path, keys: set[str]) -> str:
-    """When the first of ``keys`` was checked (the store's timestamp of its check)."""
-    db = run_dir.parent / rundir.ZOO_DB
-    with Store(db) as store:
-        runs = [r for r in store.runs() if r.environment.get("run_dir") == os.fspath(run_dir)]
-        if not runs:
-            return ""
-        checks = store.checks(runs[0].id)
-    points = {key.partition("/")[0] for key in keys}
-    return min((c.created_at for c in checks if str(c.entry_index) in points), default="")
-
-
-def _seconds_between(start: str, end: str) -> float | None:
-    if not start or not end:
-        return None
-    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
-
-
 def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
                stop_at_detection: bool, say: Callable[[str], None]) -> list[Step]:
     """The workloads on ``kernel`` for ``target`` within the budget."""
@@ -220,15 +114,15 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
         if left < 30 or _STOP.event.is_set():
             break
         step = Step(kernel.name, target, case,
-                    _crash_argv(kernel, target, case, options, plan.seed, results, db))
-        _run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say, left_s=left)
+                    crash_steps.crash_argv(kernel, target, case, options, plan.seed, results, db))
+        crash_steps.run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say, left_s=left)
         if step.error and not _STOP.event.is_set():
             # Once more, with what is left: a guest kernel that panicked at boot under TCG
             # booted the next time; a step that fails twice stays an error of this kernel.
             again = Step(kernel.name, target, case, step.argv)
             left = plan.budget_s - (clock.monotonic() - start)
             if left >= 30:
-                _run_step(again, results, plan.step_limit(left, len(WORKLOADS) - n), say,
+                crash_steps.run_step(again, results, plan.step_limit(left, len(WORKLOADS) - n), say,
                           left_s=left)
                 again.wall_s += step.wall_s
                 if again.error:
@@ -261,7 +155,7 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
         **{k: v for k, v in entry.to_dict().items() if k in (
             "name", "filesystem", "targets", "fix", "subject", "fstests", "hand_port")},
         "detected": any(s.failing for s in steps),
-        "time_to_first_failure_s": _seconds_between(kernel_start, first),
+        "time_to_first_failure_s": crash_steps.seconds_between(kernel_start, first),
         "states": sum(s.states for s in steps),
         "failing_states": sum(s.failing for s in steps),
         "findings": sum(s.findings for s in steps),
@@ -280,8 +174,6 @@ def confirm_detection(entry: ZooEntry, step: Step, kernel: Kernel, fixed: Kernel
                       say: Callable[[str], None]) -> dict[str, Any]:
     """The detecting state's sequence alone on both kernels (framework.zoo.confirm); a
     confirmation that cannot run says why instead of ending the recall."""
-    from framework.zoo.confirm import confirm
-
     try:
         return confirm(Path(step.run_dir), step.representative, step.target, kernel, fixed,
                        results / entry.name / "confirm", plan.seed, say)
@@ -413,8 +305,6 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
 
     ``only`` names the entries to complete (default: every one); ``after`` sees the report
     after each entry, so what was done survives a kill."""
-    from framework.zoo.confirm import add_same_image, lacks_same_image
-
     fixed = installed(cache, FIXED)
     if fixed is None:
         raise ConfigError(f"zoo kernel {FIXED!r} is not built in {cache}")
@@ -434,7 +324,7 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
                  for s in row["steps"]]
         for step in steps:
             if step.failing and not step.representative and step.run_dir:
-                _read_step(step, Path(step.run_dir))
+                crash_steps.read_step(step, Path(step.run_dir))
         detecting = next((s for s in steps if s.failing and s.representative), None)
         if detecting is not None and not row.get("confirm", {}).get("fixed"):
             row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan,
@@ -457,8 +347,6 @@ def _look_again(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]
     did not confirm) but has known-explained failing states gets
     ``framework.zoo.masked``'s second look (``row["masked"]``, None when it has no
     candidate); a confirmed one sets the time to the first failure from its state."""
-    from framework.zoo import masked
-
     if (counts_as_detected(row) or not any(s.get("known") for s in row["steps"])
             or kernel is None):
         return
@@ -469,19 +357,12 @@ def _look_again(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]
         before = 0.0
         for s in row["steps"]:
             if s["run_dir"] == hit["run_dir"]:
-                started = _run_started(Path(s["run_dir"]))
-                checked = _first_check(Path(s["run_dir"]), {hit["state"]})
-                seconds = _seconds_between(started, checked)
+                started = crash_steps.run_started(Path(s["run_dir"]))
+                checked = crash_steps.first_check(Path(s["run_dir"]), {hit["state"]})
+                seconds = crash_steps.seconds_between(started, checked)
                 row["time_to_first_failure_s"] = None if seconds is None else before + seconds
                 break
             before += s["wall_s"]
-
-
-def _run_started(run_dir: Path) -> str:
-    """When the crash run of ``run_dir`` started, from its store."""
-    with Store(run_dir.parent / rundir.ZOO_DB) as store:
-        runs = [r for r in store.runs() if r.environment.get("run_dir") == os.fspath(run_dir)]
-    return runs[0].started_at if runs else ""
 
 
 def counts_as_detected(row: dict[str, Any]) -> bool:
@@ -566,8 +447,6 @@ def _detected(row: dict[str, Any]) -> str:
 
 
 def _confirmed(row: dict[str, Any]) -> str:
-    from framework.zoo import masked
-
     c = row.get("confirm")
     second = masked.describe(row.get("masked"))
     if not c:

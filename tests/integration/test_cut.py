@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crashcases.cut.engine import CutEngine, CutPlan
+from crashcases.cut.engine import CutEngine, CutPlan, ValidatedCutPlan
 from crashcases.vocabulary import Outcome
 from crashcases.workload.cases import load_case
 from framework.core.machine.qemu import QemuMachine
@@ -79,7 +79,8 @@ def test_a_target_only_the_host_knows_is_cut_and_checked_in_the_guest(tmp_path: 
     def factory(disks: Any, rundir: Path, fstypes: tuple[str, ...]) -> QemuMachine:
         return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
 
-    engine = CutEngine(plan, tmp_path, factory, checked=([mine], load_case("random:60", seed=5)))
+    engine = CutEngine(ValidatedCutPlan(plan, (mine,), load_case("random:60", seed=5)), tmp_path,
+                       factory)
     try:
         trial = engine.run_trial(mine.name, 0)
     finally:

@@ -12,9 +12,10 @@ import pytest
 from rich.console import Console
 
 from crashcases.check import CheckResult, explain
-from crashcases.crash.engine import CrashEngine, StoreSink, run_crash
-from crashcases.crash.plan import CrashPlan, CrashRunResult
+from crashcases.crash.engine import CrashEngine
+from crashcases.crash.plan import CrashPlan, CrashRunResult, ValidatedPlan
 from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.crash.run import StoreSink, run_crash
 from crashcases.cut import engine as cut
 from crashcases.cut.guest import CutPoint, DriveResult
 from crashcases.cut.summary import TrialResult, summarize
@@ -470,7 +471,7 @@ def test_cmd_crash_exits_0_when_every_failure_is_known(tmp_path: Path, monkeypat
     mine.write_text(known(id="mine-loss", findings='["data-loss", "corrupt"]'))
     seen: list[KnownList | None] = []
 
-    def crash_one(args, store, plan, checked, known_list=None, resume_dir=None):  # type: ignore[no-untyped-def]
+    def crash_one(args, store, valid, known_list=None, resume_dir=None):  # type: ignore[no-untyped-def]
         seen.append(known_list)
         run_dir = tmp_path / f"run-{len(seen)}"
         run_dir.mkdir()
@@ -509,7 +510,7 @@ def test_results_json_and_the_store_keep_the_raw_outcome_and_the_ids(tmp_path: P
     results = crash_result(tmp_path, KnownList()).results
 
     def record(self):  # type: ignore[no-untyped-def]
-        write_oracle(self.oracle_path)  # as the real record() copies the guest's oracle
+        write_oracle(self.files.oracle_file)  # as the real record() copies the guest's oracle
         return FakeMachine(rundir=tmp_path / "vm"), {"entries": 10, "marks": 3}
 
     def check_all(self, todo, machine, total=None):  # type: ignore[no-untyped-def]
@@ -528,8 +529,8 @@ def test_results_json_and_the_store_keep_the_raw_outcome_and_the_ids(tmp_path: P
         with Store(tmp_path / "db.sqlite") as store, \
                 run_lifecycle(RunSpec("crash", "t", plan={}), tmp_path, store) as run:
             run.environment["guest"] = {"kernel": DEBIAN_6_1}
-            result = run_crash(plan, run, lambda *a: FakeMachine(), checked=(plan.spec, WORKLOAD),
-                               known=kl)
+            result = run_crash(ValidatedPlan(plan, plan.spec, WORKLOAD), run,
+                               lambda *a: FakeMachine(), known=kl)
             rows = {row.entry_index: row for row in store.checks(run.run_id or 0)}
     finally:
         mp.undo()
@@ -639,8 +640,8 @@ def test_run_cut_judges_each_trial_and_stores_the_ids(tmp_path: Path) -> None:
         with Store(tmp_path / "db.sqlite") as store, \
                 run_lifecycle(RunSpec("cut", "t", plan={}), tmp_path, store) as run:
             run.environment["guest"] = {"kernel": DEBIAN_6_1}
-            result = cut.run_cut(plan, run, lambda *a: FakeMachine(),
-                                 checked=([get_target("jfs")], WORKLOAD),
+            result = cut.run_cut(cut.ValidatedCutPlan(plan, (get_target("jfs"),), WORKLOAD), run,
+                                 lambda *a: FakeMachine(),
                                  known=klist(known(id="cut-loss", extra='run = "cut"')))
             rows = store.recoveries(run.run_id or 0)
     finally:

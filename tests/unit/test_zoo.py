@@ -9,6 +9,7 @@ import pytest
 
 from framework.core.errors import ConfigError
 from framework.core.machine.build import APPLIED, config_sha256
+from framework.zoo import steps as crash_steps
 from framework.zoo.entry import KEYS, entries_dir, load_entries, parse_entry
 from framework.zoo.kernels import revert, zoo_tree
 from framework.zoo.recall import RecallPlan, table
@@ -169,7 +170,7 @@ def test_a_detection_is_confirmed_by_its_sequence_alone_on_both_kernels(tmp_path
         step.states = 4
         step.failing = 2 if step.kernel == "zoo" else fixed_failing
 
-    monkeypatch.setattr(recall, "_run_step", fake_step)
+    monkeypatch.setattr(crash_steps, "run_step", fake_step)
     kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
     fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
     for fixed_failing, confirmed, alarm in ((0, True, False), (1, False, True)):
@@ -199,7 +200,7 @@ def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
     def fake_step(step, results, timeout_s, say):  # the sequence alone passes on both
         step.states, step.failing = 4, 0
 
-    monkeypatch.setattr(recall, "_run_step", fake_step)
+    monkeypatch.setattr(crash_steps, "run_step", fake_step)
     exits: dict[str, int] = {}
     argvs: list[list[str]] = []
 
@@ -231,7 +232,7 @@ def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
                               tmp_path / "c-last", 0, said.append)
     assert recall.counts_as_detected({"confirm": got, "detected": True})
     # A sequence that fails alone is decided by its runs alone: no recheck.
-    monkeypatch.setattr(recall, "_run_step",
+    monkeypatch.setattr(crash_steps, "run_step",
                         lambda step, *a: setattr(step, "failing", 1) or setattr(step, "states", 4))
     before = len(argvs)
     got = confirm_mod.confirm(run_dir, "110/prefix", "ext4/ordered", kernel, fixed,
@@ -305,7 +306,7 @@ def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypat
 def test_a_workloads_share_counts_from_the_end_of_its_recording(tmp_path) -> None:
     import sys
 
-    from framework.zoo.recall import Step, _run_step
+    from framework.zoo.steps import Step, run_step
 
     # A stand-in for 'powercut crash': its recording takes 1.5 s, then it checks forever.
     script = ("import os, sys, time; d = os.path.join(sys.argv[1], 'crash-1'); os.makedirs(d); "
@@ -316,7 +317,7 @@ def test_a_workloads_share_counts_from_the_end_of_its_recording(tmp_path) -> Non
         results.mkdir()
         step = Step("k", "ext4/ordered", "gen:seq1",
                     [sys.executable, "-c", script, str(results)])
-        _run_step(step, results, 1.0, lambda _: None, left_s=left_s)
+        run_step(step, results, 1.0, lambda _: None, left_s=left_s)
         # A 1 s share after a 1.5 s recording; what is left of the budget bounds it all.
         assert step.interrupted and least <= step.wall_s <= most, (left_s, step.wall_s)
         assert step.run_dir.endswith("crash-1") and step.states == 0
@@ -342,7 +343,7 @@ def test_a_stopped_recall_stops_its_running_steps_and_keeps_no_half_kernel(tmp_p
     def entry_row(entry, *args):  # type: ignore[no-untyped-def]
         step = recall.Step(entry.name, "btrfs", "gen:seq1",
                            [sys.executable, "-c", "import time; time.sleep(120)"])
-        recall._run_step(step, tmp_path, 600.0, lambda _: None)
+        crash_steps.run_step(step, tmp_path, 600.0, lambda _: None)
         return {"name": entry.name, "detected": False, "steps": [step.to_dict()]}
 
     monkeypatch.setattr(recall, "run_kernel", fixed_kernel)
@@ -429,7 +430,7 @@ def test_a_crash_command_that_fails_is_tried_again_then_recorded_and_the_recall_
                 "print('powercut: qemu exited during boot; Kernel panic', file=sys.stderr); "
                 "sys.exit(2)"]
 
-    monkeypatch.setattr(recall, "_crash_argv", argv)
+    monkeypatch.setattr(crash_steps, "crash_argv", argv)
     steps = recall.run_kernel(kernel, "xfs", tmp_path / "r", RecallPlan(budget_s=120.0),
                               stop_at_detection=True, say=lambda _: None)
     assert len(ran.read_text().splitlines()) == 2 and len(steps) == 1
@@ -530,7 +531,7 @@ def test_known_behaviour_does_not_hide_a_zoo_kernels_failure(tmp_path, monkeypat
         step.states = 3
         step.failing = 1 if step.kernel == "zoo" else fixed_failing.pop(0)
 
-    monkeypatch.setattr(recall, "_run_step", fake_step)
+    monkeypatch.setattr(crash_steps, "run_step", fake_step)
     kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
     fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
     row = {"name": "f2fs-x", "fix": "0123456789abcdef", "filesystem": "f2fs", "detected": False,
@@ -596,3 +597,18 @@ def test_the_second_look_tries_first_the_workload_that_fails_more_than_on_the_fi
     fixed_steps["f2fs"][1]["known"] = 3
     assert [c["case"] for c in masked.candidates(steps, fixed_steps)] == ["gen:seq1",
                                                                           "gen:chain"]
+
+
+def test_the_confirmation_and_the_second_look_need_no_recall_to_run_their_steps() -> None:
+    """A step (its command, running it, reading its run) is framework.zoo.steps: the recall,
+    its confirmations and its second look all import it, and neither confirm nor masked
+    imports the recall back (no import circle, not even inside a function)."""
+    import grimp
+
+    graph = grimp.build_graph("framework", cache_dir=None)
+    for module in ("framework.zoo.confirm", "framework.zoo.masked", "framework.zoo.steps"):
+        assert graph.find_shortest_chain(importer=module,
+                                         imported="framework.zoo.recall") is None, module
+    for module in ("framework.zoo.recall", "framework.zoo.confirm", "framework.zoo.masked"):
+        assert graph.find_shortest_chain(importer=module,
+                                         imported="framework.zoo.steps") is not None, module

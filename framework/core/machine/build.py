@@ -31,6 +31,7 @@ from pathlib import Path
 from framework.core import clock
 from framework.core.command import CommandResult, run
 from framework.core.errors import CommandError, ConfigError, MissingPrerequisite
+from framework.core.files import write_atomic
 from framework.core.machine.kernel import KernelSpec, source_tarball
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class SourceTree:
         if patch is None:
             marker.unlink(missing_ok=True)
         else:
-            marker.write_text(patch.name)
+            write_atomic(marker, patch.name)
 
     def _configure(self) -> None:
         want = config_sha256()
@@ -203,7 +204,7 @@ class SourceTree:
         for line in GUEST_CONFIG.read_text().splitlines():
             if line.startswith("CONFIG_") and line.endswith("=y") and line not in config:
                 raise ConfigError(f"{GUEST_CONFIG}: {line} did not take in the kernel's .config")
-        stamp.write_text(want)
+        write_atomic(stamp, want)
 
     def _make(self, *targets: str, timeout_s: float = 600.0) -> None:
         try:

@@ -21,6 +21,9 @@ from framework.core.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
+#: What sqlite's PRAGMA quick_check says of a sound database.
+QUICK_CHECK_SOUND = "ok"
+
 
 class StoreError(PowercutError):
     """The results database cannot be used (names the file)."""
@@ -103,7 +106,7 @@ class Database(Handle):
             # A damaged page is found here, as a one-line error, not halfway through a report
             # (milliseconds for a database of megabytes).
             problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
-            if problem != "ok":
+            if problem != QUICK_CHECK_SOUND:
                 raise sqlite3.DatabaseError(problem)
             self._wal(timeout_s)
             self._db.execute("PRAGMA foreign_keys=ON")
