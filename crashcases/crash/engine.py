@@ -71,10 +71,10 @@ from crashcases.crash.rundir import CrashRunDir
 from crashcases.vocabulary import Outcome, Rate, fails
 from devicemapper.logformat import LogEntry, LogReader
 from framework.core import agent, clock, rundir
-from framework.core.errors import ScratchDeviceError
+from framework.core.errors import CommandTimeout, DeviceBusy, MachineError, ScratchDeviceError
 from framework.core.lifecycle import Run
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import GuestLost, GuestSlot, Verdict, boot_retrying
+from framework.core.machine.slot import DEFAULT_POLICY, GuestLost, GuestSlot, Verdict, boot_retrying
 from recovery.disks import throttle
 from recovery.filesystems import adapter_for
 from recovery.targets import Target
@@ -119,6 +119,20 @@ class CrashEngine:
     # -- recording ----------------------------------------------------------
 
     def record(self) -> tuple[Machine, dict[str, Any]]:
+        """Record the workload (``_record_once``); a guest the harness lost meanwhile (a
+        deadline passed under a loaded host, a busy device, a dead guest) is replaced and
+        the recording made again, up to the guest policy's limit of lost guests."""
+        for attempt in range(1, DEFAULT_POLICY.deaths_before_error + 1):
+            try:
+                return self._record_once()
+            except (CommandTimeout, MachineError, DeviceBusy) as exc:
+                if attempt == DEFAULT_POLICY.deaths_before_error:
+                    raise
+                log.warning("recording guest lost (%s); recording again on a fresh guest", exc)
+                self.replacements += 1
+        raise AssertionError("the loop returns or raises")
+
+    def _record_once(self) -> tuple[Machine, dict[str, Any]]:
         workload = self.workload
         names = [*RECORD_DISKS, *CHECK_DISKS]
         if self.two_disks:

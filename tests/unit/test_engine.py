@@ -659,3 +659,53 @@ def test_the_oracle_is_read_once_per_run(tmp_path, monkeypatch):
     result = planned_and_checked(tmp_path, ["--variants", "prefix,subset", "--reruns", "1"])
     assert result.findings and result.known is not None
     assert loads == [result.run_dir / rundir.ORACLE]
+
+
+@pytest.mark.parametrize("lost, recorded", [(1, True), (2, True), (3, False)])
+def test_a_recording_guest_the_harness_loses_is_replaced_and_the_recording_made_again(
+        tmp_path, lost, recorded):
+    """Under a loaded host a guest command can pass its deadline while recording (the log
+    disk's first block zeroed in 60 s): the recording is made again on a fresh guest, up to
+    the guest policy's three lost guests, and then the error is the run's."""
+    from framework.core.errors import CommandTimeout
+
+    booted: list[FakeMachine] = []
+    closed: list[int] = []
+
+    def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        rundir.mkdir(parents=True, exist_ok=True)
+        machine = FakeMachine(rundir=rundir)
+        booted.append(machine)
+        number = len(booted)
+        machine.close = lambda: closed.append(number)  # type: ignore[method-assign]
+        for spec in disks:
+            machine.disks[spec.name] = f"/dev/fake-{spec.name}"
+
+        def guest(argv, text):  # type: ignore[no-untyped-def]
+            if number <= lost:
+                raise CommandTimeout("command timed out after 60 s: dd if=/dev/zero "
+                                     "of=/dev/vdb bs=4096 count=1 conv=fsync status=none")
+            req = RecordRequest.from_dict({k: v for k, v in json.loads(text).items()
+                                           if k != "task"})
+            Path(req.oracle_path).write_text("{}")
+            (rundir / "disks").mkdir(exist_ok=True)
+            (rundir / "disks" / "log.img").write_bytes(b"the log")
+            done = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.5)
+            return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
+
+        machine.on("* -m framework.cli.guest", respond=guest)
+        return machine
+
+    eng = CrashEngine(validate_plan(CrashPlan(target="ext4/ordered",
+                                              case="hand:write-fsync-rename")), tmp_path, factory)
+    if recorded:
+        machine, info = eng.record()
+        machine.close()
+        assert info["entries"] == 40 and eng.replacements == lost
+        assert len(booted) == lost + 1
+    else:
+        with pytest.raises(CommandTimeout, match="dd if=/dev/zero"):
+            eng.record()
+        assert len(booted) == 3
+    # Each lost guest was shut down (the last one by the test or by the error).
+    assert closed[:lost] == list(range(1, lost + 1))
