@@ -37,10 +37,11 @@ from crashcases.oracle.log import OracleError, OracleLog
 from crashcases.vocabulary import Outcome, fails
 from crashcases.workload.ops import Workload
 from devicemapper.logformat import LogEntry
-from framework.core import agent, clock, rundir
-from framework.core.errors import MachineError, PowercutError
+from framework.core import clock, rundir
+from framework.core.errors import BootError, PowercutError
 from framework.core.lifecycle import Run, RunSpec
 from framework.core.machine.base import DiskSpec, Machine
+from framework.core.machine.slot import GuestLost, GuestSlot, Verdict
 from framework.core.store import Store
 from recovery.filesystems import tool_versions
 from recovery.targets import Target
@@ -197,23 +198,36 @@ def group_findings(result: CrashRunResult, workload: Workload,
 
 
 def recheck(run_dir: Path, key: str, factory: MachineFactory) -> tuple[Target, CheckResult]:
-    """Rebuild and check one state of a finished run; returns its target and the result."""
+    """Rebuild and check one state of a finished run; returns its target and the result.
+
+    The guest is lost and replaced as in a run (the guest policy, framework.core.machine.slot):
+    a hang is the state's finding, a guest that died is tried again, and one lost too often,
+    or one that would not boot, is a harness error (``error``): neither a pass nor a failure."""
     plan, state = load_state(run_dir, key)
     target = plan.spec
     files = CrashRunDir(run_dir, two_disks=target.needs_journal_disk)
     scratch = files.scratch("recheck")
-    machine = factory(checker_disks(disk_sizes(target, plan.data_mib), files.verified_logs()),
-                      scratch, (target.fstype,))
+    disks = checker_disks(disk_sizes(target, plan.data_mib), files.verified_logs())
+    slot = GuestSlot(lambda: factory(disks, scratch, (target.fstype,)), name="rechecking guest")
+    losses: list[GuestLost] = []
     try:
-        results_path = guest_files(machine, files.oracle_file)
-        agent.perform(machine, CRASH_CHECK,
-                      check_request(machine, target, [state], budget_s=plan.check_timeout_s),
-                      timeout_s=plan.check_timeout_s + 120)
-        results = parse_results(results_path)
-    except MachineError as exc:
-        results = [CheckResult(key=key, outcome=Outcome.HANG, notes=[str(exc)])]
+        while True:
+            try:
+                results_path = guest_files(slot.machine(), files.oracle_file)
+                slot.perform(CRASH_CHECK, lambda machine: check_request(
+                    machine, target, [state], budget_s=plan.check_timeout_s),
+                    timeout_s=plan.check_timeout_s + 120)
+                results = parse_results(results_path)
+            except GuestLost as exc:
+                verdict = slot.lost(exc, losses)
+                if verdict is Verdict.AGAIN:
+                    continue
+                results = [CheckResult(key=key, outcome=Outcome(verdict.value), notes=[str(exc)])]
+            except BootError as exc:
+                results = [CheckResult(key=key, outcome=Outcome.ERROR, notes=[str(exc)])]
+            break
     finally:
-        machine.close()
+        slot.close()
         shutil.rmtree(scratch, ignore_errors=True)
     if not results:
         raise PowercutError(f"recheck of {key}: the guest returned no result")

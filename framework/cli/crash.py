@@ -330,6 +330,12 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         return machine
 
     target, result = recheck(Path(args.run_dir), args.state, factory)
+    if result.outcome is Outcome.ERROR:
+        # The harness could not check the state (its guest was lost too often, or would
+        # not boot): no verdict, and no rerun kept to count as a pass or a failure.
+        print(f"{args.state}: error: the state could not be checked: "
+              f"{'; '.join(result.notes) or 'no reason given'}", file=sys.stderr)
+        return 2
     plan = load_plan(Path(args.run_dir))
     oracle = OracleLog.load(Path(args.run_dir) / rundir.ORACLE)
     matcher = known.matcher(run="crash", target=target, case=plan.case,

@@ -709,3 +709,30 @@ def test_a_recording_guest_the_harness_loses_is_replaced_and_the_recording_made_
         assert len(booted) == 3
     # Each lost guest was shut down (the last one by the test or by the error).
     assert closed[:lost] == list(range(1, lost + 1))
+
+
+@pytest.mark.parametrize("deaths, outcome, boots", [
+    (1, Outcome.OK, 2),      # a guest killed once: checked again on a fresh one
+    (3, Outcome.ERROR, 3),   # lost three times: a harness error, neither pass nor failure
+])
+def test_recheck_loses_and_replaces_guests_as_a_run_does(tmp_path, monkeypatch, deaths,
+                                                         outcome, boots):
+    plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
+    state = states(5)[4]
+    monkeypatch.setattr("crashcases.crash.run.load_state", lambda run_dir, key: (plan, state))
+    (tmp_path / "log.img").write_bytes(b"\0" * 4096)
+    (tmp_path / "oracle.json").write_text("{}")
+    guests = Guests(tmp_path, die_at={state.key: [False] * deaths})  # killed from outside
+    _, result = recheck(tmp_path, state.key, guests)
+    assert result.outcome is outcome and guests.booted == boots
+
+
+def test_a_recheck_whose_kernel_panics_twice_is_a_hang(tmp_path, monkeypatch):
+    plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
+    state = states(5)[4]
+    monkeypatch.setattr("crashcases.crash.run.load_state", lambda run_dir, key: (plan, state))
+    (tmp_path / "log.img").write_bytes(b"\0" * 4096)
+    (tmp_path / "oracle.json").write_text("{}")
+    guests = Guests(tmp_path, die_at={state.key: [True, True]})
+    _, result = recheck(tmp_path, state.key, guests)
+    assert result.outcome is Outcome.HANG and "Kernel panic" in result.notes[0]

@@ -713,6 +713,21 @@ def test_recheck_reports_a_known_state_and_exits_0(tmp_path: Path, monkeypatch: 
     assert "known" not in capsys.readouterr().out
 
 
+def test_a_recheck_the_harness_could_not_finish_exits_2_neither_pass_nor_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def recheck(run_dir, key, factory):  # type: ignore[no-untyped-def]
+        return get_target("ext4/ordered"), check(key, Outcome.ERROR, notes=[
+            "crash-check: the guest went away (qemu exited)"])
+
+    write_oracle(tmp_path / "oracle.json")
+    monkeypatch.setattr(crash_cli, "recheck", recheck)
+    monkeypatch.setattr(crash_cli, "machine_factory", lambda args: None)
+    assert main(["recheck", str(tmp_path), "1/prefix"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "1/prefix: error: the state could not be checked: crash-check: the guest went away "
+        "(qemu exited)")
+
+
 def test_an_entry_about_an_op_the_workload_never_made_does_not_apply() -> None:
     from crashcases.known import KnownList, KnownMatcher, Scope, parse_known
     from recovery.targets import get_target
