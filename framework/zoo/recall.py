@@ -45,36 +45,8 @@ from framework.zoo.commands import STOP as _STOP
 from framework.zoo.confirm import add_same_image, confirm, lacks_same_image
 from framework.zoo.entry import ZooEntry
 from framework.zoo.kernels import FIXED, Kernel, installed
+from framework.zoo.plans import W8, WorkloadPlan, plan_named
 from framework.zoo.steps import Step
-
-#: The workloads of every target, in order: (case, more options). The seed is the run's.
-#: gen:seq1 is a seeded sample of 60 of its several hundred sequences, spread over the whole
-#: list: it enumerates one operation kind after another (creat and write first, rename at
-#: about 60%, link and symlink after it), and a budget of 8 minutes checked its first 12%
-#: (99 of 804 states on btrfs), so no rename, link, truncate or fallocate variant of it.
-#: The generated workloads check ``--points distinct``: the setup every packed sequence starts
-#: with ends in a sync whose state is the same each time, and it was a third (gen:seq2) to
-#: a half (gen:seq1) of the states checked. gen:chain took gen:seq3's place: a triple with a
-#: durability op drawn at random after each operation seldom has the shape fsync-log bugs need
-#: (an fsync of a file, then a change to it or its names, then an fsync of the file or of a
-#: directory holding it), which is every chain; in three recalls gen:seq3 found nothing.
-#: stress:400 took random:400's place, before gen:seq2: the same random stream with 64 KiB
-#: sizes, the list's only workload whose files span many blocks and are removed and rewritten,
-#: which stale-data bugs need (freed extents handed to a new file). random:400 came last and
-#: checked no state in the last recall (one step of 35 s, on one kernel).
-#: ranges:600 took gen:seq2's place at the end: gen:seq2 found nothing in five recalls (a
-#: durability op after every operation, and one minute checks 30 of its states), and no
-#: workload placed data operations relative to a file's end (every offset was fixed), so
-#: none made a size not yet durable meet a range op over the block holding it. A stream
-#: checks at every mark and its states are cheap (two files): 156 states in 31 s.
-WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gen:seq1", ("--max-sequences", "60", "--points", "distinct")),
-    ("gen:burst", ("--points", "distinct")),
-    ("gen:chain", ("--points", "distinct")),
-    ("stress:400", ()),
-    ("ranges:600", ()),
-)
-
 
 #: No step is given less than this while the budget lasts (a guest start and a recording).
 MIN_STEP_S = 60.0
@@ -83,8 +55,8 @@ MIN_STEP_S = 60.0
 @dataclass(frozen=True, slots=True)
 class RecallPlan:
     #: Checking time per kernel (an entry's targets share it; the fixed kernel has it for
-    #: each target it is run on).
-    budget_s: float = 900.0
+    #: each target it is run on): the workload plan's unless a run says otherwise.
+    budget_s: float = W8.budget_s
     seed: int = 0
     fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
     #: Each workload may check for at most an equal share of what is left of the budget
@@ -94,6 +66,8 @@ class RecallPlan:
     shares: bool = True
     jobs: int = 1  # kernels checked at once, each in a guest of its own
     confirm: bool = True  # run each detection's sequence alone on both kernels (zoo.confirm)
+    #: The frozen, versioned workloads (framework.zoo.plans).
+    workloads: WorkloadPlan = W8
 
     def step_limit(self, left: float, remaining: int) -> float:
         """Seconds the next of ``remaining`` workloads may use, ``left`` seconds being left."""
@@ -109,20 +83,21 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
     db = results / rundir.ZOO_DB
     steps: list[Step] = []
     start = clock.monotonic()
-    for n, (case, options) in enumerate(WORKLOADS):
+    workloads = plan.workloads.workloads
+    for n, (case, options) in enumerate(workloads):
         left = plan.budget_s - (clock.monotonic() - start)
         if left < 30 or _STOP.event.is_set():
             break
         step = Step(kernel.name, target, case,
                     crash_steps.crash_argv(kernel, target, case, options, plan.seed, results, db))
-        crash_steps.run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say, left_s=left)
+        crash_steps.run_step(step, results, plan.step_limit(left, len(workloads) - n), say, left_s=left)
         if step.error and not _STOP.event.is_set():
             # Once more, with what is left: a guest kernel that panicked at boot under TCG
             # booted the next time; a step that fails twice stays an error of this kernel.
             again = Step(kernel.name, target, case, step.argv)
             left = plan.budget_s - (clock.monotonic() - start)
             if left >= 30:
-                crash_steps.run_step(again, results, plan.step_limit(left, len(WORKLOADS) - n), say,
+                crash_steps.run_step(again, results, plan.step_limit(left, len(workloads) - n), say,
                           left_s=left)
                 again.wall_s += step.wall_s
                 if again.error:
@@ -144,8 +119,9 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
     steps: list[Step] = []
     kernel_start = clock.timestamp()
     # The budget is the kernel's: an entry on several targets shares it among them.
-    share = replace(plan, budget_s=plan.budget_s / len(entry.targets))
-    for t in entry.targets:
+    targets = entry_targets(entry, plan.workloads)
+    share = replace(plan, budget_s=plan.budget_s / len(targets))
+    for t in targets:
         steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), share,
                             stop_at_detection=True, say=say)
         if any(s.failing for s in steps):
@@ -169,6 +145,14 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
     return row
 
 
+def entry_targets(entry: ZooEntry, workloads: WorkloadPlan) -> tuple[str, ...]:
+    """The targets an entry's kernel is checked on, by the plan's rule."""
+    if workloads.targets == "entry":
+        return entry.targets
+    raise ConfigError(f"workload plan {workloads.version}: unknown targets rule "
+                      f"{workloads.targets!r}")
+
+
 def confirm_detection(entry: ZooEntry, step: Step, kernel: Kernel, fixed: Kernel,
                       results: Path, plan: RecallPlan,
                       say: Callable[[str], None]) -> dict[str, Any]:
@@ -184,19 +168,21 @@ def confirm_detection(entry: ZooEntry, step: Step, kernel: Kernel, fixed: Kernel
 
 
 def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: RecallPlan, *,
-               say: Callable[[str], None] = print, out: Path | None = None) -> dict[str, Any]:
+               say: Callable[[str], None] = print, out: Path | None = None,
+               entry_set: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole recall: the fixed kernel on every target any entry names, then each entry's
     kernel on its targets, ``plan.jobs`` kernels at a time. A kernel that is not built is a
     one-line error before anything runs."""
     fixed = installed(cache, FIXED)
     kernels = {e.name: installed(cache, e.name) for e in entries}
-    missing = [n for n, k in kernels.items() if k is None] + ([FIXED] if fixed is None else [])
+    missing = ([FIXED] if fixed is None else []) + [n for n, k in kernels.items() if k is None]
     if missing:
+        where = f" --entries {entry_set['directory']}" if entry_set else ""
         raise ConfigError(f"zoo kernel {missing[0]!r} is not built in {cache}: "
-                          "run 'powercut zoo build' first")
+                          f"run 'powercut zoo build{where}' first")
     assert fixed is not None
     started = clock.wall()
-    targets = list(dict.fromkeys(t for e in entries for t in e.targets))
+    targets = list(dict.fromkeys(t for e in entries for t in entry_targets(e, plan.workloads)))
     baseline: dict[str, list[Step]] = {}
     rows: list[dict[str, Any] | None] = [None] * len(entries)
     lock = threading.Lock()
@@ -206,7 +192,8 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         return totals({
             "budget_s": plan.budget_s, "seed": plan.seed, "shares": plan.shares,
             "jobs": plan.jobs, "complete": final,
-            "workloads": [{"case": c, "options": list(o)} for c, o in WORKLOADS],
+            "plan": plan.workloads.to_dict(), "entry_set": entry_set,
+            "workloads": [{"case": c, "options": list(o)} for c, o in plan.workloads.workloads],
             "kernels": {FIXED: fixed.to_dict(),
                         **{n: k.to_dict() for n, k in kernels.items() if k}},
             "entries": done,
@@ -313,7 +300,8 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
     unknown = sorted(set(only) - rows)
     if unknown:
         raise ConfigError(f"zoo complete: {', '.join(unknown)} not in this report's entries")
-    plan = RecallPlan(report["budget_s"], report["seed"])
+    plan = RecallPlan(report["budget_s"], report["seed"],
+                      workloads=plan_named((report.get("plan") or {}).get("version")))
     for row in report["entries"]:
         if only and row["name"] not in only:
             continue
@@ -366,15 +354,33 @@ def _look_again(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]
 
 
 def counts_as_detected(row: dict[str, Any]) -> bool:
-    """Whether an entry's row is a detection of its bug: a failing state, and, where its
-    sequence ran alone on both kernels, one that fails on the entry's kernel and passes on
-    the fixed one (a sequence that fails on both found a bug both kernels have)."""
-    c = row.get("confirm") or {}
+    """Whether an entry's row is a detection of its bug: a failing state whose sequence,
+    run alone on both kernels, fails on the entry's kernel and passes on the fixed one (or
+    whose own image does: framework.zoo.confirm). A detection that was not confirmed (its
+    confirmation could not run, or was not asked for) is shown as unconfirmed and not
+    counted: a sequence that fails on both found a bug both kernels have."""
     if (row.get("masked") or {}).get("confirmed"):
         return True  # framework.zoo.masked: a failure known behaviour explained, confirmed
-    if c.get("fixed"):
-        return bool(c.get("confirmed"))
-    return bool(row["detected"])
+    c = row.get("confirm") or {}
+    return bool(row["detected"] and c.get("fixed") and c.get("confirmed"))
+
+
+def unmeasured(report: dict[str, Any]) -> list[str]:
+    """The fixed kernel's steps that measured no false alarm: a workload that errored,
+    checked no state, or was never run on a target (its budget ended first)."""
+    wanted = [w["case"] for w in report.get("workloads", [])]
+    out = []
+    for target, steps in report["fixed"].items():
+        seen = {s["case"] if isinstance(s, dict) else s.case for s in steps}
+        for s in steps:
+            raw = s if isinstance(s, dict) else s.to_dict()
+            if raw["error"]:
+                out.append(f"{target} {raw['case']}: error ({raw['error'][:120]})")
+            elif not raw["states"]:
+                out.append(f"{target} {raw['case']}: checked no state")
+        out += [f"{target} {case}: not run (the budget ended first)"
+                for case in wanted if case not in seen]
+    return out
 
 
 def totals(report: dict[str, Any]) -> dict[str, Any]:
@@ -387,9 +393,15 @@ def totals(report: dict[str, Any]) -> dict[str, Any]:
     done = report["entries"]
     detected = sum(1 for r in done if counts_as_detected(r))
     report["recall"] = {"detected": detected, "entries": len(done),
-                        "share": detected / len(done) if done else 0.0}
-    report["false_alarms"] = sum(s["failing"] if isinstance(s, dict) else s.failing
-                                 for steps in report["fixed"].values() for s in steps)
+                        "share": detected / len(done) if done else 0.0,
+                        "unconfirmed": sum(1 for r in done if r["detected"]
+                                           and not counts_as_detected(r)
+                                           and not (r.get("confirm") or {}).get("fixed"))}
+    steps = [s if isinstance(s, dict) else s.to_dict()
+             for target_steps in report["fixed"].values() for s in target_steps]
+    report["false_alarms"] = sum(s["failing"] for s in steps)
+    report["false_alarm_states"] = sum(s["states"] for s in steps)
+    report["false_alarms_not_measured"] = unmeasured(report)
     report["fixed_failing_in_confirmations"] = sum(
         r["confirm"]["fixed"]["failing"] for r in done if (r.get("confirm") or {}).get("fixed"))
     return report
@@ -418,14 +430,24 @@ def table(report: dict[str, Any]) -> str:
             f"{_fstests_cell(r)} |")
     rec = report["recall"]
     rule = "" if not report.get("shares") else ", an equal share of what is left per workload"
+    plan = report.get("plan") or {}
     lines.append("")
-    lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%); "
+    unconfirmed = rec.get("unconfirmed", 0)
+    lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%)"
+                 + (f" (and {unconfirmed} detected but unconfirmed, not counted)"
+                    if unconfirmed else "") + "; "
                  f"false alarms on the fixed kernel: {report['false_alarms']}"
+                 + (f" in {report['false_alarm_states']} states"
+                    if "false_alarm_states" in report else "")
                  + (f" (and {report['fixed_failing_in_confirmations']} failing states of "
                     "detections' sequences alone on it)"
                     if report.get("fixed_failing_in_confirmations") else "") + "; "
                  f"budget {report['budget_s'] / 60:.0f} min per kernel and target{rule}; "
                  f"{report.get('jobs', 1)} at a time; wall {report['wall_s'] / 60:.0f} min")
+    lines.append(f"workload plan: {plan.get('version', 'not versioned (before plans were)')}"
+                 + (f", tuned on {', '.join(plan['tuned_on'])}" if plan.get("tuned_on") else ""))
+    for gap in report.get("false_alarms_not_measured") or ():
+        lines.append(f"false alarms not measured: {gap}")
     if report.get("complete") is False:
         lines.append(f"unfinished: the run stopped with {len(report['entries'])} entries and "
                      f"{len(report['fixed'])} fixed-kernel targets done; the totals count "
@@ -439,6 +461,10 @@ def _detected(row: dict[str, Any]) -> str:
     if (row.get("masked") or {}).get("confirmed"):
         return "yes, under a known behaviour"
     if row["detected"] and not counts_as_detected(row):
+        if not c.get("fixed"):
+            return ("unconfirmed, not counted: "
+                    + (f"its confirmation could not run ({c['error']})" if c.get("error")
+                       else "its sequence was not run alone on both kernels"))
         return ("no: its failing sequence fails on the fixed kernel too, a bug both have"
                 if c["fixed"]["failing"] else "no: its failing sequence passed alone")
     return ("yes" if row["detected"] else "no") + (
