@@ -117,3 +117,15 @@ def test_a_bad_set_file_is_one_line_naming_it(tmp_path, text, message) -> None:
 def test_the_built_in_set_reverts_on_6_12() -> None:
     eset = load_set()
     assert (eset.name, eset.base, len(eset.entries)) == ("zoo-6.12", "6.12", 14)
+
+
+def test_the_second_set_reverts_on_7_3_and_shares_no_fix_with_the_first() -> None:
+    from framework.zoo.entry import entries_dir as first_dir
+
+    second = load_set(first_dir().with_name("entries-7.3"))
+    assert (second.name, second.base) == ("zoo-7.3", "7.3") and len(second.entries) >= 12
+    assert len({e.filesystem for e in second.entries}) >= 4
+    first = {e.fix[:12] for e in load_set().entries}
+    assert not first & {e.fix[:12] for e in second.entries}
+    # Fixes merged from v6.13 on: Debian's 7.3.4 has each of them, so each can be reverted.
+    assert all(e.fixed_in >= "v6.13" or e.fixed_in.startswith("v7.") for e in second.entries)
