@@ -37,6 +37,8 @@ class StateRow:
     result: CheckResult | None  # None: never checked (the run stopped before it)
     #: A failing state whose every finding known behaviour explains.
     known: bool = False
+    #: The known-behaviour entries that explain (part of) it.
+    known_ids: tuple[str, ...] = ()
 
     @property
     def outcome(self) -> Outcome | None:
@@ -50,7 +52,8 @@ class StateRow:
         return cls(key, int(raw.get("point", point)), str(raw.get("point_kind", "")),
                    raw.get("last_mark"), str(raw.get("variant", variant)),
                    CheckResult.from_dict({"key": key, **result}) if result else None,
-                   bool((raw.get("known") or {}).get("known")))
+                   bool((raw.get("known") or {}).get("known")),
+                   tuple(str(i) for i in (raw.get("known") or {}).get("ids") or ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,10 @@ class CrashResults:
     target: Target | None
     states: tuple[StateRow, ...]
     findings: tuple[FindingRow, ...]
+    #: The guest kernel's release, as the guest reported it (None: not recorded).
+    kernel: str | None = None
+    #: The run's case (the workload's spec), from its plan.
+    case: str = ""
 
     @classmethod
     def read(cls, run_dir: Path) -> CrashResults:
@@ -90,7 +97,9 @@ class CrashResults:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"{run_dir / rundir.RESULTS}: not a crash run's results "
                               f"({exc!r})") from None
-        return cls(run_dir / rundir.RESULTS, _target(plan), states, findings)
+        kernel = (data.get("known") or {}).get("kernel")
+        return cls(run_dir / rundir.RESULTS, _target(plan), states, findings,
+                   str(kernel) if kernel else None, str(plan.get("case", "")))
 
     def checked(self) -> list[StateRow]:
         """The states with a result."""

@@ -36,6 +36,7 @@ from framework.cli import (
     add_machine_options,
     add_profile_option,
     add_target_options,
+    case_of,
     named_user_targets,
 )
 from framework.cli.targets import lacking, skip_reason
@@ -200,7 +201,7 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
 def plan_from_args(args: argparse.Namespace, target: str,
                    user_targets: tuple[Target, ...] = ()) -> CrashPlan:
     """The plan for one ``target``; ``user_targets``: the --targets-file definitions it may name."""
-    return CrashPlan(target=target, user_targets=user_targets, case=args.case, seed=args.seed,
+    return CrashPlan(target=target, user_targets=user_targets, case=case_of(args), seed=args.seed,
                      points=Strategy.parse(args.points),
                      variants=Variants.parse(tuple(v.strip() for v in args.variants.split(",")
                                                    if v.strip())),

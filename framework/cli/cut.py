@@ -29,6 +29,7 @@ from framework.cli import (
     add_machine_options,
     add_profile_option,
     add_target_options,
+    case_of,
     named_user_targets,
 )
 from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
@@ -152,7 +153,7 @@ def junit_cases(result: CutRunResult) -> list[junit.Case]:
 
 
 def plan_from_args(args: argparse.Namespace) -> CutPlan:
-    return CutPlan(targets=tuple(dict.fromkeys(args.target)), case=args.case, trials=args.trials,
+    return CutPlan(targets=tuple(dict.fromkeys(args.target)), case=case_of(args), trials=args.trials,
                    seed=args.seed, cut_after_ops=args.cut_after_ops, cut_after_s=args.cut_after_s,
                    mode=FlakeyMode(args.mode), continue_syncs=args.continue_syncs,
                    max_sequences=args.max_sequences, data_mib=args.data_mib,

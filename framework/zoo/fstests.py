@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class Verdict:
     verdict: str  # "passed", "failed", "not run", "missing" (not in the checkout), "error"
     why: str = ""  # not run: fstests' reason; failed: the first lines of the diff
     wall_s: float = 0.0  # guest start to the verdict
+    output: str = ""  # what ./check printed, and the test's .out.bad when it failed
 
     def to_dict(self) -> dict[str, str | float]:
         return {"test": self.test, "kernel": self.kernel, "verdict": self.verdict, "why": self.why,
@@ -75,13 +77,12 @@ def verdict_of(test: str, report: str, results: Path) -> tuple[str, str]:
 
 
 def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | KernelSpec,
-             workdir: Path) -> Verdict:
+             workdir: Path, *, prepare: Callable[[Path], None] | None = None) -> Verdict:
     """``test`` of ``checkout`` on ``kernel`` (a zoo kernel, or any kernel powercut boots),
-    its filesystem that of ``target_name``."""
+    its filesystem that of ``target_name``; ``prepare`` may add tests to the guest's copy of
+    the checkout first (an exported test, say)."""
     spec = kernel if isinstance(kernel, KernelSpec) else kernel_spec(kernel.image, kernel.modules)
     label = kernel.release if isinstance(kernel, KernelSpec) else kernel.name
-    if not (checkout / "tests" / test).is_file():
-        return Verdict(test, label, "missing", f"{test} is not in {checkout}")
     target = resolve(target_name)
     start = clock.monotonic()
     shutil.rmtree(workdir, ignore_errors=True)
@@ -89,6 +90,10 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
     copy = workdir / "xfstests"
     shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
     shutil.rmtree(copy / "results", ignore_errors=True)
+    if prepare is not None:
+        prepare(copy)
+    if not (copy / "tests" / test).is_file():
+        return Verdict(test, label, "missing", f"{test} is not in {checkout}")
     (copy / "local.config").write_text(local_config(target.fstype, " ".join(target.mkfs_options)))
     disks = [DiskSpec("test", 1024 * MiB), DiskSpec("scratch", 2048 * MiB),
              DiskSpec("logwrites", 2048 * MiB)]
@@ -101,5 +106,8 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
         ran = guest.run(["sh", "-c", f"cd {os.fspath(copy)} && ./check {test}"],
                         timeout_s=CHECK_TIMEOUT_S, ok_status=None)
     verdict, why = verdict_of(test, ran.stdout + ran.stderr, copy / "results")
-    return Verdict(test, label, verdict, why, clock.monotonic() - start)
+    bad = copy / "results" / f"{test}.out.bad"
+    output = ran.stdout + ran.stderr + (f"\n--- {test}.out.bad\n{bad.read_text()}"
+                                        if bad.is_file() else "")
+    return Verdict(test, label, verdict, why, clock.monotonic() - start, output)
 
