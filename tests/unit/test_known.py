@@ -813,6 +813,30 @@ def test_the_external_journal_entry_explains_ext3_and_ext4_logdev_but_not_intern
             assert m.known_ids("5/prefix") == ("ext4-external-journal-fsync-no-data-flush",)
 
 
+def test_the_xfs_sync_entry_explains_old_data_after_sync_only() -> None:
+    """xfs-sync-overwrite-no-flush: a block that holds older data after sync or syncfs on
+    xfs (the overwrite still in the disk's cache, 6.1.0-56 and 7.3.4) is known; the same after
+    fsync or fdatasync, zeros after sync, old data after sync on ext4, a kernel past the range
+    checked and a workload other than the data stream it was triaged in stay failing."""
+    shipped = load_known(())
+    old = finding("wrong-content", mark="pc-1")  # pc-1 follows the sync of WORKLOAD
+    for kernel in ("6.1.0-56-amd64", "7.3.4+deb13-amd64"):
+        m = matcher(shipped, "xfs", case="ranges:600", kernel=kernel)
+        assert judged_known(m, check("5/prefix", Outcome.DATA_LOSS, old)), kernel
+        assert m.known_ids("5/prefix") == ("xfs-sync-overwrite-no-flush",)
+    m = matcher(shipped, "xfs", case="ranges:600", kernel="6.1.0-56-amd64")
+    for other in (finding("wrong-content", mark="pc-0"), finding("wrong-content", mark="pc-2"),
+                  finding("data-loss", mark="pc-1")):
+        assert not judged_known(m, check("6/prefix", Outcome.DATA_LOSS, other)), other
+    assert not judged_known(matcher(shipped, "ext4/ordered", case="ranges:600",
+                                    kernel="6.1.0-56-amd64"),
+                            check("7/prefix", Outcome.DATA_LOSS, old))
+    assert not judged_known(matcher(shipped, "xfs", case="ranges:600", kernel="7.4.1"),
+                            check("8/prefix", Outcome.DATA_LOSS, old))
+    assert not judged_known(matcher(shipped, "xfs", case="gen:seq2", kernel="6.1.0-56-amd64"),
+                            check("9/prefix", Outcome.DATA_LOSS, old))
+
+
 def test_the_fast_commit_directory_count_entry_is_matched_by_what_e2fsck_says() -> None:
     """ext4-fc-replay-dir-counts explains a recovered fast_commit state in any workload when
     e2fsck reports only a directory's counts; another problem beside them (a replay bug's
