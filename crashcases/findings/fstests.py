@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import shlex
+import shutil
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -380,13 +381,34 @@ def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAUL
         test_dir.mkdir(parents=True, exist_ok=True)
         for path, body, mode in ((test, text, 0o755), (out, golden, 0o644)):
             write_atomic(path, body, mode=mode)
-        group_list = test_dir / "group.list"
-        if group_list.is_file():
-            kept = [ln for ln in group_list.read_text().splitlines()
-                    if ln.split()[:1] != [seq]]
-            groups = FLAKEY_GROUPS if form == "flakey" else FSTESTS_GROUPS
-            group_list.write_text("\n".join([*kept, f"{seq} {' '.join(groups)}"]) + "\n")
+        register(fstests_dir, test_name, form)
     except OSError as exc:
         raise ExportError(f"{test}: cannot write the test: {exc}") from exc
     return test, out
+
+
+def register(fstests_dir: Path, test_name: str, form: str) -> None:
+    """Add the test's line to its directory's group.list, if there is one (a built
+    checkout), so that ``./check`` finds the test without a rebuild."""
+    sub, seq = parse_test_name(test_name)
+    group_list = fstests_dir / "tests" / sub / "group.list"
+    if group_list.is_file():
+        kept = [ln for ln in group_list.read_text().splitlines() if ln.split()[:1] != [seq]]
+        groups = FLAKEY_GROUPS if form == "flakey" else FSTESTS_GROUPS
+        group_list.write_text("\n".join([*kept, f"{seq} {' '.join(groups)}"]) + "\n")
+
+
+def copy_tests(source: Path, fstests_dir: Path, tests: Sequence[tuple[str, str]]) -> None:
+    """Copy tests (name, form) and their golden outputs from ``source``/tests, a report
+    folder's, into a checkout, and register them."""
+    for name, form in tests:
+        sub, seq = parse_test_name(name)
+        for file in (seq, f"{seq}.out"):
+            src = source / "tests" / sub / file
+            if not src.is_file():
+                raise ExportError(f"{src}: missing (the report's test {name})")
+            dest = fstests_dir / "tests" / sub / file
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+        register(fstests_dir, name, form)
 

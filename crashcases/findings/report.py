@@ -12,7 +12,11 @@
 - ``tests/``: the fstests tests, in the dm-flakey form (the workload up to the state's
   durability call, then every later write dropped) where the state allows it, and in the
   dm-log-writes form (replayed to the state's mark);
-- ``fix.patch`` and ``cause.md`` when given, copied as they are.
+- ``fix.patch`` and ``cause.md`` when given, copied as they are;
+- ``report.json``: the target, the state and the tests, for ``powercut ci --report DIR``,
+  and every fstests verdict kept so far, one per test, form and kernel: running the tests
+  on another kernel (``--force --run-fstests``) adds that kernel's verdicts to the table
+  instead of replacing the others.
 
 Everything in the text comes from the run's files; nothing is guessed. A fact the run
 does not have (a kernel it was not run on) is simply not said.
@@ -20,6 +24,7 @@ does not have (a kernel it was not run on) is simply not said.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +41,7 @@ from framework.core.files import write_atomic
 from recovery.filesystems import adapter_for
 
 REPORT = "report.md"
+META = "report.json"
 WORKLOAD = "workload.json"
 FORMS = ("flakey", "log-writes")  # the dm-flakey form first: fstests' own crash tests' form
 #: fstests directories with tests of a filesystem's own (else the test is generic/).
@@ -72,7 +78,43 @@ class FstestsRun:
     form: str
     kernel: str
     verdict: str  # passed, failed, not run, error
-    output: str
+    output: str = ""
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.test, self.form, self.kernel)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"test": self.test, "form": self.form, "kernel": self.kernel,
+                "verdict": self.verdict}
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """report.json of a report folder; a folder without one is not a report folder."""
+    path = folder / META
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExportError(f"{folder}: not a report folder (no {META}; powercut export "
+                          "--report writes one)") from None
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"{path}: unreadable: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
+        raise ExportError(f"{path}: not a report's metadata (no list of tests)")
+    return data
+
+
+def kept_runs(folder: Path) -> list[FstestsRun]:
+    """The fstests verdicts an earlier export kept in the folder."""
+    if not (folder / META).is_file():
+        return []
+    return [FstestsRun(r["test"], r["form"], r["kernel"], r["verdict"])
+            for r in read_meta(folder).get("fstests", ())]
+
+
+def merged_runs(old: Sequence[FstestsRun], new: Sequence[FstestsRun]) -> list[FstestsRun]:
+    """Earlier verdicts, each replaced by a new one of the same test, form and kernel."""
+    fresh = {r.key() for r in new}
+    return [*(r for r in old if r.key() not in fresh), *new]
 
 
 def kernel_results(state: ExportState, runs: Sequence[Path]) -> list[KernelResult]:
@@ -132,6 +174,11 @@ def what_fails(result: Mapping[str, Any]) -> list[str]:
     return lines or [f"- {result.get('explanation') or result['outcome']}"]
 
 
+def case_words(case: str) -> str:
+    """A workload file's case as the report folder holds it (its own workload.json)."""
+    return f"file:{WORKLOAD}" if case.startswith("file:") else case
+
+
 def _fence(text: str) -> list[str]:
     return ["```", *(text.rstrip().splitlines() or ["(nothing)"]), "```"]
 
@@ -156,7 +203,7 @@ def report_text(state: ExportState, kernels: Sequence[KernelResult], *, cause: s
              f"After {durable} returns and the power is cut, the filesystem "
              f"{OUTCOME_WORDS.get(result['outcome'], result['outcome'])} (powercut's outcome: "
              f"{result['outcome']}):", "", *what_fails(result), "",
-             f"State `{state.key}` of a crash run of `{state.plan.case}` on `{target.name}`: "
+             f"State `{state.key}` of a crash run of `{case_words(state.plan.case)}` on `{target.name}`: "
              "the disk as it was when the durability call had returned, rebuilt from a "
              "dm-log-writes recording of the workload and checked by mounting it (journal "
              "replay), comparing it with what the durability calls promised, reading the "
@@ -203,14 +250,14 @@ def report_text(state: ExportState, kernels: Sequence[KernelResult], *, cause: s
     if runs:
         lines += ["| test | form | kernel | verdict |", "|---|---|---|---|"]
         lines += [f"| {r.test} | {r.form} | {r.kernel} | {r.verdict} |" for r in runs]
-        lines += ["", "What `./check` printed for each is in `fstests-KERNEL.txt` beside this "
-                  "report.", ""]
+        lines += ["", "What `./check` printed on each kernel is in `fstests-KERNEL.txt` "
+                  "beside this report.", ""]
     if fix:
         lines += ["## Candidate fix", "", "`fix.patch` (against Debian's linux-source of the "
                   "newest kernel above); powercut's own checks of it are in `results.md` when "
                   "they were made.", ""]
     lines += ["---", f"Found by powercut: `powercut crash --target {target.name} --case "
-              f"{state.plan.case} --seed {state.plan.seed}`; this state again: `powercut "
+              f"{case_words(state.plan.case)} --seed {state.plan.seed}`; this state again: `powercut "
               f"recheck RUN_DIR {state.key}`."]
     return "\n".join(lines) + "\n"
 
@@ -243,6 +290,7 @@ def write_report(state: ExportState, out: Path, *, also: Sequence[Path] = (),
         cause = (f"{entry.reason}\n\nWhere: {entry.source or entry.link}"
                  + (f"\n\nUpstream: {entry.upstream}" if entry.fix else "")
                  if entry is not None else "")
+    runs = merged_runs(kept_runs(out), runs) if force else list(runs)
     out.mkdir(parents=True, exist_ok=True)
     tests: list[tuple[str, str]] = []
     name = test_name or default_test_name(state)
@@ -261,9 +309,17 @@ def write_report(state: ExportState, out: Path, *, also: Sequence[Path] = (),
     report = out / REPORT
     write_atomic(report, report_text(state, kernels, cause=cause, tests=tests, runs=runs,
                                      fix=fix_file.name if fix_file else None))
+    write_atomic(out / META, json.dumps({
+        "target": state.target.name, "state": state.key, "case": case_words(state.plan.case),
+        "tests": [[n, f] for n, f in tests], "fstests": [r.to_dict() for r in runs]},
+        indent=1) + "\n")
+    by_kernel: dict[str, list[FstestsRun]] = {}
     for run in runs:
-        with open(out / f"fstests-{run.kernel}.txt", "a") as f:
-            f.write(f"== {run.test} ({run.form}) on {run.kernel}: {run.verdict}\n{run.output}\n")
+        if run.output:  # a verdict kept from an earlier export keeps its file as it was
+            by_kernel.setdefault(run.kernel, []).append(run)
+    for kernel, these in by_kernel.items():
+        write_atomic(out / f"fstests-{kernel}.txt", "".join(
+            f"== {r.test} ({r.form}) on {r.kernel}: {r.verdict}\n{r.output}\n" for r in these))
     return ReportFiles(out, report, tuple(tests))
 
 

@@ -171,3 +171,19 @@ def test_the_first_error_is_the_compilers_not_makes_last_word():
     assert first_error("ld: vmlinux: undefined reference\nmake: *** [vmlinux] Error 1\n") == \
         "make: *** [vmlinux] Error 1"
     assert first_error("") == "no output"
+
+
+def test_kernels_build_prints_the_options_that_boot_each_build(tmp_path, source, monkeypatch,
+                                                                capsys):
+    monkeypatch.setattr(kernel, "source_tarball", lambda series, *a, **k: source)
+    fix = patch_file(tmp_path, "{", "{ /* fixed */")
+    assert main(["kernels", "build", "7.3", "--patch", str(fix)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["unpatched", "patched"]
+    patched = lines[1].split()
+    image = Path(patched[patched.index("--kernel") + 1])
+    assert image.name == "bzImage" and "fixed" in image.read_text()
+    assert Path(patched[patched.index("--modules") + 1]) == image.parent
+    # Without --patch: the source as shipped alone.
+    assert main(["kernels", "build", "7.3"]) == 0
+    assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["unpatched"]

@@ -89,3 +89,46 @@ def test_a_passing_state_has_no_report(tmp_path, capsys) -> None:
     run = make_run(tmp_path, planted_workload(), [], outcome=Outcome.OK)
     assert main(["export", str(run), "40/prefix", "--report", str(tmp_path / "r")]) == 2
     assert "passed (ok): nothing to reproduce" in capsys.readouterr().err
+
+
+def test_fstests_verdicts_of_each_kernel_are_kept_side_by_side(tmp_path) -> None:
+    from crashcases.findings.report import FstestsRun, read_meta
+
+    run = with_kernel(make_run(tmp_path, planted_workload(), one_finding()), "7.3.4+deb13-amd64")
+    out = tmp_path / "report"
+    state = load_export_state(run, "40/prefix")
+    write_report(state, out, runs=[FstestsRun("ext4/998", "flakey", "7.3.4+deb13-amd64",
+                                              "failed", "ext4/998 - output mismatch")])
+    # The same tests on a second kernel, then the first kernel's test again.
+    write_report(state, out, force=True,
+                 runs=[FstestsRun("ext4/998", "flakey", "7.3-fix", "passed", "Passed all 1")])
+    write_report(state, out, force=True,
+                 runs=[FstestsRun("ext4/998", "flakey", "7.3.4+deb13-amd64", "failed", "again")])
+    meta = read_meta(out)
+    assert meta["target"] == "ext4/ordered" and meta["state"] == "40/prefix"
+    assert [(r["kernel"], r["verdict"]) for r in meta["fstests"]] == [
+        ("7.3-fix", "passed"), ("7.3.4+deb13-amd64", "failed")]
+    text = (out / "report.md").read_text()
+    assert "| ext4/998 | flakey | 7.3-fix | passed |" in text
+    assert "| ext4/998 | flakey | 7.3.4+deb13-amd64 | failed |" in text
+    assert (out / "fstests-7.3-fix.txt").read_text().startswith("== ext4/998 (flakey) on 7.3-fix")
+    assert "again" in (out / "fstests-7.3.4+deb13-amd64.txt").read_text()
+    # Without --force a new export starts a new table: the folder is refused first.
+    with pytest.raises(ExportError):
+        write_report(state, out)
+
+
+def test_a_workload_files_path_stays_out_of_the_report(tmp_path) -> None:
+    workload = planted_workload()
+    mine = tmp_path / "home-me" / "w.json"
+    mine.parent.mkdir()
+    mine.write_text(workload.to_json())
+    run = with_kernel(make_run(tmp_path, workload, one_finding()), "7.3.4+deb13-amd64")
+    for name in ("results.json", "plan.json"):
+        data = json.loads((run / name).read_text())
+        (data["plan"] if name == "results.json" else data)["case"] = f"file:{mine}"
+        (run / name).write_text(json.dumps(data))
+    out = tmp_path / "report"
+    write_report(load_export_state(run, "40/prefix"), out)
+    text = (out / "report.md").read_text()
+    assert "home-me" not in text and "--case file:workload.json" in text
