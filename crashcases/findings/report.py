@@ -44,8 +44,6 @@ REPORT = "report.md"
 META = "report.json"
 WORKLOAD = "workload.json"
 FORMS = ("flakey", "log-writes")  # the dm-flakey form first: fstests' own crash tests' form
-#: fstests directories with tests of a filesystem's own (else the test is generic/).
-FS_TEST_DIRS = ("ext4", "xfs", "btrfs", "f2fs")
 DEV = "/dev/sdX"  # the device in the commands the report prints
 #: Each failing outcome in the words of a report's title (crashcases/vocabulary.py).
 OUTCOME_WORDS = {"unmountable": "does not mount", "data-loss": "loses what was made durable",
@@ -148,7 +146,8 @@ def explaining_entry(state: ExportState) -> KnownEntry | None:
 def default_test_name(state: ExportState) -> str:
     """FS/998 (the second form takes 999): numbers fstests leaves to new tests."""
     fstype = state.target.fstype
-    return f"{fstype if fstype in FS_TEST_DIRS else 'generic'}/998"
+    own = fstype in adapter_for(fstype).fstests_dirs
+    return f"{fstype if own else 'generic'}/998"
 
 
 def sequence_lines(state: ExportState) -> list[str]:
@@ -272,7 +271,7 @@ class ReportFiles:
 def write_report(state: ExportState, out: Path, *, also: Sequence[Path] = (),
                  cause_file: Path | None = None, fix_file: Path | None = None,
                  test_name: str | None = None, runs: Sequence[FstestsRun] = (),
-                 force: bool = False) -> ReportFiles:
+                 force: bool = False, forms: Sequence[str] = FORMS) -> ReportFiles:
     """Write the report folder ``out`` (see the module's docstring); bad input is a
     one-line ExportError and writes nothing."""
     if out.exists() and any(out.iterdir()) and not force:
@@ -294,7 +293,7 @@ def write_report(state: ExportState, out: Path, *, also: Sequence[Path] = (),
     out.mkdir(parents=True, exist_ok=True)
     tests: list[tuple[str, str]] = []
     name = test_name or default_test_name(state)
-    for form in FORMS:
+    for form in (f for f in FORMS if f in forms):
         try:
             write_fstests(state, out, name, force=True, form=form)
         except ExportError:

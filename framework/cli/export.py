@@ -112,14 +112,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 def export_report(args: argparse.Namespace, state: ExportState) -> int:
     """--report DIR: the bug report folder; with --run-fstests, its fstests tests run in a
     guest on the kernel the machine options name, and their verdicts go into the report."""
-    from crashcases.findings.report import FstestsRun, write_report
+    from crashcases.findings.report import FORMS, FstestsRun, write_report
 
     out = Path(args.report)
     also = [Path(p) for p in args.also]
     cause = Path(args.cause) if args.cause else None
     fix = Path(args.fix) if args.fix else None
+    forms = FORMS if args.form == "both" else (args.form,)
     files = write_report(state, out, also=also, cause_file=cause, fix_file=fix,
-                         test_name=args.report_test_name, force=args.force)
+                         test_name=args.report_test_name, force=args.force, forms=forms)
     runs: list[FstestsRun] = []
     if args.run_fstests:
         from framework.cli.vm import resolve_kernel
@@ -142,7 +143,8 @@ def export_report(args: argparse.Namespace, state: ExportState) -> int:
             print(f"  {verdict.verdict}" + (f": {verdict.why}" if verdict.why else ""))
         shutil.rmtree(out / ".fstests-work", ignore_errors=True)
         files = write_report(state, out, also=also, cause_file=cause, fix_file=fix,
-                             test_name=args.report_test_name, runs=runs, force=True)
+                             test_name=args.report_test_name, runs=runs, force=True,
+                             forms=forms)
     print(f"wrote {files.report}")
     for name, form in files.tests:
         print(f"  and tests/{name} ({form})")
@@ -192,7 +194,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--test-name", default=DEFAULT_TEST_NAME, metavar="DIR/NUM",
                    help=f"the fstests test to write (default: {DEFAULT_TEST_NAME})")
     p.add_argument("--form", choices=("both", "log-writes", "flakey"), default="both",
-                   help="with --fstests: the dm-log-writes form, the dm-flakey form (the "
+                   help="with --fstests or --report: the dm-log-writes form, the dm-flakey form (the "
                         "workload up to the mark's durability op, _flakey_drop_and_remount, "
                         "the checks), or both where the state allows (default: both)")
     p.add_argument("--flakey-test-name", metavar="DIR/NUM",

@@ -130,6 +130,9 @@ class FilesystemAdapter(abc.ABC):
     #: Which of CAPABILITIES the filesystem has (as Linux 6.1 implements it);
     #: crash workload generators use an op only where its capability is.
     capabilities: frozenset[str] = frozenset()
+    #: The mount types of it that have a test directory of their own in fstests
+    #: (tests/TYPE/); a test of another type goes in tests/generic/.
+    fstests_dirs: tuple[str, ...] = ()
 
     def target_capabilities(self, target: Target) -> frozenset[str]:
         """The capabilities ``target`` has: the class's, unless its options take some away."""

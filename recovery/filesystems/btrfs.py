@@ -37,6 +37,7 @@ _DAMAGE_REPORTED = re.compile(
 class BtrfsAdapter(FilesystemAdapter):
     family = "btrfs"
     fstypes = ("btrfs",)
+    fstests_dirs = ("btrfs",)
     capabilities = frozenset({"direct-io", "reflink", "rename-exchange", "fallocate", "punch-hole",
                               "zero-range"})  # no collapse/insert: btrfs_fallocate()
     kernel_modules = ("btrfs",)

@@ -106,6 +106,7 @@ def ext_mode(target: Target, *, where: str) -> ExtMode:
 class ExtAdapter(FilesystemAdapter):
     family = "ext"
     fstypes = ("ext2", "ext3", "ext4")
+    fstests_dirs = ("ext4",)
     capabilities = frozenset({"direct-io", "rename-exchange", "fallocate", "punch-hole", "zero-range",
                               "collapse-range", "insert-range"})
     # One driver serves all three: Debian's kernel has CONFIG_EXT4_USE_FOR_EXT2=y

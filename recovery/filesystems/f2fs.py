@@ -27,6 +27,7 @@ _NO_FILESYSTEM = re.compile(
 class F2fsAdapter(FilesystemAdapter):
     family = "f2fs"
     fstypes = ("f2fs",)
+    fstests_dirs = ("f2fs",)
     capabilities = frozenset({"direct-io", "fallocate", "punch-hole", "zero-range", "collapse-range",
                               "insert-range", "rename-exchange"})  # f2fs_fallocate()
     kernel_modules = ("f2fs",)

@@ -20,6 +20,7 @@ MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
 class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
+    fstests_dirs = ("xfs",)
     capabilities = frozenset({"direct-io", "reflink", "fallocate", "punch-hole", "zero-range",
                               "collapse-range", "insert-range", "rename-exchange"})  # xfs_file_fallocate()
     kernel_modules = ("xfs",)
