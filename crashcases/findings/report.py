@@ -25,6 +25,7 @@ does not have (a kernel it was not run on) is simply not said.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -178,6 +179,19 @@ def case_words(case: str) -> str:
     return f"file:{WORKLOAD}" if case.startswith("file:") else case
 
 
+def demoted(text: str) -> str:
+    """A cause written as a page of its own, its headings two levels down: inside the
+    report's Cause section."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            line = re.sub(r"^(#{1,4}) ", lambda m: "#" * (len(m.group(1)) + 2) + " ", line)
+        out.append(line)
+    return "\n".join(out)
+
+
 def _fence(text: str) -> list[str]:
     return ["```", *(text.rstrip().splitlines() or ["(nothing)"]), "```"]
 
@@ -233,7 +247,7 @@ def report_text(state: ExportState, kernels: Sequence[KernelResult], *, cause: s
     if fsck:
         lines += ["## fsck", "", "The read-only check, then the repair:", "",
                   *_fence("\n\n".join(fsck)), ""]
-    lines += ["## Cause", "", cause.strip() or "Not analysed yet.", ""]
+    lines += ["## Cause", "", demoted(cause.strip()) or "Not analysed yet.", ""]
     if tests:
         lines += ["## fstests tests", ""]
         for name, form in tests:
@@ -252,9 +266,10 @@ def report_text(state: ExportState, kernels: Sequence[KernelResult], *, cause: s
         lines += ["", "What `./check` printed on each kernel is in `fstests-KERNEL.txt` "
                   "beside this report.", ""]
     if fix:
-        lines += ["## Candidate fix", "", "`fix.patch` (against Debian's linux-source of the "
-                  "newest kernel above); powercut's own checks of it are in `results.md` when "
-                  "they were made.", ""]
+        lines += ["## Candidate fix", "", "`fix.patch`, against Debian's linux-source of the "
+                  "newest kernel above. To check it as powercut does (both kernels built from "
+                  "that source, this report's fstests tests and a study on each): `powercut ci "
+                  "--kernel-source SERIES --patch fix.patch --report DIR --study STUDY`.", ""]
     lines += ["---", f"Found by powercut: `powercut crash --target {target.name} --case "
               f"{case_words(state.plan.case)} --seed {state.plan.seed}`; this state again: `powercut "
               f"recheck RUN_DIR {state.key}`."]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import tempfile
 from pathlib import Path
 
 from crashcases.findings.export import (
@@ -135,13 +135,15 @@ def export_report(args: argparse.Namespace, state: ExportState) -> int:
             for name, form in files.tests:
                 write_fstests(state, copy, name, force=True, form=form)
 
-        for name, form in files.tests:
-            print(f"fstests {name} ({form}) on {spec.release} ...", flush=True)
-            verdict = run_test(checkout, name, state.target.name, spec,
-                               out / ".fstests-work" / name.replace("/", "-"), prepare=add_tests)
-            runs.append(FstestsRun(name, form, spec.release, verdict.verdict, verdict.output))
-            print(f"  {verdict.verdict}" + (f": {verdict.why}" if verdict.why else ""))
-        shutil.rmtree(out / ".fstests-work", ignore_errors=True)
+        # The guest's copy of the checkout goes to a scratch directory, not the report.
+        with tempfile.TemporaryDirectory(prefix="powercut-fstests-") as scratch:
+            for name, form in files.tests:
+                print(f"fstests {name} ({form}) on {spec.release} ...", flush=True)
+                verdict = run_test(checkout, name, state.target.name, spec,
+                                   Path(scratch) / name.replace("/", "-"), prepare=add_tests)
+                runs.append(FstestsRun(name, form, spec.release, verdict.verdict,
+                                       verdict.output))
+                print(f"  {verdict.verdict}" + (f": {verdict.why}" if verdict.why else ""))
         files = write_report(state, out, also=also, cause_file=cause, fix_file=fix,
                              test_name=args.report_test_name, runs=runs, force=True,
                              forms=forms)

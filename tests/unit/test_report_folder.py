@@ -132,3 +132,11 @@ def test_a_workload_files_path_stays_out_of_the_report(tmp_path) -> None:
     write_report(load_export_state(run, "40/prefix"), out)
     text = (out / "report.md").read_text()
     assert "home-me" not in text and "--case file:workload.json" in text
+
+
+def test_a_cause_written_as_a_page_sits_under_the_reports_cause_heading() -> None:
+    from crashcases.findings.report import demoted
+
+    cause = "# ext4: x\n\n## Summary\n\ntext\n\n```\n# a shell comment\n```\n### Why\n"
+    assert demoted(cause) == ("### ext4: x\n\n#### Summary\n\ntext\n\n```\n# a shell comment\n"
+                              "```\n##### Why")
