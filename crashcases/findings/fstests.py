@@ -335,9 +335,10 @@ def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
             f"replay a dm-log-writes recording of a workload to the mark {replay_to}")
     header = textwrap.fill(
         f"Crash consistency: {what} and check what was promised durable by then. Exported by "
-        f"powercut from crash state {state.key} of {state.run_dir} (target {target.name}: "
-        f"{target.fstype}, mkfs options {' '.join(target.mkfs_options) or '(none)'}, mount "
-        f"options {mount_opts or '(none)'}; workload {state.plan.case}, seed "
+        f"powercut from crash state {state.key} of run {state.run_dir.name} (target "
+        f"{target.name}: {target.fstype}, mkfs options "
+        f"{' '.join(target.mkfs_options) or '(none)'}, mount options {mount_opts or '(none)'}; "
+        f"workload {case_name(state.plan.case)}, seed "
         f"{state.plan.seed}), which was {state.outcome.value}.", width=76)
     text = _template().render(
         seq=seq, header=header.splitlines(), found=finding_lines(state),
@@ -354,6 +355,11 @@ def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
         checks=[c.render() for c in checks])
     golden = "\n".join([f"QA output created by {seq}", *(f"ok: {c.what}" for c in checks), ""])
     return text, golden
+
+
+def case_name(case: str) -> str:
+    """A case as a test that leaves this host names it: a workload file by its name alone."""
+    return f"file:{Path(case[5:]).name}" if case.startswith("file:") else case
 
 
 def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAULT_TEST_NAME,
