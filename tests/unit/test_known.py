@@ -757,6 +757,28 @@ def test_every_shipped_entry_says_its_upstream_fix_or_when_none_was_found() -> N
         assert e.upstream.startswith(("fixed upstream by", "no upstream fix (checked 20")), e.id
 
 
+def test_every_shipped_report_link_is_a_report_folder_of_the_repository() -> None:
+    root = Path(__file__).resolve().parents[2]
+    linked = [e for e in load_known(()).entries if e.report]
+    assert linked  # the fast-commit entries link theirs
+    for e in linked:
+        assert (root / e.report / "report.md").is_file(), e.id
+        assert (root / e.report / "workload.json").is_file(), e.id
+        meta = root / e.report / "report.json"  # written by export --report, with its tests
+        assert not meta.exists() or json.loads(meta.read_text())["tests"], e.id
+        assert f"report: {e.report}/report.md" in e.reference
+
+
+@pytest.mark.parametrize("extra,message", [
+    ('report = "reports/x"', "expected docs/reports/NAME"),
+    ('report = "docs/reports/../etc"', "expected docs/reports/NAME"),
+    ('checked_on = "7.3.4"', "expected 'RELEASE YYYY-MM-DD'"),
+])
+def test_a_bad_report_field_is_one_line(extra: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_known(known(extra=extra), source="mine.toml")
+
+
 @pytest.mark.parametrize("extra,message", [
     ('fix = "xyz"', "expected a commit id"),
     ('fix = "0123456789ab"', "a fix needs fix_subject and fixed_in"),
