@@ -31,9 +31,9 @@ bzImage:
 modules:
 \t@true
 kernelrelease:
-\t@echo 7.3.4
+\t@echo 7.3.4$(LOCALVERSION)
 modules_install:
-\t@mkdir -p $(INSTALL_MOD_PATH)/lib/modules/7.3.4 && touch $(INSTALL_MOD_PATH)/lib/modules/7.3.4/modules.dep
+\t@mkdir -p $(INSTALL_MOD_PATH)/lib/modules/7.3.4$(LOCALVERSION) && touch $(INSTALL_MOD_PATH)/lib/modules/7.3.4$(LOCALVERSION)/modules.dep
 """
 
 MERGE = """#!/bin/sh
@@ -86,7 +86,10 @@ def test_the_baseline_and_the_patched_kernel_are_built_and_named(tmp_path, sourc
     assert base.name == "7.3-unpatched" and candidate.name.startswith("7.3-fix-")
     assert "fixed" in Path(args.kernel).read_text() and "fixed" not in Path(
         args.baseline_kernel).read_text()
-    assert (candidate / "lib" / "modules" / "7.3.4" / "modules.dep").is_file()
+    # Each build says which it is: the release carries its name (make LOCALVERSION=).
+    assert (base / "lib" / "modules" / "7.3.4-unpatched" / "modules.dep").is_file()
+    release = f"7.3.4-{candidate.name.removeprefix('7.3-')}"
+    assert (candidate / "lib" / "modules" / release / "modules.dep").is_file()
     # The tree is the source as shipped again, and a second call builds nothing.
     tree = builds.parent / "linux-7.3"
     assert "fixed" not in (tree / "fs" / "ext4" / "super.c").read_text()
