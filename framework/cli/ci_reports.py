@@ -113,7 +113,7 @@ def run_reports(reports: Sequence[tuple[Path, dict[str, object]]], checkout: Pat
 def markdown(tests: Sequence[ReportTest]) -> str:
     if not tests:
         return ""
-    lines = ["## The reports' fstests tests", "",
+    lines = ["", "## The reports' fstests tests", "",
              "| report | test | form | baseline | candidate | status |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {t.report.name} | {t.test} | {t.form} | {t.baseline} | {t.candidate} | "
