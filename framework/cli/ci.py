@@ -203,7 +203,7 @@ def judge_kernel(args: argparse.Namespace) -> int:
     report_tests: list[ci_reports.ReportTest] = []
     if reports:
         assert checkout is not None
-        cand_spec = kernel_spec(args.kernel, args.modules, args.kernel_release)
+        cand_spec = resolve_kernel(args)  # resolved once, before the studies ran
         base_spec = kernel_spec(args.baseline_kernel, args.baseline_modules,
                                 args.baseline_kernel_release)
         report_tests = ci_reports.run_reports(reports, checkout, base_spec, cand_spec,

@@ -75,12 +75,13 @@ def build_series(series: str, patch: str | None, *,
     from framework.core.machine.kernel import source_tarball
 
     series = check_spec(series)
-    fix = None
+    fix, name = None, ""
     if patch is not None:
         path = Path(patch)
         if not path.is_file():
             raise ConfigError(f"--patch {patch}: no such file")
         fix = Patch(f"patch-{path.name}", path.resolve(), path.name)
+        name = f"{series}-{path.stem}-{fix.sha256[:12]}"  # the name given, not a link's target
     tarball = source_tarball(series) or Archive(say=say).fetch_source(series)
     tree = SourceTree(series, kernel_cache() / "builds", say=say, prefix="build",
                       tarball=tarball)
@@ -90,8 +91,7 @@ def build_series(series: str, patch: str | None, *,
     base = tree.build(f"{series}-unpatched")
     if fix is None:
         return base, None
-    assert patch is not None
-    return base, tree.build(f"{series}-{Path(patch).stem}-{fix.sha256[:12]}", fix)
+    return base, tree.build(name, fix)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
