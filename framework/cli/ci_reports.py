@@ -11,7 +11,6 @@ fstests' own (framework.zoo.fstests), and they are added to the report's table.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from crashcases.findings.report import read_meta
 from framework.core import junit
 from framework.core.errors import ConfigError
 from framework.core.machine.kernel import KernelSpec
+from framework.zoo.fstests import built_checkout
 
 #: What the pair of verdicts (baseline, candidate) says about the candidate.
 STATUS = {("failed", "passed"): "fixed", ("passed", "failed"): "regression",
@@ -56,14 +56,10 @@ class ReportTest:
 def checkout_of(given: str | None) -> Path:
     """The built fstests checkout the report tests run from: --xfstests, else
     POWERCUT_XFSTESTS; a one-line error when neither names one."""
-    chosen = given or os.environ.get("POWERCUT_XFSTESTS")
-    if not chosen:
+    checkout = built_checkout(given, "--xfstests")
+    if checkout is None:
         raise ConfigError("--report needs a built fstests checkout: --xfstests DIR or "
                           "POWERCUT_XFSTESTS")
-    checkout = Path(chosen)
-    if not (checkout / "check").is_file() or not (checkout / "ltp" / "fsx").is_file():
-        raise ConfigError(f"--xfstests {checkout}: not a built fstests checkout (no check or "
-                          "ltp/fsx; run make in it)")
     return checkout
 
 

@@ -16,7 +16,6 @@ from crashcases.findings.export import (
 from crashcases.findings.fstests import next_test_name, write_fstests
 from crashcases.findings.script import write_script
 from framework.cli import add_machine_options
-from framework.core.errors import ConfigError
 
 DESCRIPTION = """\
 Turn failing state STATE of the crash run RUN_DIR into a reproducer that
@@ -124,12 +123,10 @@ def export_report(args: argparse.Namespace, state: ExportState) -> int:
     runs: list[FstestsRun] = []
     if args.run_fstests:
         from framework.cli.vm import resolve_kernel
-        from framework.zoo.fstests import run_test
+        from framework.zoo.fstests import check_built, run_test
 
+        checkout = check_built(Path(args.run_fstests), "--run-fstests")
         spec = resolve_kernel(args)
-        checkout = Path(args.run_fstests)
-        if not (checkout / "check").is_file():
-            raise ConfigError(f"--run-fstests {checkout}: not a built fstests checkout (no check)")
 
         def add_tests(copy: Path) -> None:
             for name, form in files.tests:

@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from framework.cli import print_json
 from framework.core import rundir
 from framework.zoo.entry import EntrySet, load_set
+from framework.zoo.fstests import built_checkout
 from framework.zoo.kernels import build_kernels, installed, set_cache
 
 EPILOG = """\
@@ -94,7 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     eset = entry_set(args)
     workloads = plan_named(args.plan)
     budget_s = args.budget_min * 60.0 if args.budget_min is not None else workloads.budget_s
-    plan = RecallPlan(budget_s=budget_s, seed=args.seed, fstests=args.fstests or None,
+    # A checkout that is not built is said now, not after the kernels' crash runs.
+    checkout = built_checkout(args.fstests, "--fstests")
+    plan = RecallPlan(budget_s=budget_s, seed=args.seed,
+                      fstests=str(checkout) if checkout else None,
                       shares=not args.no_shares, jobs=args.jobs, workloads=workloads)
     out = Path(args.results) / rundir.ZOO_REPORT
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -140,12 +143,12 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
     path = Path(args.report)
     report = load_report(path)
-    fstests = args.fstests or os.environ.get("POWERCUT_XFSTESTS")
+    fstests = built_checkout(args.fstests, "--fstests")
     # Named entries are checked against the zoo as the other verbs check them; complete()
     # then checks that the report has them.
     eset = entry_set(args)
     report = complete(report, eset.entries, set_cache(eset, args.cache), path.parent,
-                      fstests=Path(fstests) if fstests else None, say=_say,
+                      fstests=fstests, say=_say,
                       only=args.entries, after=lambda r: write_json_atomic(path, r))
     write_json_atomic(path, report)
     return _show(report, path, args.json)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from framework.core import clock
+from framework.core.errors import ConfigError
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
@@ -30,6 +31,23 @@ from recovery.targets import resolve
 
 MiB = 1 << 20
 CHECK_TIMEOUT_S = 3600.0
+#: What a checkout has once fstests' own ``make`` has built it.
+BUILT = ("check", "ltp/fsx")
+
+
+def check_built(checkout: Path, option: str) -> Path:
+    """``checkout`` if fstests' ``make`` has built it, else a one-line error naming ``option``."""
+    missing = [part for part in BUILT if not (checkout / part).is_file()]
+    if missing:
+        raise ConfigError(f"{option} {checkout}: not a built fstests checkout (no "
+                          f"{' or '.join(missing)}; run make in it)")
+    return checkout
+
+
+def built_checkout(given: str | os.PathLike[str] | None, option: str) -> Path | None:
+    """The built fstests checkout ``option`` names, else POWERCUT_XFSTESTS, else None."""
+    chosen = given or os.environ.get("POWERCUT_XFSTESTS")
+    return check_built(Path(chosen), option) if chosen else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ short is interrupted (SIGTERM) and keeps what it checked.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from framework.zoo import steps as crash_steps
 from framework.zoo.commands import STOP as _STOP
 from framework.zoo.confirm import add_same_image, confirm, lacks_same_image
 from framework.zoo.entry import ZooEntry
+from framework.zoo.fstests import built_checkout
 from framework.zoo.kernels import FIXED, Kernel, installed
 from framework.zoo.plans import W8, WorkloadPlan, plan_named
 from framework.zoo.steps import Step
@@ -243,11 +243,11 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         for entry, row in zip(entries, rows, strict=True):
             if row is not None and not _STOP.event.is_set():
                 _look_again(row, fixed_steps, kernels[entry.name], fixed, results, plan, say)
-    checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
+    checkout = built_checkout(plan.fstests, "--fstests")
     if checkout:
         for entry, row in zip(entries, rows, strict=True):
             if entry.fstests and row is not None:
-                row.update(fstests_verdicts(entry, Path(checkout), kernels[entry.name], fixed,
+                row.update(fstests_verdicts(entry, checkout, kernels[entry.name], fixed,
                                             results / "fstests", say))
     final = report(final=True)
     if out is not None:

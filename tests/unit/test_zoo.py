@@ -671,3 +671,31 @@ def test_the_confirmation_and_the_second_look_need_no_recall_to_run_their_steps(
     for module in ("framework.zoo.recall", "framework.zoo.confirm", "framework.zoo.masked"):
         assert graph.find_shortest_chain(importer=module,
                                          imported="framework.zoo.steps") is not None, module
+
+
+def test_every_fstests_option_takes_only_a_built_checkout(tmp_path, monkeypatch) -> None:
+    from framework.cli.ci_reports import checkout_of
+    from framework.zoo.fstests import built_checkout, check_built
+
+    monkeypatch.delenv("POWERCUT_XFSTESTS", raising=False)
+    checkout = tmp_path / "xfstests"
+    checkout.mkdir()
+    (checkout / "check").write_text("#!/bin/bash\n")
+    # A clone that was never built has `check` but not fstests' built helpers.
+    for call in (lambda: check_built(checkout, "--run-fstests"),
+                 lambda: built_checkout(str(checkout), "--fstests"),
+                 lambda: checkout_of(str(checkout))):
+        with pytest.raises(ConfigError, match=r"not a built fstests checkout \(no ltp/fsx"):
+            call()
+    with pytest.raises(ConfigError, match="^--fstests .*run make in it"):
+        built_checkout(str(checkout), "--fstests")
+    (checkout / "ltp").mkdir()
+    (checkout / "ltp" / "fsx").write_text("")
+    assert check_built(checkout, "--run-fstests") == checkout
+    assert checkout_of(str(checkout)) == checkout
+    assert built_checkout(None, "--fstests") is None
+    with pytest.raises(ConfigError, match="--report needs a built fstests checkout"):
+        checkout_of(None)
+    monkeypatch.setenv("POWERCUT_XFSTESTS", str(checkout))
+    assert built_checkout(None, "--fstests") == checkout
+    assert checkout_of(None) == checkout
