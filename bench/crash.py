@@ -51,14 +51,15 @@ from typing import Any
 from crashcases.check import CheckResult
 from crashcases.crash.engine import CrashEngine, check_request, guest_files
 from crashcases.crash.guest import CRASH_CHECK, CheckSummary, parse_results
-from crashcases.crash.plan import CHECK_DISKS, LANE_DISKS, CrashPlan
+from crashcases.crash.plan import CHECK_DISKS, LANE_DISKS, CrashPlan, validate_plan
+from crashcases.crash.points import Strategy
 from framework.core import agent, clock, rundir
 from framework.core.command import HostRunner
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
 from recovery.filesystems import kernel_modules
 from recovery.mount import Timeouts
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 MiB = 1 << 20
 
@@ -84,7 +85,7 @@ class NaiveRequest:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NaiveRequest:
-        return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
+        return cls(target_from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    tuple(int(p) for p in raw["points"]), Timeouts(**raw["timeouts"]))
 
 
@@ -202,12 +203,12 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="powercut-bench-crash-"))
     plan = CrashPlan(target=args.target, case=args.case, max_sequences=args.max_sequences,
-                     points=args.points)
+                     points=Strategy.parse(args.points))
 
     def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> QemuMachine:
         return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
 
-    engine = CrashEngine(plan, work, factory)
+    engine = CrashEngine(validate_plan(plan), work, factory)
     recorder, info = engine.record()
     recorder.close()
     entries = engine.entries()
@@ -219,7 +220,8 @@ def main() -> int:
     print(f"recorded {args.case}{capped} at points {args.points} on {args.target}: "
           f"{info['entries']} entries, {log_bytes / MiB:.1f} MiB of log, {len(states)} crash states")
 
-    disks = [DiskSpec("log", engine.log_path.stat().st_size, image=engine.log_path, readonly=True),
+    disks = [DiskSpec("log", engine.files.log_path.stat().st_size, image=engine.files.log_path,
+                      readonly=True),
              *(DiskSpec(name, engine.sizes[name]) for name in (*CHECK_DISKS, *LANE_DISKS))]
     machine = QemuMachine(disks=disks, modules=kernel_modules((engine.target.fstype,)),
                           rundir=work / "bench")
@@ -227,11 +229,14 @@ def main() -> int:
     machine.start()
     boot_s = clock.monotonic() - t0
     try:
-        guest_files(machine, engine.oracle_path)
-        request = check_request(machine, engine.target, states, budget_s=plan.check_timeout_s)
+        guest_files(machine, engine.files.oracle_file)
+        request = check_request(machine, engine.target, states, budget_s=plan.check_timeout_s,
+                                measure=True)
         t0 = clock.monotonic()
-        ours = agent.perform(machine, CRASH_CHECK, request, timeout_s=36000)
+        done = agent.perform(machine, CRASH_CHECK, request, timeout_s=36000)
         ours_s = clock.monotonic() - t0
+        assert done.summary is not None  # asked for (measure=True)
+        ours = done.summary
         ours_bytes = ours.replay_written_bytes
         naive_res, naive_s = None, 0.0
         if not args.no_naive:

@@ -61,11 +61,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from crashcases.crash.results import CrashResults  # noqa: E402
+from crashcases.vocabulary import Outcome  # noqa: E402
 from framework.core import rundir  # noqa: E402
 from framework.core.store import Store  # noqa: E402
 
 CRASH = ["crash", "--target", "ext4/ordered", "--case", "gen:burst", "--max-sequences", "24",
          "--seed", "3", "-q"]
+#: What sqlite's PRAGMA integrity_check says of a sound database.
+SQLITE_SOUND = "ok"
 STUDY = """
 [study]
 name = "faults"
@@ -139,11 +143,10 @@ def copy_tree(src: Path, dst: Path) -> None:
     subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dst)], check=True)
 
 
-def by_mark(results_json: Path) -> dict[tuple[str, str], str]:
+def by_mark(run_dir: Path) -> dict[tuple[str | None, str], str]:
     """Outcome per (last mark, variant): comparable across recordings."""
-    states = json.loads(results_json.read_text())["states"]
-    return {(s["last_mark"], s["variant"]): (s["result"] or {}).get("outcome", "unchecked")
-            for s in states}
+    return {(s.last_mark, s.variant): s.outcome.value if s.outcome is not None else "unchecked"
+            for s in CrashResults.read(run_dir).states}
 
 
 def one_run(results: Path, kind: str = "crash") -> Path:
@@ -153,8 +156,8 @@ def one_run(results: Path, kind: str = "crash") -> Path:
     return found[0]
 
 
-def compare(row: Row, got: dict[tuple[str, str], str], want: dict[tuple[str, str], str],
-            *, expect: Callable[[tuple[str, str]], str | None] = lambda k: None) -> int:
+def compare(row: Row, got: dict[tuple[str | None, str], str], want: dict[tuple[str | None, str], str],
+            *, expect: Callable[[tuple[str | None, str]], str | None] = lambda k: None) -> int:
     """States lost or changed against the uninterrupted run; each is noted."""
     bad = 0
     for key, outcome in want.items():
@@ -175,7 +178,7 @@ class Reference:
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self._marks: dict[tuple[str, str], str] | None = None
+        self._marks: dict[tuple[str | None, str], str] | None = None
         self._run: Path | None = None
 
     def ensure(self) -> None:
@@ -191,10 +194,10 @@ class Reference:
                 raise RuntimeError(f"the uninterrupted crash run failed (exit {status}); "
                                    f"see {self.work / 'reference.out'}")
         self._run = one_run(results)
-        self._marks = by_mark(self._run / "results.json")
+        self._marks = by_mark(self._run)
 
     @property
-    def marks(self) -> dict[tuple[str, str], str]:
+    def marks(self) -> dict[tuple[str | None, str], str]:
         self.ensure()
         assert self._marks is not None
         return self._marks
@@ -259,7 +262,7 @@ def fault_qemu_kill(ref: Reference, work: Path, n: int, rng: random.Random) -> R
             row.failed(f"run {attempt} ended with exit {status}")
             row.lost += kills
             continue
-        lost = compare(row, by_mark(one_run(results) / "results.json"), ref.marks)
+        lost = compare(row, by_mark(one_run(results)), ref.marks)
         row.lost += lost
         row.survived += kills if not lost else 0
     return row
@@ -281,19 +284,18 @@ def fault_panic(ref: Reference, work: Path, n: int, rng: random.Random) -> Row:
         row.lost = row.injections
         return row
     run_dir = one_run(results)
-    states = json.loads((run_dir / "results.json").read_text())["states"]
-    by_index = {i + 1: s for i, s in enumerate(states)}
+    by_index = dict(enumerate(CrashResults.read(run_dir).states, 1))
     findings_ok = 0
     for i in always:
-        result = by_index[i]["result"] or {}
-        notes = " ".join(result.get("notes", []))
-        if result.get("outcome") == "hang" and "Kernel panic" in notes:
+        state = by_index[i]
+        notes = " ".join(state.result.notes if state.result is not None else [])
+        if state.outcome is Outcome.HANG and "Kernel panic" in notes:
             findings_ok += 1
         else:
             row.failed(f"state #{i} ({order[i - 1]}) panicked at every check but is "
-                       f"{result.get('outcome')!r}: {notes[:200]}")
-    always_marks = {(by_index[i]["last_mark"], by_index[i]["variant"]) for i in always}
-    lost = compare(row, by_mark(run_dir / "results.json"), ref.marks,
+                       f"{state.outcome and state.outcome.value!r}: {notes[:200]}")
+    always_marks = {(by_index[i].last_mark, by_index[i].variant) for i in always}
+    lost = compare(row, by_mark(run_dir), ref.marks,
                    expect=lambda k: "hang" if k in always_marks else None)
     row.lost = lost
     row.survived = (len(once) if not lost else 0) + findings_ok
@@ -362,8 +364,8 @@ def _study_rows(results: Path) -> dict[str, list[tuple[object, ...]]]:
 
 
 def _compare_studies(row: Row, whole: Path, results: Path) -> int:
-    lost = compare(row, by_mark(one_run(results) / "results.json"),
-                   by_mark(one_run(whole) / "results.json"))
+    lost = compare(row, by_mark(one_run(results)),
+                   by_mark(one_run(whole)))
     got, want = _study_rows(results), _study_rows(whole)
     for kind in want:
         if got[kind] != want[kind]:
@@ -403,10 +405,10 @@ def fault_full(ref: Reference, work: Path, n: int, rng: random.Random) -> Row:
                 row.failed(f"{mib} MiB: no one-line error naming the path: {last[:200]!r}")
                 continue
             if (mnt / "db.sqlite").exists():
-                ok = sqlite3.connect(mnt / "db.sqlite").execute(
+                integrity = sqlite3.connect(mnt / "db.sqlite").execute(
                     "PRAGMA integrity_check").fetchone()[0]
-                if ok != "ok":
-                    row.failed(f"{mib} MiB: database integrity_check: {ok}")
+                if integrity != SQLITE_SOUND:
+                    row.failed(f"{mib} MiB: database integrity_check: {integrity}")
                     row.lost += 1
                     continue
             subprocess.run(["mount", "-o", "remount,size=1024m", str(mnt)], check=True)
@@ -417,7 +419,7 @@ def fault_full(ref: Reference, work: Path, n: int, rng: random.Random) -> Row:
                     row.failed(f"{mib} MiB: --resume ended with exit {status}")
                     row.lost += 1
                     continue
-                lost = compare(row, by_mark(runs[0] / "results.json"), ref.marks)
+                lost = compare(row, by_mark(runs[0]), ref.marks)
             else:
                 # Full before the run had a plan: nothing to resume; a new run must work.
                 shutil.rmtree(mnt / "crash-partial", ignore_errors=True)
@@ -539,8 +541,7 @@ def _failing_run(work: Path) -> Path:
 def fault_corrupt(ref: Reference, work: Path, n: int, rng: random.Random) -> Row:
     row = Row("corrupt run files given to recheck, export, --resume, report")
     source = _failing_run(work)
-    states = json.loads((source / "results.json").read_text())["states"]
-    state = next(s["key"] for s in states if (s["result"] or {}).get("outcome") != "ok")
+    state = CrashResults.read(source).failing()[0].key
     pristine, live = _interrupted(work)
     for i in range(n):
         command_kind = ("recheck", "export", "resume")[i % 3]

@@ -34,7 +34,8 @@ from pathlib import Path
 from crashcases.check import CheckResult
 from crashcases.crash.engine import CrashEngine, check_request, guest_files
 from crashcases.crash.guest import CRASH_CHECK, parse_results
-from crashcases.crash.plan import CHECK_DISKS, LANE_DISKS, CrashPlan
+from crashcases.crash.plan import CHECK_DISKS, LANE_DISKS, CrashPlan, validate_plan
+from crashcases.crash.points import Strategy
 from framework.core import agent, clock
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.qemu import QemuMachine
@@ -63,16 +64,17 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="powercut-bench-lanes-"))
     plan = CrashPlan(target=args.target, case=args.case, max_sequences=args.max_sequences,
-                     points=args.points, seed=args.seed)
+                     points=Strategy.parse(args.points), seed=args.seed)
 
     def factory(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> QemuMachine:
         return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
 
-    engine = CrashEngine(plan, work, factory)
+    engine = CrashEngine(validate_plan(plan), work, factory)
     recorder, _ = engine.record()
     recorder.close()
     states = engine.plan_states(engine.entries())
-    disks = [DiskSpec("log", engine.log_path.stat().st_size, image=engine.log_path, readonly=True),
+    disks = [DiskSpec("log", engine.files.log_path.stat().st_size, image=engine.files.log_path,
+                      readonly=True),
              *(DiskSpec(name, engine.sizes[name]) for name in (*CHECK_DISKS, *LANE_DISKS))]
     machine = QemuMachine(disks=disks, modules=kernel_modules((engine.target.fstype,)),
                           rundir=work / "bench")
@@ -80,7 +82,7 @@ def main() -> int:
     walls: dict[int, float] = {}
     results: dict[int, dict[str, CheckResult]] = {}
     try:
-        guest_files(machine, engine.oracle_path)
+        guest_files(machine, engine.files.oracle_file)
         two = check_request(machine, engine.target, states, budget_s=plan.check_timeout_s)
         if not two.lanes:
             print(f"{args.target}: its filesystem checks one state at a time; nothing to compare")

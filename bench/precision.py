@@ -30,6 +30,7 @@ sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
 
 from framework.bench import engine as bench
 from framework.bench.engine import BenchConfig
+from framework.bench.report import print_progress
 from framework.bench.workloads import Scale
 from framework.cli.bench import BENCH_CPUS
 from framework.core import clock
@@ -65,7 +66,7 @@ def main() -> int:
         machine.start()
         boot_s = clock.monotonic() - start
         run = bench.run_bench(config, bench.GuestExecutor(machine, config),
-                              progress=bench.print_progress)
+                              progress=print_progress)
         accel = machine.accel
     total_s = clock.monotonic() - start
 

@@ -158,17 +158,24 @@ def plain_copy(src: Path, dst: Path, nbytes: int) -> float:
     return time.perf_counter() - t0
 
 
+def prepare(log: Path, target: Path, device_bytes: int,
+            fresh: Callable[[], None] | None) -> None:
+    """Before a timed replay: the log out of the page cache, and the target emptied by
+    ``fresh`` (default: a new sparse file)."""
+    evict(log)
+    if fresh is None:
+        fresh_sparse(target, device_bytes)
+    else:
+        fresh()
+
+
 def full_replay(log: Path, target: Path, device_bytes: int, last: int,
                 sync: bool | None = None, *, native_loop: bool | None = None,
                 latest: bool = False, fresh: Callable[[], None] | None = None) -> float:
     """Seconds of one whole replay in process; ``sync`` as Replayer takes it (None: a file
     target is not fsynced, a block device is; True: one fsync at the end, as replay-log
     does); ``fresh`` empties the target (default: a new sparse file)."""
-    evict(log)
-    if fresh is None:
-        fresh_sparse(target, device_bytes)
-    else:
-        fresh()
+    prepare(log, target, device_bytes, fresh)
     t0 = time.perf_counter()
     with Replayer(log, target, sync=sync, native=native_loop, latest=latest) as rp:
         rp.replay_to(last)
@@ -249,11 +256,7 @@ def command_replay(argv: list[str], log: Path, target: Path, device_bytes: int,
                    fresh: Callable[[], None] | None = None,
                    env: dict[str, str] | None = None, cwd: Path | None = None) -> float:
     """Seconds one replay command takes end to end (process start and its fsync included)."""
-    evict(log)
-    if fresh is None:
-        fresh_sparse(target, device_bytes)
-    else:
-        fresh()
+    prepare(log, target, device_bytes, fresh)
     t0 = time.perf_counter()
     subprocess.run([*argv, "--log", os.fspath(log), "--replay", os.fspath(target)], check=True,
                    env=env, cwd=cwd)
@@ -392,16 +395,6 @@ def against_replay_log(log: Path, replay_log: Path | None, work: Path, device_by
         print(f"replay of the whole log onto a loop block device ({dev}), best of {reps}:")
         race_methods(log, dev, device_bytes, last, reps, replay_log,
                      lambda: discard_device(dev), block=True, baseline=baseline)
-
-
-def same_content(a: Path, b: Path, chunk: int = 8 * MIB) -> bool:
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(chunk), fb.read(chunk)
-            if x != y:
-                return False
-            if not x:
-                return True
 
 
 def describe_log(log: Path, t_build: float) -> tuple[LogSummary, int]:

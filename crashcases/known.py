@@ -73,9 +73,12 @@ EXPLAINABLE = tuple(dict.fromkeys(
 OP_KINDS = tuple(sorted(str(k) for k in DURABILITY_OPS))
 ENTRY_KEYS = ("id", "fstype", "target", "journal", "kernel_min", "kernel_max", "run", "case",
               "op", "variants", "findings", "reason", "link", "source", "fix", "fix_subject",
-              "fixed_in", "fixed_in_stable", "no_fix_checked", "fsck", "fsck_says")
+              "fixed_in", "fixed_in_stable", "no_fix_checked", "fsck", "fsck_says", "report",
+              "checked_on")
 _COMMIT = re.compile(r"^[0-9a-f]{12,40}$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+#: A bug report folder in powercut's repository (powercut export --report wrote it).
+_REPORT = re.compile(r"^docs/reports/[A-Za-z0-9][A-Za-z0-9._-]*$")
 JOURNALS = tuple(p.value for p in JournalPlacement)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RELEASE = re.compile(r"^\d+([.-]\d+)*$")
@@ -173,6 +176,11 @@ class KnownEntry:
     #: summary or version); output that may have been cut matches nothing. It tells one
     #: bug's fsck signature from another's on the same outcome.
     fsck_says: str | None = None
+    #: The bug report written for it (a folder of powercut's repository: report.md, the
+    #: fstests tests, the candidate fix), and the newest kernel it was seen on, with the
+    #: date ("7.3.4+deb13-amd64 2026-11-29").
+    report: str | None = None
+    checked_on: str | None = None
     file: str = ""  # the list it came from
 
     def fsck_matches(self, check: CheckResult | None) -> bool:
@@ -201,7 +209,9 @@ class KnownEntry:
     @property
     def reference(self) -> str:
         """Where the behaviour is documented: the source, the link, or both."""
-        return "; ".join(x for x in (self.source, self.link) if x)
+        return "; ".join(x for x in (self.source, self.link,
+                                     f"report: {self.report}/report.md" if self.report else "")
+                          if x)
 
     def applies(self, scope: Scope) -> bool:
         """Whether this entry could explain anything in ``scope`` (everything but the state)."""
@@ -342,12 +352,21 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
     if fix is not None and (fix_subject is None or fixed_in is None):
         raise _fail(source, entry, "fix", "a fix needs fix_subject and fixed_in (the mainline "
                                           "release it is first in)")
+    report = _text(raw, "report", source, entry)
+    if report is not None and not _REPORT.match(report):
+        raise _fail(source, entry, "report", f"{report!r}: expected docs/reports/NAME, a report "
+                                             "folder of powercut's repository")
+    checked_on = _text(raw, "checked_on", source, entry)
+    if checked_on is not None and not re.match(r"^\S+ \d{4}-\d{2}-\d{2}$", checked_on):
+        raise _fail(source, entry, "checked_on", f"{checked_on!r}: expected 'RELEASE "
+                                                 "YYYY-MM-DD', the kernel and the day")
     return KnownEntry(id=ident, findings=findings, reason=reason, fstype=fstype, target=target,
                       journal=journal, kernel_min=bounds["kernel_min"], kernel_max=bounds["kernel_max"], run=run,
                       case=_text(raw, "case", source, entry), op=op, variants=variants,
                       link=link, source=where, fix=fix, fix_subject=fix_subject,
                       fixed_in=fixed_in, fixed_in_stable=_words(raw, "fixed_in_stable", source, entry),
-                      no_fix_checked=checked, fsck=fsck, fsck_says=says, file=source)
+                      no_fix_checked=checked, fsck=fsck, fsck_says=says, report=report,
+                      checked_on=checked_on, file=source)
 
 
 #: Lines of fsck output that report no problem: its passes and progress, the summary and

@@ -54,16 +54,19 @@ def worst(*outcomes: Outcome) -> Outcome:
     return min(outcomes, key=SEVERITY.index)
 
 
-def fails(outcome: Outcome | str, target: Target) -> bool:
-    """Whether ``outcome`` is a failure of ``target``.
+def fails(outcome: Outcome | str, target: Target | None) -> bool:
+    """Whether ``outcome`` is a failure of ``target``; every reader of results decides so.
 
     A journalled filesystem promises a consistent state after replay, so a
     state that needed fsck repair fails it; for a filesystem without a
-    journal, repair at boot is the expected recovery (ext2's e2fsck -p).
+    journal, repair at boot is the expected recovery (ext2's e2fsck -p). With
+    no target (a stored configuration that cannot be read) a repair fails, as
+    for the journalled filesystems most targets are: a reader does not hide
+    what it cannot judge.
     """
     outcome = Outcome(outcome)
     return outcome in ALWAYS_FAILING or (
-        outcome is Outcome.RECOVERED and target.journalled)
+        outcome is Outcome.RECOVERED and (target is None or target.journalled))
 
 
 class CrashPointKind(StrEnum):

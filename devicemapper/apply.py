@@ -484,17 +484,11 @@ def apply_entry(
 ) -> ApplyStats:
     """Apply one entry to the open target ``fd``; ``sectors`` (indices within
     the entry) applies only part of it, e.g. a torn write."""
-    buffer_bytes = min(DEFAULT_BUFFER_BYTES, max(entry.payload_length, reader.sectorsize))
-    applier = _Applier(
-        reader,
-        fd,
-        target_name=target_name or f"fd {fd}",
-        discard=discard,
-        buffer_bytes=buffer_bytes,
-    )
-    applier.add(entry, sectors)
-    applier.flush()
-    return applier.stats
+    return apply_entries([entry], reader, fd, discard=discard,
+                         torn=None if sectors is None else {entry.index: sectors},
+                         target_name=target_name,
+                         buffer_bytes=min(DEFAULT_BUFFER_BYTES,
+                                          max(entry.payload_length, reader.sectorsize)))
 
 
 def apply_entries(

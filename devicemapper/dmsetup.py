@@ -99,15 +99,6 @@ class DmSetup:
     def exists(self, name: str) -> bool:
         return self._run("info", name, ok=(0, 1)).status == 0
 
-    def require_targets(self, *names: str) -> None:
-        have = self.targets()
-        missing = [n for n in names if n not in have]
-        if missing:
-            raise MissingPrerequisite(
-                f"the kernel lacks device-mapper target(s) {', '.join(missing)} "
-                f"(need CONFIG_DM_{'/'.join(m.upper().replace('-', '_') for m in missing)})"
-            )
-
     @contextlib.contextmanager
     def device(self, name: str, table: Table) -> Iterator[DmDevice]:
         """Create a device; it is removed when the block ends, also on error."""

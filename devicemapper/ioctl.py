@@ -15,6 +15,7 @@ import os
 import struct
 
 from framework.core.errors import DeviceMapperError
+from framework.core.handle import FdHandle
 
 CONTROL = "/dev/mapper/control"
 DM_NAME_LEN = 128
@@ -38,7 +39,7 @@ def pack_target_msg(name: str, message: str, sector: int = 0) -> bytes:
     return (header + body).ljust(total, b"\0")
 
 
-class TargetMessenger:
+class TargetMessenger(FdHandle):
     """Keeps /dev/mapper/control open and sends messages to one device."""
 
     def __init__(self, name: str) -> None:
@@ -54,16 +55,6 @@ class TargetMessenger:
         except OSError as exc:
             raise DeviceMapperError(f"dm message {message!r} to {self.name}: {exc.strerror}") from exc
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> TargetMessenger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # --- creating and removing devices without dmsetup ----------------------------
@@ -108,7 +99,7 @@ def decode_dev(dev: int) -> tuple[int, int]:
     return major, minor
 
 
-class Control:
+class Control(FdHandle):
     """Device-mapper control ioctls from this process (needs root)."""
 
     def __init__(self) -> None:
@@ -155,13 +146,3 @@ class Control:
         self._call(_DM_TABLE_LOAD_CMD, pack_table_load(name, start, length, target, params),
                    f"load {target} table into {name}")
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> Control:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from framework.core.errors import LogFormatError
+from framework.core.handle import FdHandle
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-class LogReader:
+class LogReader(FdHandle):
     """Streams a log from a regular file or a block device; never holds payloads.
 
     Iterating yields entries by reading only their header blocks and
@@ -191,27 +192,6 @@ class LogReader:
         except BaseException:
             os.close(self._fd)
             raise
-
-    # -- context manager -------------------------------------------------
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> LogReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def fileno(self) -> int:
-        return self._fd
 
     @property
     def sectorsize(self) -> int:
@@ -457,22 +437,6 @@ class LogReader:
             f"truncated payload ({got} of {total} bytes readable)", index=index, offset=offset
         )
 
-    def iter_payload(self, entry: LogEntry, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
-        """The payload of one entry in chunks of at most ``chunk_bytes``."""
-        done = 0
-        while done < entry.payload_length:
-            n = min(chunk_bytes, entry.payload_length - done)
-            data = self._pread(n, entry.payload_offset + done, index=entry.index)
-            if len(data) != n:
-                raise self._error(
-                    f"truncated payload ({done + len(data)} of {entry.payload_length} bytes)",
-                    index=entry.index,
-                    offset=entry.payload_offset + done + len(data),
-                )
-            yield data
-            done += n
-
-
 # -- searching ---------------------------------------------------------------
 
 
@@ -482,22 +446,6 @@ def find_mark(
     """The first mark named ``name`` with an index above ``after``."""
     for entry in entries:
         if entry.index > after and entry.mark == name:
-            return entry
-    return None
-
-
-def find_next_fua(entries: LogReader | Iterable[LogEntry], after: int) -> LogEntry | None:
-    """The first FUA entry with an index above ``after``."""
-    for entry in entries:
-        if entry.index > after and entry.is_fua:
-            return entry
-    return None
-
-
-def find_next_flush(entries: LogReader | Iterable[LogEntry], after: int) -> LogEntry | None:
-    """The first flush entry (with or without data) with an index above ``after``."""
-    for entry in entries:
-        if entry.index > after and entry.is_flush:
             return entry
     return None
 

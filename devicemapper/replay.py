@@ -1,19 +1,12 @@
 """Replay a dm-log-writes log onto a block device or a regular file.
 
-Replay of entry i writes its payload at ``sector * S``; a discard
-BLKDISCARDs (block device) or punches/zeroes (file) ``nr_sectors * S``
-bytes at ``sector * S``; flush and mark entries write nothing. This is
-what xfstests' replay-log does, so both tools build the same image, with
-one deliberate difference: where BLKDISCARD is not available replay-log
-leaves discards over 128 MiB alone, while this engine still makes them
-read as zeros, as a discarding disk would.
-
 ``Replayer`` is incremental: it remembers how far it got, so going from
 crash point k to k+1 applies only the entries in between; the total I/O
 of visiting every crash point stays near one pass over the log.
 
 The writing itself is devicemapper/apply.py's (and devicemapper/native.py's,
-in C, when it is built).
+in C, when it is built): each entry as xfstests' replay-log writes it, with
+the one difference said there.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ import os
 import stat
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
 
 from devicemapper.apply import (
     _IOV_MAX,
@@ -43,6 +35,7 @@ from devicemapper.logformat import HEADER_WINDOW_BYTES, LogEntry, LogFlag, LogRe
 from devicemapper.logindex import LogIndex
 from devicemapper.native import apply_error, library
 from framework.core.errors import LogFormatError, ScratchDeviceError
+from framework.core.handle import FdHandle
 
 __all__ = [
     "ApplyStats",
@@ -64,7 +57,7 @@ def _after(index: int) -> str:
     return " in the log" if index < 0 else f" after entry {index}"
 
 
-class Replayer:
+class Replayer(FdHandle):
     """Replays a log onto a target, forward only, remembering its position.
 
     Positions are entry indices and inclusive: ``replay_to(5)`` leaves the
@@ -152,21 +145,8 @@ class Replayer:
     # -- lifecycle -------------------------------------------------------
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        super().close()
         self.reader.close()
-
-    def __enter__(self) -> Replayer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- state -----------------------------------------------------------
 

@@ -14,6 +14,7 @@ from devicemapper.dmsetup import DmDevice, DmSetup, device_sectors
 from devicemapper.ioctl import Control
 from framework.core.command import CommandRunner
 from framework.core.errors import DeviceBusy
+from framework.core.handle import Handle
 from framework.core.holders import device_holders
 from framework.core.syscalls import runs_here
 
@@ -44,7 +45,7 @@ def throwaway_snapshot(runner: CommandRunner, origin: str, cow_dev: str, *,
 BLKFLSBUF = 0x1261  # _IO(0x12, 97): write back and drop a block device's page cache
 
 
-class SnapshotSlot:
+class SnapshotSlot(Handle):
     """Throwaway snapshots of ``origin``, one after another, on one dm device.
 
     Creating and removing a dm device costs tens of milliseconds in an
@@ -126,11 +127,6 @@ class SnapshotSlot:
             self._control.close()
             self._control = None
 
-    def __enter__(self) -> SnapshotSlot:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _wait_unused(control: Control, name: str, path: str, attempts: int = 20) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from framework.core.machine.base import DiskSpec
 from recovery.filesystems import adapter_for
-from recovery.targets import Target
+from recovery.target import Target
 
 MiB = 1 << 20
 #: Data disk when the command names no size: room for mkfs and the small workloads.

@@ -11,7 +11,7 @@ from framework.core.command import CommandRunner, tool_version
 from framework.core.syscalls import runs_here
 from recovery.filesystems import adapter_for
 from recovery.filesystems.base import FsckVerdict
-from recovery.targets import Target
+from recovery.target import Target
 
 log = logging.getLogger(__name__)
 

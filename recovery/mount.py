@@ -25,7 +25,7 @@ from framework.core.holders import mount_holders
 from recovery.filesystems import adapter_for
 from recovery.filesystems.base import FilesystemAdapter
 from recovery.fsck import C_LOCALE, output_tail
-from recovery.targets import Target
+from recovery.target import Target
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,11 @@
-"""Targets: a filesystem configuration under test, named like xfstests-bld configs.
+"""The targets a run can name: the built-in ones, a user's, and a target sent as data.
 
-A target names the mkfs options, the mount options, where the journal
-lives and, optionally, the device profile of each disk (``disk_profiles``,
-see ``recovery.profiles``). The built-in targets are in
-``builtin_targets.toml`` (same format as user files); users add their own
-with ``load_targets()``, and their own device profiles in the same file::
+A target (``recovery.target.Target``, which this module hands on) names the
+mkfs options, the mount options, where the journal lives and, optionally,
+the device profile of each disk (``disk_profiles``, see
+``recovery.profiles``). The built-in targets are in ``builtin_targets.toml``
+(same format as user files); users add their own with ``load_targets()``,
+and their own device profiles in the same file::
 
     [targets."ext4/data-journal-big"]
     fstype = "ext4"
@@ -18,6 +19,10 @@ with ``load_targets()``, and their own device profiles in the same file::
     [profiles.my-ssd]                # optional: see recovery/profiles.py
     flush_ms = 3
     bandwidth_mb_s = 400
+
+Every target is validated where it enters, by its filesystem's adapter as
+well: this module sits above the adapters, which know only
+``recovery.target``.
 """
 
 from __future__ import annotations
@@ -25,78 +30,48 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from framework.core.errors import ConfigError
-from recovery.profiles import DeviceProfile, get_profile, parse_profiles, profile_from_mapping
+from recovery.filesystems import adapter_for
+from recovery.profiles import (
+    DeviceProfile,
+    builtin_profiles,
+    get_profile,
+    parse_profiles,
+    profile_from_mapping,
+)
+from recovery.target import DISK_ROLES, JournalPlacement, Target
+
+__all__ = [
+    "DISK_ROLES",
+    "JournalPlacement",
+    "Target",
+    "get_target",
+    "list_targets",
+    "load_target_file",
+    "load_targets",
+    "parse_target_file",
+    "parse_targets",
+    "resolve",
+    "target_from_dict",
+    "target_from_mapping",
+    "with_profiles",
+]
 
 
-class JournalPlacement(StrEnum):
-    INTERNAL = "internal"  # on the data disk (for btrfs/f2fs: their log tree / roll-forward log)
-    EXTERNAL = "external"  # on a disk of its own
-    NONE = "none"  # no journal at all: recovery is fsck's job
-
-
-#: Disk roles a target may give a device profile to.
-DISK_ROLES = ("data", "journal")
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    name: str
-    fstype: str  # the mount type: ext2, ext3, ext4, xfs, btrfs, f2fs, jfs, reiserfs
-    mkfs_options: tuple[str, ...] = ()
-    mount_options: tuple[str, ...] = ()
-    journal: JournalPlacement = JournalPlacement.INTERNAL
-    journal_size_mib: int | None = None
-    description: str = ""
-    #: (disk role, device profile name) pairs; roles are those in DISK_ROLES.
-    disk_profiles: tuple[tuple[str, str], ...] = ()
-    #: The definitions of the profiles disk_profiles names (built in or the user's), so a
-    #: target carries its device model into plans, guest requests and the store.
-    profile_defs: tuple[DeviceProfile, ...] = ()
-
-    def profile(self, role: str) -> DeviceProfile | None:
-        """The device profile of disk ``role`` (data, journal), None if it has none."""
-        name = dict(self.disk_profiles).get(role)
-        return next((p for p in self.profile_defs if p.name == name), None)
-
-    def delays(self, role: str) -> tuple[int, int, int] | None:
-        """dm-delay's (read, write, flush) ms for disk ``role``; None: not delayed."""
-        profile = self.profile(role)
-        return None if profile is None else profile.delays
-
-    @property
-    def needs_journal_disk(self) -> bool:
-        return self.journal is JournalPlacement.EXTERNAL
-
-    @property
-    def journalled(self) -> bool:
-        return self.journal is not JournalPlacement.NONE
-
-    def to_dict(self) -> dict[str, Any]:
-        """The target as JSON-ready data (guest task requests, stored runs)."""
-        return {"name": self.name, "fstype": self.fstype, "mkfs_options": list(self.mkfs_options),
-                "mount_options": list(self.mount_options), "journal": self.journal.value,
-                "journal_size_mib": self.journal_size_mib, "description": self.description,
-                "disk_profiles": dict(self.disk_profiles),
-                "profile_defs": {p.name: p.to_dict() for p in self.profile_defs}}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Target:
-        """The inverse of to_dict, validated like a TOML table."""
-        table = {k: v for k, v in d.items() if k != "name" and v is not None}
-        if isinstance(table.get("disk_profiles"), list | tuple):
-            # dataclasses.asdict() keeps the (role, profile) pairs as a sequence
-            table["disk_profiles"] = dict(table["disk_profiles"])
-        if isinstance(table.get("profile_defs"), list | tuple):
-            # ... and the profile definitions as a sequence of tables, each with its name
-            table["profile_defs"] = {p["name"]: {k: v for k, v in p.items() if k != "name"}
-                                     for p in table["profile_defs"]}
-        return target_from_mapping(str(d["name"]), table, source="target data")
+def target_from_dict(data: Mapping[str, Any]) -> Target:
+    """The inverse of Target.to_dict, validated like a TOML table."""
+    table = {k: v for k, v in data.items() if k != "name" and v is not None}
+    if isinstance(table.get("disk_profiles"), list | tuple):
+        # dataclasses.asdict() keeps the (role, profile) pairs as a sequence
+        table["disk_profiles"] = dict(table["disk_profiles"])
+    if isinstance(table.get("profile_defs"), list | tuple):
+        # ... and the profile definitions as a sequence of tables, each with its name
+        table["profile_defs"] = {p["name"]: {k: v for k, v in p.items() if k != "name"}
+                                 for p in table["profile_defs"]}
+    return target_from_mapping(str(data["name"]), table, source="target data")
 
 
 _KEYS = frozenset(
@@ -185,9 +160,6 @@ def target_from_mapping(name: str, table: Mapping[str, Any], *, source: str,
 
 
 def _check_supported(target: Target, where: str) -> None:
-    # Imported here: the adapters import this module for Target.
-    from recovery.filesystems import adapter_for
-
     # The adapter checks what it reads from the target (journal placement,
     # data mode, ...): a bad option fails here, at load time, not mid-run.
     adapter_for(target.fstype, where=where).check_target(target, where=where)
@@ -230,8 +202,6 @@ def load_targets(path: str | os.PathLike[str]) -> dict[str, Target]:
 def load_target_file(path: str | os.PathLike[str]
                      ) -> tuple[dict[str, Target], dict[str, DeviceProfile]]:
     """User targets and device profiles from a TOML file; neither may redefine a built-in one."""
-    from recovery.profiles import builtin_profiles
-
     source = os.fspath(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -260,7 +230,7 @@ def with_profiles(target: Target, roles: Mapping[str, str],
     table["disk_profiles"] = {**table["disk_profiles"], **roles}
     table["profile_defs"] = {**table["profile_defs"],
                              **{n: get_profile(n, profiles).to_dict() for n in roles.values()}}
-    return Target.from_dict(table)
+    return target_from_dict(table)
 
 
 @functools.cache

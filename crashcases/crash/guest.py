@@ -24,7 +24,6 @@ import functools
 import gc
 import json
 import logging
-import mmap
 import os
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashcases.check import CheckResult, check_states, explain
+from crashcases.crash.faults import NO_FAULTS, Faults
+from crashcases.crash.lanes import Baton, Flag, LaneProcess, raise_first
 from crashcases.oracle.log import OracleLog
 from crashcases.oracle.verify import prepare
 from crashcases.vocabulary import Outcome
@@ -41,13 +42,13 @@ from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.logindex import LogIndex
 from devicemapper.replay import Replayer, apply_entries, zero_target
 from devicemapper.snapshot import SnapshotSlot
-from framework.core import agent, clock, errors, rundir
+from framework.core import agent, clock, rundir
 from framework.core.command import HostRunner
 from framework.core.errors import DeviceBusy
 from recovery.filesystems import adapter_for, persistence_rules
 from recovery.mount import Timeouts, mkfs, mounted
 from recovery.persistence import PersistenceRules
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 if TYPE_CHECKING:  # the guest builds no crash state: points.py stays unread there
     from crashcases.crash.points import CrashState
@@ -86,7 +87,7 @@ class RecordRequest:
     def from_dict(cls, raw: Mapping[str, Any]) -> RecordRequest:
         from crashcases.workload.ops import Workload
 
-        return cls(Target.from_dict(raw["target"]), Workload.from_json(raw["workload"]),
+        return cls(target_from_dict(raw["target"]), Workload.from_json(raw["workload"]),
                    str(raw["data_dev"]), str(raw["log_dev"]), str(raw["oracle_path"]),
                    raw.get("journal_dev"), raw.get("journal_log_dev"))
 
@@ -251,45 +252,42 @@ class CheckRequest:
     results_path: str  # JSON lines, one CheckResult per state, appended as each is known
     states: tuple[StateRecipe, ...]
     timeouts: Timeouts = field(default_factory=Timeouts)
-    inject_hang: str | None = None  # fault injection: block at this state, as a stuck mount would
-    #: Fault injection, comma-separated KEY or KEY@SECONDS: another process holds the
-    #: state's device open for SECONDS (a holder that lets go: the lane waits it out) or
-    #: for good (the device stays busy: a harness error).
-    inject_busy: str | None = None
     journal: JournalDisks | None = None
     lanes: tuple[LaneDisks, ...] = ()  # single-disk targets: more lanes checking at once
-    #: Fault injection, comma-separated KEY or KEY@once: the kernel panics (sysrq c) as the
-    #: state's check starts, as a kernel bug met by its mount would make it.
-    inject_panic: str | None = None
+    #: Faults to inject, their states named by key (crashcases.crash.faults): a check that
+    #: blocks as a stuck mount would; another process holding a state's device open for a
+    #: while (the lane waits it out) or for good (a harness error); the kernel panicking
+    #: (sysrq c) as a state's check starts, as a kernel bug met by its mount would make it.
+    faults: Faults = NO_FAULTS
+    #: Say what the task spent, and where (CheckDone.summary): bench/crash.py asks.
+    measure: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "log_dev": self.log_dev,
                 "replay_dev": self.replay_dev, "cow_dev": self.cow_dev,
                 "oracle_path": self.oracle_path, "results_path": self.results_path,
                 "states": [s.to_dict() for s in self.states], "timeouts": asdict(self.timeouts),
-                "inject_hang": self.inject_hang, "inject_busy": self.inject_busy,
                 "journal": self.journal.to_dict() if self.journal else None,
                 "lanes": [lane.to_dict() for lane in self.lanes],
-                "inject_panic": self.inject_panic}
+                "faults": self.faults.to_dict(), "measure": self.measure}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckRequest:
         journal = JournalDisks(**raw["journal"]) if raw.get("journal") else None
-        return cls(Target.from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
+        return cls(target_from_dict(raw["target"]), str(raw["log_dev"]), str(raw["replay_dev"]),
                    str(raw["cow_dev"]), str(raw["oracle_path"]), str(raw["results_path"]),
                    tuple(StateRecipe.from_dict(s) for s in raw["states"]),
-                   Timeouts(**raw.get("timeouts", {})), raw.get("inject_hang"),
-                   raw.get("inject_busy"), journal,
+                   Timeouts(**raw.get("timeouts", {})), journal,
                    tuple(LaneDisks(**lane) for lane in raw.get("lanes", ())),
-                   raw.get("inject_panic"))
+                   Faults.from_dict(raw.get("faults") or {}), bool(raw.get("measure")))
 
 
 @dataclass(frozen=True, slots=True)
 class CheckSummary:
-    """What a crash-check task did; the checks themselves are in the results file."""
+    """What a crash-check task spent, and where: measurements for bench/crash.py, made only
+    when the request asks for them."""
 
     checked: int
-    abandoned: bool  # a step hung: the guest stopped there, nothing after it is trusted
     replay_written_bytes: int
     replay_discarded_bytes: int
     entries_applied: int
@@ -323,9 +321,27 @@ class CheckSummary:
         seconds = {name: float(raw.get(name, 0.0)) for name in (
             "setup_s", "prepare_s", "check_s", "oracle_load_s", "index_s", "replay_s",
             "snapshot_s", "extra_s", "wall_s")}
-        return cls(int(raw["checked"]), bool(raw["abandoned"]), int(raw["replay_written_bytes"]),
+        return cls(int(raw["checked"]), int(raw["replay_written_bytes"]),
                    int(raw["replay_discarded_bytes"]), int(raw["entries_applied"]),
                    int(raw.get("shared", 0)), **seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckDone:
+    """The end of a crash-check task; the checks themselves are in the results file."""
+
+    abandoned: bool  # a lane hung or failed: the guest stopped, nothing after it is trusted
+    summary: CheckSummary | None = None  # only when the request asked (``measure``)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"abandoned": self.abandoned,
+                "summary": self.summary.to_dict() if self.summary is not None else None}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> CheckDone:
+        summary = raw.get("summary")
+        return cls(bool(raw["abandoned"]),
+                   CheckSummary.from_dict(summary) if summary is not None else None)
 
 
 def content_changes(entries: Sequence[LogEntry]) -> list[int]:
@@ -342,7 +358,8 @@ class _Disk:
     throwaway snapshots of that disk, one per state."""
 
     def __init__(self, stack: contextlib.ExitStack, runner: HostRunner, log_dev: str,
-                 replay_dev: str, cow_dev: str, name: str, *, like: _Disk | None = None) -> None:
+                 replay_dev: str, cow_dev: str, name: str, *, like: _Disk | None = None,
+                 measure: bool = False) -> None:
         """``like``: a disk replaying the same log, whose header index this one shares."""
         self.log_dev, self.replay_dev = log_dev, replay_dev
         self.reader = stack.enter_context(LogReader(log_dev))
@@ -350,8 +367,10 @@ class _Disk:
         # the log disk. A second lane, and every Replayer, reuses the first's.
         self.index: Sequence[LogEntry]
         self.changes: list[int]
-        #: Seconds this disk spent on each part of building states (CheckSummary's names).
-        self.spent = {"index_s": 0.0, "replay_s": 0.0, "snapshot_s": 0.0, "extra_s": 0.0}
+        #: Seconds this disk spent on each part of building states (CheckSummary's names),
+        #: when the request measures.
+        self.spent = dict.fromkeys(("index_s", "replay_s", "snapshot_s", "extra_s"), 0.0) \
+            if measure else None
         if like is not None:
             self.index, self.changes = like.index, like.changes
         else:
@@ -359,11 +378,15 @@ class _Disk:
             index = LogIndex(self.reader)
             index.extend_to(self.reader.nr_entries)
             self.index, self.changes = index, index.content_changes()
-            self.spent["index_s"] = clock.monotonic() - t0
+            self._spend("index_s", clock.monotonic() - t0)
         self.rep = self._replayer()
         stack.callback(lambda: self.rep.close())
         self.slot = stack.enter_context(SnapshotSlot(runner, replay_dev, cow_dev, name=name))
         self.rewinds = 0
+
+    def _spend(self, name: str, seconds: float) -> None:
+        if self.spent is not None:
+            self.spent[name] += seconds
 
     def _replayer(self) -> Replayer:
         index = self.index if isinstance(self.index, LogIndex) else None
@@ -380,7 +403,7 @@ class _Disk:
         try:
             self._move_to(base)
         finally:
-            self.spent["replay_s"] += clock.monotonic() - t0
+            self._spend("replay_s", clock.monotonic() - t0)
 
     def _move_to(self, base: int) -> None:
         if base < 0:
@@ -402,7 +425,7 @@ class _Disk:
         t0 = clock.monotonic()
         with self.slot.fresh() as snap:
             t1 = clock.monotonic()
-            self.spent["snapshot_s"] += t1 - t0
+            self._spend("snapshot_s", t1 - t0)
             if recipe.extra:
                 fd = os.open(snap.path, os.O_RDWR | os.O_CLOEXEC)
                 try:
@@ -411,12 +434,12 @@ class _Disk:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-                self.spent["extra_s"] += clock.monotonic() - t1
+                self._spend("extra_s", clock.monotonic() - t1)
             try:
                 yield snap.path
             finally:
                 t2 = clock.monotonic()
-        self.spent["snapshot_s"] += clock.monotonic() - t2
+        self._spend("snapshot_s", clock.monotonic() - t2)
 
 
 @dataclass(slots=True)
@@ -430,7 +453,7 @@ class _Lane:
     runs: list[list[StateRecipe]] = field(default_factory=list)
 
 
-def check(req: CheckRequest) -> CheckSummary:
+def check(req: CheckRequest) -> CheckDone:
     start = clock.monotonic()
     runner = HostRunner()
     rules = persistence_rules(req.target)
@@ -441,21 +464,24 @@ def check(req: CheckRequest) -> CheckSummary:
     loader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="oracle-load")
     loading = loader.submit(_load_oracle, Path(req.oracle_path), rules)
     loader.shutdown(wait=False)  # the load runs on; nothing else is queued
-    # Per process: a lane in a process of its own reports its share at the end.
-    tally: dict[str, float] = {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0}
-    stop = _Flag()  # a lane hung or failed: every lane stops after its current state
-    baton = _Baton()  # the lanes' writes to the results and started files, one at a time
-    busy = busy_faults(req.inject_busy)
-    panics = {item.partition("@")[0] for item in (req.inject_panic or "").split(",") if item}
+    # Per process, when the request measures: a lane in a process of its own reports its
+    # share at the end.
+    tally: dict[str, float] | None = (
+        {"checked": 0, "shared": 0, "prepare_s": 0.0, "check_s": 0.0} if req.measure else None)
+    stop = Flag()  # a lane hung or failed: every lane stops after its current state
+    baton = Baton()  # the lanes' writes to the results and started files, one at a time
+    busy = req.faults.busy_seconds()
+    panics = req.faults.panicking()
     started_path = Path(req.results_path).with_name(rundir.GUEST_STARTED)
     with contextlib.ExitStack() as stack, open(req.results_path, "a") as out, \
             open(started_path, "a") as started:
         try:
-            data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap")
+            data = _Disk(stack, runner, req.log_dev, req.replay_dev, req.cow_dev, "pc-snap",
+                         measure=req.measure)
             journal = (_Disk(stack, runner, req.journal.log_dev, req.journal.replay_dev,
-                             req.journal.cow_dev, "pc-snap-journal") if req.journal else None)
-            runs = list(same_content_runs(req.states, data, journal,
-                                          {req.inject_hang or "", *busy} - {""}))
+                             req.journal.cow_dev, "pc-snap-journal", measure=req.measure)
+                       if req.journal else None)
+            runs = list(same_content_runs(req.states, data, journal, req.faults.alone()))
             more = req.lanes[: max(0, len(runs) - 1)]
             # Dealt in turn, so the lanes stay near each other in the log and share the work
             # evenly (later states have fuller filesystems, so slower checks).
@@ -482,7 +508,7 @@ def check(req: CheckRequest) -> CheckSummary:
                     started.write("".join(f"{s.key}\n" for s in group))
                     started.flush()
                     os.fsync(started.fileno())
-                if first.key == req.inject_hang:
+                if first.key == req.faults.hang:
                     # Fault injection for testing the host's hang handling: block
                     # the way a mount stuck in the kernel would.
                     runner.run(["sleep", "86400"], timeout_s=90000)
@@ -523,10 +549,11 @@ def check(req: CheckRequest) -> CheckSummary:
                     stop.set()
                     return
                 t3 = clock.monotonic()  # the state's disks and snapshots released
-                tally["prepare_s"] += (t1 - t0) + (t3 - t2)
-                tally["check_s"] += t2 - t1
-                tally["checked"] += len(results)
-                tally["shared"] += len(results) - 1
+                if tally is not None:
+                    tally["prepare_s"] += (t1 - t0) + (t3 - t2)
+                    tally["check_s"] += t2 - t1
+                    tally["checked"] += len(results)
+                    tally["shared"] += len(results) - 1
                 with baton:
                     for result in results:
                         out.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
@@ -546,7 +573,7 @@ def check(req: CheckRequest) -> CheckSummary:
             """Lane ``n``, in its own process: its disks opened and released there."""
             with contextlib.ExitStack() as own:
                 disk = _Disk(own, runner, req.log_dev, disks.replay_dev, disks.cow_dev,
-                             f"pc-snap-{n}", like=data)
+                             f"pc-snap-{n}", like=data, measure=req.measure)
                 check_lane(_Lane(disk, None, CHECK_MOUNTPOINT.with_name(f"check-{n}"), second,
                                  share))
             return _lane_report(tally, [disk])
@@ -562,7 +589,7 @@ def check(req: CheckRequest) -> CheckSummary:
             out.flush()
             started.flush()
             gc.freeze()  # the collector leaves the shared objects' pages unwritten in the forks
-            others = [_LaneProcess(n, functools.partial(other_lane, n, disks, share), stop)
+            others = [LaneProcess(n, functools.partial(other_lane, n, disks, share), stop)
                       for n, (disks, share) in enumerate(zip(more, shares[1:]), 2)]
             try:
                 check_lane(lane)
@@ -573,27 +600,31 @@ def check(req: CheckRequest) -> CheckSummary:
                         other.wait()
                 raise
             reports = [other.wait() for other in others]
-            _raise_first(others)
+            raise_first(others)
         else:
             check_lane(lane)
         own = _lane_report(tally, [d for d in (data, journal) if d is not None])
-        total = _add_lane_reports([own, *reports])
+    if tally is None:
+        return CheckDone(stop.is_set())
+    total = _add_lane_reports([own, *reports])
     counts = total["tally"]
-    return CheckSummary(checked=int(counts["checked"]), abandoned=stop.is_set(),
-                        replay_written_bytes=total["written"],
-                        replay_discarded_bytes=total["discarded"],
-                        entries_applied=total["applied"],
-                        shared=int(counts["shared"]), setup_s=setup_s,
-                        prepare_s=counts["prepare_s"], check_s=counts["check_s"],
-                        oracle_load_s=oracle_load_s, wall_s=clock.monotonic() - start,
-                        **total["spent"])
+    return CheckDone(stop.is_set(), CheckSummary(
+        checked=int(counts["checked"]), replay_written_bytes=total["written"],
+        replay_discarded_bytes=total["discarded"], entries_applied=total["applied"],
+        shared=int(counts["shared"]), setup_s=setup_s, prepare_s=counts["prepare_s"],
+        check_s=counts["check_s"], oracle_load_s=oracle_load_s,
+        wall_s=clock.monotonic() - start, **total["spent"]))
 
 
-def _lane_report(tally: dict[str, float], disks: Sequence[_Disk]) -> dict[str, Any]:
+def _lane_report(tally: dict[str, float] | None, disks: Sequence[_Disk]) -> dict[str, Any]:
     """What a lane did, as JSON-ready data: its tally, and the replay seconds, bytes and
-    entries of its disks. A forked lane sends it to the first, which adds them all up."""
+    entries of its disks (nothing when the request does not measure). A forked lane sends
+    it to the first, which adds them all up."""
+    spent = [d.spent for d in disks if d.spent is not None]
+    if tally is None or not spent:
+        return {}
     return {"tally": dict(tally),
-            "spent": {name: sum(d.spent[name] for d in disks) for name in disks[0].spent},
+            "spent": {name: sum(s[name] for s in spent) for name in spent[0]},
             "written": sum(d.rep.bytes_written for d in disks),
             "discarded": sum(d.rep.bytes_discarded for d in disks),
             "applied": sum(d.rep.entries_applied for d in disks)}
@@ -608,105 +639,6 @@ def _add_lane_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
         else:
             total[key] = sum(r[key] for r in reports)
     return total
-
-
-class _Flag:
-    """A flag every lane's process sees: one byte of memory shared across fork."""
-
-    def __init__(self) -> None:
-        self._byte = mmap.mmap(-1, 1)  # anonymous and shared (MAP_SHARED is mmap's default)
-
-    def set(self) -> None:
-        self._byte[0] = 1
-
-    def is_set(self) -> bool:
-        return self._byte[0] != 0
-
-
-class _Baton:
-    """A lock that holds across fork: one byte in a pipe, taken by reading it. Each
-    process has one lane, so one thread, taking it."""
-
-    def __init__(self) -> None:
-        self._r, self._w = os.pipe()
-        os.write(self._w, b".")
-
-    def __enter__(self) -> None:
-        os.read(self._r, 1)
-
-    def __exit__(self, *exc: object) -> None:
-        os.write(self._w, b".")
-
-
-class _LaneProcess:
-    """``work()``, a lane's checks, in a forked process; its report (JSON) or its error
-    comes back through a pipe, and an error sets ``stop`` at once, so the other lanes end
-    after their current state. The fork never returns into the caller's code: whatever
-    ``work`` does, it ends in ``os._exit``, so the parent's open disks and devices are
-    never released twice."""
-
-    def __init__(self, n: int, work: Callable[[], dict[str, Any]], stop: _Flag) -> None:
-        self.n = n
-        self.error: BaseException | None = None
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the lane's process
-            status = 1
-            try:
-                os.close(r)
-                try:
-                    report: dict[str, Any] = {"report": work()}
-                    status = 0
-                except errors.PowercutError as exc:
-                    stop.set()
-                    report = errors.pack(exc)
-                except BaseException as exc:  # reported to the parent, never raised here
-                    stop.set()
-                    log.exception("checking lane %d failed", n)
-                    report = {"error": f"{type(exc).__name__}: {exc}"}
-                raw = json.dumps(report).encode()
-                while raw:
-                    raw = raw[os.write(w, raw):]
-            finally:
-                os._exit(status)
-        os.close(w)
-        self._pid, self._r = pid, r
-
-    def wait(self) -> dict[str, Any]:
-        """The lane's report once its process has ended; an error it met is kept in
-        ``error`` (raised by ``_raise_first``), and the report is then empty."""
-        chunks = []
-        try:
-            while chunk := os.read(self._r, 1 << 16):
-                chunks.append(chunk)
-        finally:
-            os.close(self._r)
-            _, status = os.waitpid(self._pid, 0)
-        try:
-            raw = json.loads(b"".join(chunks) or b"{}")
-        except ValueError:  # cut short: the process died while it wrote
-            raw = {}
-        if "report" in raw:
-            return dict(raw["report"])
-        if "error" in raw:
-            self.error = errors.revive(raw.get("type"), f"checking lane {self.n}: {raw['error']}",
-                                       errors.PowercutError)
-        else:
-            self.error = errors.PowercutError(
-                f"checking lane {self.n} ended without a report ({_how_it_ended(status)})")
-        return {}
-
-
-def _how_it_ended(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by signal {os.WTERMSIG(status)}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
-
-
-def _raise_first(lanes: Sequence[_LaneProcess]) -> None:
-    for lane in lanes:
-        if lane.error is not None:
-            raise lane.error
 
 
 def _warm_static_checkers(target: Target) -> None:
@@ -727,18 +659,7 @@ def _load_oracle(path: Path, rules: PersistenceRules) -> tuple[OracleLog, float]
     return oracle, clock.monotonic() - t0
 
 
-CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckSummary, check)
-
-
-def busy_faults(spec: str | None) -> dict[str, float | None]:
-    """``inject_busy``'s faults: state key -> seconds the holder keeps the mount (None: for
-    good)."""
-    out: dict[str, float | None] = {}
-    for item in (spec or "").split(","):
-        if item:
-            key, _, seconds = item.partition("@")
-            out[key] = float(seconds) if seconds else None
-    return out
+CRASH_CHECK = agent.Task("crash-check", CheckRequest, CheckDone, check)
 
 
 @contextlib.contextmanager

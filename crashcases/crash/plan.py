@@ -1,58 +1,35 @@
-"""A crash run's plan, its result, and reading them back from a run directory."""
+"""A crash run's plan, checked once before anything runs, and its result."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from crashcases.check import CheckResult
-from crashcases.crash.points import (
-    CrashPoint,
-    CrashState,
-    Variant,
-    build_state,
-    journal_variants,
-    parse_strategy,
-    parse_variants,
-)
+from crashcases.crash.faults import NO_FAULTS, Faults
+from crashcases.crash.points import MARKS, PREFIX_ONLY, CrashState, Strategy, Variants
 from crashcases.group import FindingGroup
 from crashcases.known import KnownMatcher
-from crashcases.oracle.log import OracleLog
 from crashcases.vocabulary import Outcome
 from crashcases.workload.cases import load_case
 from crashcases.workload.ops import ASSUMED_CAPABILITIES, Workload
-from devicemapper.logformat import LogReader
 from framework.core import rundir
-from framework.core.errors import (
-    ConfigError,
-)
+from framework.core.errors import ConfigError
 from framework.core.lifecycle import EngineRun, read_plan
 from framework.core.machine.base import DiskSpec, Machine
 from recovery.disks import disk_bytes
 from recovery.filesystems import adapter_for
 from recovery.mount import Timeouts
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
 
 MiB = 1 << 20
-#: In a guest's run directory: the oracle it checks against, the results it appends to.
-#: In the run directory: what the recording reported (written once it is whole) and the
-#: results a resumed run found from before.
-#: A two-disk run's journal log, beside log.img once the run is over.
-
-
-def write_json_lines(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """One JSON object per line, replacing ``path`` atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    os.replace(tmp, path)
 CHUNK = 100  # states per agent call: each call starts python and loads the oracle and log index;
 # a hang costs nothing extra, since the watchdog spots it per state and results are per state
 MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
@@ -60,26 +37,23 @@ MachineFactory = Callable[[Sequence[DiskSpec], Path, tuple[str, ...]], Machine]
 
 @dataclass(frozen=True, slots=True)
 class CrashPlan:
+    """What a crash run is asked, its options parsed where they came in (the command line,
+    a plan.json): nothing downstream parses them again."""
+
     target: str
     case: str
     seed: int = 0
-    points: str = "marks"
-    variants: tuple[str, ...] = ("prefix",)
+    points: Strategy = MARKS
+    variants: Variants = PREFIX_ONLY
     per_point: int = 2
     jobs: int = 1
     check_timeout_s: float = 600.0
-    inject_hang: str | None = None
     #: Check the representative of each new finding this many more times ("fails f/t").
     reruns: int = 0
     #: ... for at most this many findings.
     max_reruns: int = 10
-    #: Fault injection: comma-separated "#N" (or a key), each with an optional "@SECONDS":
-    #: another process holds the N-th state's device open for that long, or for good.
-    inject_busy: str | None = None
-    #: Fault injection: comma-separated "#N" (or a key), each with an optional "@once": the
-    #: guest kernel panics (sysrq c) when it starts to check the N-th state, every time or
-    #: the first time only.
-    inject_panic: str | None = None
+    #: Faults injected to test the run's own handling of them (crashcases.crash.faults).
+    faults: Faults = NO_FAULTS
     max_images: int = 5
     data_mib: int | None = None
     max_sequences: int | None = None
@@ -99,6 +73,37 @@ class CrashPlan:
     @property
     def spec(self) -> Target:
         return resolve(self.target, self.user_targets)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plan.json and results.json keep it: its options as they were given."""
+        out = asdict(self)
+        del out["faults"]
+        return out | {"points": self.points.spec, "variants": list(self.variants.names),
+                      **self.faults.options()}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> CrashPlan:
+        """The inverse of to_dict; a plan without ``generator`` predates generator 2."""
+        fields = dict(raw)
+        faults = Faults.parse(hang=fields.pop("inject_hang", None),
+                              busy=fields.pop("inject_busy", None),
+                              panic=fields.pop("inject_panic", None))
+        return cls(**fields | {
+            "points": Strategy.parse(fields.get("points", MARKS.spec)),
+            "variants": Variants.parse(tuple(fields.get("variants", PREFIX_ONLY.names))),
+            "faults": faults, "ops": tuple(fields.get("ops", ())),
+            "generator": fields.get("generator", 1),
+            "user_targets": tuple(target_from_dict(t) for t in fields.get("user_targets", ()))})
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedPlan:
+    """A plan whose options were checked (``validate_plan``), with the target it names and
+    the workload it makes: what a crash run carries from start to end."""
+
+    plan: CrashPlan
+    target: Target
+    workload: Workload
 
 
 @dataclass
@@ -153,18 +158,16 @@ JOURNAL_RECORD_DISKS = ("journal", "journal-log")
 JOURNAL_CHECK_DISKS = ("journal-replay", "journal-cow")
 
 
-def check_target(target: Target, variants: Sequence[str] = ()) -> None:
-    named = journal_variants(variants)
+def check_target(target: Target, variants: Variants) -> None:
+    named = variants.on_journal
     if named and not target.needs_journal_disk:
         raise ConfigError(f"--variants {named[0]}: target {target.name} has no journal disk "
                           "(journal-* variants are for targets with journal = \"external\")")
 
 
-def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
+def validate_plan(plan: CrashPlan) -> ValidatedPlan:
     """Fail on bad options before anything is created or a guest boots."""
     target = plan.spec
-    parse_strategy(plan.points)
-    parse_variants(plan.variants)
     if plan.reruns < 0 or plan.max_reruns < 0:
         raise ConfigError(f"--reruns {plan.reruns} / --max-reruns {plan.max_reruns}: "
                           "must be 0 or more")
@@ -177,8 +180,9 @@ def validate_plan(plan: CrashPlan) -> tuple[Target, Workload]:
     if capabilities is not None and plan.generator == 2:
         # Generator 2 took every filesystem to have these and let the guest skip them.
         capabilities |= ASSUMED_CAPABILITIES
-    return target, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences,
-                             capabilities=capabilities, ops=plan.ops or None)
+    return ValidatedPlan(plan, target, load_case(
+        plan.case, seed=plan.seed, max_sequences=plan.max_sequences, capabilities=capabilities,
+        ops=plan.ops or None))
 
 
 def reproducer_command(run_dir: Path, key: str) -> str:
@@ -193,73 +197,8 @@ def load_plan(run_dir: Path) -> CrashPlan:
     """The plan of an earlier crash run, user targets included (no targets file needed)."""
     raw = read_plan(run_dir, "crash")
     try:
-        raw["variants"] = tuple(raw.get("variants", ("prefix",)))
-        raw["ops"] = tuple(raw.get("ops", ()))
-        raw.setdefault("generator", 1)  # plans without the key predate generator 2
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
-        return CrashPlan(**raw)
+        return CrashPlan.from_dict(raw)
+    except ConfigError as exc:  # an option this powercut does not take
+        raise ConfigError(f"{run_dir / rundir.PLAN}: {exc}") from None
     except (TypeError, AttributeError, KeyError) as exc:
         raise ConfigError(f"{run_dir / rundir.PLAN}: not a crash plan ({exc})") from None
-
-
-def load_checked(run_dir: Path, key: str, needs: Sequence[str] = (rundir.PLAN, rundir.RESULTS)
-                 ) -> tuple[CrashPlan, dict[str, Any]]:
-    """The plan of a finished crash run and state ``key``'s entry in its results.json (with a
-    ``result``), after checking that ``needs`` are there; bad input is a one-line ConfigError."""
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: no such run directory")
-    for name in needs:
-        path = rundir.crash_log(run_dir, name) if name in (rundir.LOG, rundir.JOURNAL_LOG) \
-            else run_dir / name
-        if not path.is_file():
-            raise ConfigError(f"{run_dir}: not a finished crash run directory (no {name})")
-    try:
-        states = json.loads((run_dir / rundir.RESULTS).read_text())["states"]
-        by_key = {s["key"]: s for s in states}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{run_dir / rundir.RESULTS}: not a crash run's results ({exc})") from None
-    if key not in by_key:
-        failing = [k for k, s in by_key.items() if s.get("result") and s["result"]["outcome"] != "ok"]
-        hint = (f"failing states: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}"
-                if failing else "it has no failing state")
-        raise ConfigError(f"state {key!r}: not a state of {run_dir} ({hint})")
-    entry = by_key[key]
-    if not entry.get("result"):
-        raise ConfigError(f"state {key!r}: never checked (the run stopped before it)")
-    plan = load_plan(run_dir)
-    return plan, entry
-
-
-def load_state(run_dir: Path, key: str) -> tuple[CrashPlan, CrashState]:
-    """Rebuild a state of an earlier run from its key (``POINT/VARIANT``)."""
-    plan = load_plan(run_dir)
-    point_text, sep, variant_text = key.partition("/")
-    if not sep or not point_text.isdigit():
-        raise ConfigError(f"state {key!r}: expected POINT/VARIANT, e.g. 120/prefix or 120/subset:77")
-    variant = Variant.parse(variant_text)
-    log_path = rundir.verified_log(run_dir)
-    marks = OracleLog.load(run_dir / rundir.ORACLE).marks
-    with LogReader(log_path) as reader:
-        entries = list(reader)
-    index = int(point_text)
-    if index >= len(entries):
-        raise ConfigError(f"state {key!r}: the log has only {len(entries)} entries")
-    from crashcases.crash.points import TwoLogs, annotate
-    from crashcases.vocabulary import PointKind
-
-    point: CrashPoint = annotate(entries, [(index, PointKind.SAMPLE)], set(marks))[0]
-    if plan.spec.needs_journal_disk:
-        with LogReader(rundir.verified_log(run_dir, rundir.JOURNAL_LOG)) as reader:
-            journal_entries = list(reader)
-        state, why = TwoLogs(entries, journal_entries, marks).state(point, variant)
-        if state is None and why is not None:
-            raise ConfigError(f"state {key!r}: not explored in a two-disk run: {why.value}")
-    else:
-        if variant.on_journal:
-            raise ConfigError(f"state {key!r}: target {plan.target} has no journal disk")
-        state = build_state(entries, point, variant, marks)
-    if state is None:
-        raise ConfigError(f"state {key!r}: this variant does not exist at that point")
-    return plan, state
-
-

@@ -135,30 +135,57 @@ def first_point(entries: Sequence[LogEntry]) -> int:
     return 0
 
 
-def parse_strategy(strategy: str) -> tuple[PointKind, int]:
-    name, _, arg = strategy.partition(":")
-    try:
-        kind = {"marks": PointKind.MARK, "mark": PointKind.MARK, "distinct": PointKind.MARK,
-                "fua": PointKind.FUA,
-                "flush": PointKind.FLUSH, "every": PointKind.EVERY, "sample": PointKind.SAMPLE}[name]
-    except KeyError:
-        raise ConfigError(
-            f"--points {strategy!r}: expected marks, distinct, fua, flush, every:N or sample:K"
-        ) from None
-    if kind in (PointKind.EVERY, PointKind.SAMPLE):
-        if not arg.isdigit() or int(arg) < 1:
-            raise ConfigError(f"--points {strategy!r}: {name} needs a positive whole number, e.g. {name}:10")
-        return kind, int(arg)
-    if arg:
-        raise ConfigError(f"--points {strategy!r}: {name} takes no argument")
-    return kind, 0
+_STRATEGIES = {"marks": PointKind.MARK, "mark": PointKind.MARK, "distinct": PointKind.MARK,
+               "fua": PointKind.FUA, "flush": PointKind.FLUSH, "every": PointKind.EVERY,
+               "sample": PointKind.SAMPLE}
 
 
-def enumerate_points(entries: Sequence[LogEntry], strategy: str, *, workload_marks: Iterable[str],
-                     seed: int = 0, only: Iterable[str] | None = None) -> list[CrashPoint]:
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """Which crash points a run checks (``--points``): ``name`` as given, the kind of point
+    it selects and its number (every:N, sample:K; else 0)."""
+
+    name: str
+    kind: PointKind
+    arg: int = 0
+
+    @property
+    def spec(self) -> str:
+        """The strategy as ``--points`` takes it (plan.json keeps it so)."""
+        return f"{self.name}:{self.arg}" if self.arg else self.name
+
+    @property
+    def distinct(self) -> bool:
+        """Only the marks whose window no earlier mark had (``distinct_marks``)."""
+        return self.name == "distinct"
+
+    @classmethod
+    def parse(cls, text: str) -> Strategy:
+        """``--points``'s value; a bad one is a one-line ConfigError."""
+        name, _, arg = text.partition(":")
+        if name not in _STRATEGIES:
+            raise ConfigError(
+                f"--points {text!r}: expected marks, distinct, fua, flush, every:N or sample:K")
+        kind = _STRATEGIES[name]
+        if kind in (PointKind.EVERY, PointKind.SAMPLE):
+            if not arg.isdigit() or int(arg) < 1:
+                raise ConfigError(f"--points {text!r}: {name} needs a positive whole number, "
+                                  f"e.g. {name}:10")
+            return cls(name, kind, int(arg))
+        if arg:
+            raise ConfigError(f"--points {text!r}: {name} takes no argument")
+        return cls(name, kind)
+
+
+MARKS = Strategy("marks", PointKind.MARK)
+
+
+def enumerate_points(entries: Sequence[LogEntry], strategy: Strategy, *,
+                     workload_marks: Iterable[str], seed: int = 0,
+                     only: Iterable[str] | None = None) -> list[CrashPoint]:
     """The crash points a strategy selects, in log order (``only``: the marks a mark
     strategy may select, of ``workload_marks``; None: all)."""
-    kind, arg = parse_strategy(strategy)
+    kind, arg = strategy.kind, strategy.arg
     marks = set(workload_marks)
     wanted = marks if only is None else marks & set(only)
     start = first_point(entries)
@@ -231,47 +258,63 @@ def _mark_before(entries: Sequence[LogEntry], point: CrashPoint, marks: set[str]
     return seen[-2] if len(seen) >= 2 else seen[0]
 
 
-def parse_variants(variants: Sequence[str], *, journal: bool = False) -> list[VariantKind]:
-    """Variant kinds from their names; an unknown name is a one-line ConfigError.
+@dataclass(frozen=True, slots=True)
+class Variants:
+    """The variant kinds a run builds at each point (``--variants``): ``names`` as given,
+    the kinds built on the data disk, and those built on a journal disk of its own
+    (``journal-lying``: the data disk stays at the mark)."""
 
-    With ``journal`` only the kinds named for the journal disk (``journal-lying``),
-    else only those for the data disk. Names for the journal disk are checked in
-    both calls; whether the target has a journal disk is the caller's question."""
-    kinds = []
-    for v in variants:
-        name = v.partition(":")[0]
-        on_journal = name.startswith(JOURNAL_PREFIX)
-        try:
-            kind = VariantKind(name.removeprefix(JOURNAL_PREFIX))
-        except ValueError:
-            raise ConfigError(f"--variants {v!r}: expected prefix, subset, torn or lying "
-                              f"(or {JOURNAL_PREFIX}subset, {JOURNAL_PREFIX}torn, "
-                              f"{JOURNAL_PREFIX}lying on a journal disk)") from None
-        if on_journal and kind is VariantKind.PREFIX:
-            raise ConfigError(f"--variants {v!r}: the prefix state has both disks at the "
-                              "mark already; name it prefix")
-        if on_journal == journal:
-            kinds.append(kind)
-    if not variants:
-        raise ConfigError("--variants: name at least one of prefix, subset, torn, lying")
-    return kinds
+    names: tuple[str, ...]
+    data: tuple[VariantKind, ...]
+    journal: tuple[VariantKind, ...] = ()
+
+    @classmethod
+    def parse(cls, names: Sequence[str]) -> Variants:
+        """Variant kinds from their names; an unknown name is a one-line ConfigError.
+        Whether the target has a journal disk for the journal's is the caller's question."""
+        if not names:
+            raise ConfigError("--variants: name at least one of prefix, subset, torn, lying")
+        data: list[VariantKind] = []
+        journal: list[VariantKind] = []
+        for v in names:
+            name = v.partition(":")[0]
+            on_journal = name.startswith(JOURNAL_PREFIX)
+            try:
+                kind = VariantKind(name.removeprefix(JOURNAL_PREFIX))
+            except ValueError:
+                raise ConfigError(f"--variants {v!r}: expected prefix, subset, torn or lying "
+                                  f"(or {JOURNAL_PREFIX}subset, {JOURNAL_PREFIX}torn, "
+                                  f"{JOURNAL_PREFIX}lying on a journal disk)") from None
+            if on_journal and kind is VariantKind.PREFIX:
+                raise ConfigError(f"--variants {v!r}: the prefix state has both disks at the "
+                                  "mark already; name it prefix")
+            (journal if on_journal else data).append(kind)
+        return cls(tuple(names), tuple(data), tuple(journal))
+
+    @property
+    def on_journal(self) -> tuple[str, ...]:
+        """The names of the variants built on a journal disk."""
+        return tuple(v for v in self.names if v.startswith(JOURNAL_PREFIX))
+
+    @property
+    def kinds(self) -> tuple[VariantKind, ...]:
+        """Every kind named, on either disk."""
+        return (*self.data, *self.journal)
 
 
-def journal_variants(variants: Sequence[str]) -> list[str]:
-    """The variant names in ``variants`` that are built on a journal disk."""
-    return [v for v in variants if v.startswith(JOURNAL_PREFIX)]
+PREFIX_ONLY = Variants(("prefix",), (VariantKind.PREFIX,))
 
 
-def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], variants: Sequence[str],
+def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], variants: Variants,
                 *, workload_marks: Iterable[str], seed: int = 0, per_point: int = 2) -> list[CrashState]:
     """Every crash state to check, sorted so the replay base only moves forward.
 
-    ``variants`` names kinds (prefix, subset, torn, lying); ``per_point`` caps
-    the seeded variants of each kind at each point. Variants that would equal
-    the prefix state are skipped.
+    ``variants``' kinds on the data disk are built (prefix, subset, torn, lying);
+    ``per_point`` caps the seeded variants of each kind at each point. Variants that
+    would equal the prefix state are skipped.
     """
     marks = set(workload_marks)
-    kinds = parse_variants(variants)
+    kinds = variants.data
     states: list[CrashState] = []
     for point in points:
         window = [e for e in entries[point.last_barrier + 1: point.index + 1] if _is_data(e)]
@@ -296,7 +339,7 @@ class Unexplored(StrEnum):
 
 
 def plan_two_disk_states(entries: Sequence[LogEntry], journal_entries: Sequence[LogEntry],
-                         points: Sequence[CrashPoint], variants: Sequence[str], *,
+                         points: Sequence[CrashPoint], variants: Variants, *,
                          workload_marks: Iterable[str], seed: int = 0, per_point: int = 2
                          ) -> tuple[list[CrashState], dict[str, int]]:
     """The states of a run that recorded the data disk and the journal disk on two logs.
@@ -318,8 +361,7 @@ def plan_two_disk_states(entries: Sequence[LogEntry], journal_entries: Sequence[
     Returns the states in replay order and how many were left out, by reason.
     """
     logs = TwoLogs(entries, journal_entries, workload_marks)
-    data_kinds = parse_variants(variants)
-    journal_kinds = parse_variants(variants, journal=True)
+    data_kinds, journal_kinds = variants.data, variants.journal
     states: list[CrashState] = []
     keys: set[str] = set()
     skipped: dict[str, int] = {}

@@ -11,7 +11,6 @@ per target are in ``crashcases.cut.summary``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
@@ -38,12 +37,12 @@ from framework.core import clock, rundir
 from framework.core.errors import ConfigError, PowercutError
 from framework.core.lifecycle import EngineRun, Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import GuestLost, GuestSlot
+from framework.core.machine.slot import GuestLost, GuestSlot, Verdict
 from framework.core.store import Store
 from recovery.disks import MiB, plan_disks
 from recovery.filesystems import tool_versions
 from recovery.mount import Timeouts
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +192,17 @@ def timeouts_for(budget_s: float) -> Timeouts:
     return Timeouts.within(budget_s, shares=4)
 
 
-def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
+@dataclass(frozen=True, slots=True)
+class ValidatedCutPlan:
+    """A plan whose options were checked (``validate_cut_plan``), with the targets it names
+    and the workload it makes: what a power-cut run carries from start to end."""
+
+    plan: CutPlan
+    targets: tuple[Target, ...]
+    workload: Workload
+
+
+def validate_cut_plan(plan: CutPlan) -> ValidatedCutPlan:
     """Fail on bad options before anything is created or a guest boots."""
     if plan.trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
@@ -206,28 +215,27 @@ def validate_cut_plan(plan: CutPlan) -> tuple[list[Target], Workload]:
         raise ConfigError(f"--order {plan.order}: expected targets or random")
     if FlakeyMode(plan.mode) not in CUT_MODES:
         raise ConfigError(f"--mode {plan.mode}: expected drop_writes or error_writes")
-    targets = [plan.spec(t) for t in plan.targets]
-    return targets, load_case(plan.case, seed=plan.seed, max_sequences=plan.max_sequences)
+    targets = tuple(plan.spec(t) for t in plan.targets)
+    return ValidatedCutPlan(plan, targets, load_case(plan.case, seed=plan.seed,
+                                                     max_sequences=plan.max_sequences))
 
 
 class CutEngine:
     """Boots a guest, prepares each target's oracle, runs the trials, replaces hung guests."""
 
-    def __init__(self, plan: CutPlan, run_dir: Path, factory: MachineFactory, *,
+    def __init__(self, valid: ValidatedCutPlan, run_dir: Path, factory: MachineFactory, *,
                  store: Store | None = None, run_id: int | None = None,
-                 progress: Callable[[TrialResult], None] | None = None,
-                 checked: tuple[list[Target], Workload] | None = None) -> None:
-        self.plan, self.run_dir, self.factory = plan, run_dir, factory
+                 progress: Callable[[TrialResult], None] | None = None) -> None:
+        self.plan, self.run_dir, self.factory = valid.plan, run_dir, factory
         self.store, self.run_id, self.progress = store, run_id, progress
-        # ``checked``: validate_cut_plan() already ran (run_cut validates first).
-        self.targets, self.workload = checked or validate_cut_plan(plan)
+        self.targets, self.workload = valid.targets, valid.workload
         # Requests carry the whole target: a user-defined one exists only here.
         self.by_name = {t.name: t for t in self.targets}
         self.vm_dir = run_dir / "vm"
         # A target with an external journal gets a journal disk; the trial cuts both.
         # Device profiles that throttle a disk differently give their targets disks of their own.
-        self.disk_plan = plan_disks(self.targets,
-                                    data_bytes=plan.data_mib * MiB if plan.data_mib else None)
+        data_mib = self.plan.data_mib
+        self.disk_plan = plan_disks(self.targets, data_bytes=data_mib * MiB if data_mib else None)
         self.disks = list(self.disk_plan.specs)
         self.journal_evidence: dict[str, str] = {}
         self.fstypes = tuple(dict.fromkeys(t.fstype for t in self.targets))
@@ -289,27 +297,24 @@ class CutEngine:
                 timeouts=timeouts_for(self.plan.trial_timeout_s * 0.8),
                 journal_dev=self._journal_dev(machine, spec))
 
-        # A harness error (a device that stayed busy, a guest killed from outside) gets one
-        # more try on a fresh guest; a trial whose guest kernel died both times is a finding.
-        panics = 0
-        for attempt in (1, 2):
+        # A guest lost under the trial: a hang (a step stuck in the kernel, or a guest that
+        # stopped answering) is a finding for it, and nothing in that guest is trusted after
+        # it; a guest that died or met a harness error (a device that stayed busy, a guest
+        # killed from outside) is replaced and the trial tried again, as the slot's policy
+        # says (framework.core.machine.slot).
+        losses: list[GuestLost] = []
+        while True:
             try:
                 self._ensure_oracle(spec)
                 seen = self.slot.perform(CUT_TRIAL, request, timeout_s=self.plan.trial_timeout_s)
             except GuestLost as exc:
-                panics += exc.died is not None and exc.died.panicked
-                if exc.hung or panics == 2:
-                    # A step stuck in the kernel (or a guest that stopped answering): a
-                    # finding for this trial; nothing in that guest is trusted after it.
-                    return TrialResult(target, trial, point, Outcome.HANG, None, None,
-                                       notes=[str(exc)])
-                if attempt == 2:
-                    return TrialResult(target, trial, point, Outcome.ERROR, None, None,
-                                       notes=[str(exc)])
-                continue
+                verdict = self.slot.lost(exc, losses)
+                if verdict is Verdict.AGAIN:
+                    continue
+                return TrialResult(target, trial, point, Outcome(verdict.value), None, None,
+                                   notes=[str(exc)])
             return TrialResult(target, trial, point, seen.check.outcome, seen.drive, seen.check,
                                checked_mark=seen.checked_mark)
-        raise AssertionError("unreachable")
 
     def rerun_trial(self, trial: TrialResult) -> Rate:
         """Run failing ``trial`` ``plan.reruns`` more times, cut at the same point of the same
@@ -353,7 +358,7 @@ def load_cut_plan(run_dir: Path) -> CutPlan:
     try:
         raw["targets"] = tuple(raw["targets"])
         raw["mode"] = FlakeyMode(raw.get("mode", FlakeyMode.DROP_WRITES.value))
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        raw["user_targets"] = tuple(target_from_dict(t) for t in raw.get("user_targets", ()))
         return CutPlan(**raw)
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{path}: not a power-cut plan ({exc})") from None
@@ -361,14 +366,14 @@ def load_cut_plan(run_dir: Path) -> CutPlan:
 
 def earlier_trials(run_dir: Path) -> dict[tuple[str, int], TrialResult]:
     """The trials an interrupted run saved in its results.json, by (target, trial)."""
-    path = run_dir / rundir.RESULTS
-    if not path.exists():
+    if not (run_dir / rundir.RESULTS).exists():
         return {}
     try:
-        rows = json.loads(path.read_text())["trials"]
+        rows = rundir.read_results(run_dir, "power-cut run's results")["trials"]
         trials = [TrialResult.from_dict(r) for r in rows]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a power-cut run's results ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.RESULTS}: not a power-cut run's results "
+                          f"({exc})") from None
     return {(t.target, t.trial): t for t in trials}
 
 
@@ -383,20 +388,22 @@ def run_spec(plan: CutPlan) -> RunSpec:
                    tool_versions=tool_versions(plan.spec(t).fstype for t in plan.targets))
 
 
-def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
+def run_cut(valid: ValidatedCutPlan, run: Run, factory: MachineFactory, *,
             progress: Callable[[TrialResult], None] | None = None,
-            checked: tuple[list[Target], Workload] | None = None,
             known: KnownList | None = None, resume: bool = False) -> CutRunResult:
-    """All trials of ``plan`` inside ``run``; each is stored and saved as soon as it is known.
+    """All trials of ``valid.plan`` inside ``run``; each is stored and saved as soon as it is
+    known.
 
-    ``known``: the known-behaviour list that trials are judged against. ``resume``:
+    ``valid``: the plan validate_cut_plan() checked before the run was opened, with its
+    targets and workload. ``known``: the known-behaviour list that trials are judged
+    against. ``resume``:
     ``run`` is an interrupted run reopened; the trials its results.json holds are kept
     (each is saved there as it finishes) and the others are run."""
     start = clock.monotonic()
-    checked = checked or validate_cut_plan(plan)
+    plan = valid.plan
     result = CutRunResult(run.run_dir, plan, run_id=run.run_id)
     earlier = earlier_trials(run.run_dir) if resume else {}
-    marks = mark_ops(checked[1]) if known is not None else {}
+    marks = mark_ops(valid.workload) if known is not None else {}
 
     def judged(tr: TrialResult) -> tuple[str, ...] | None:
         if known is None:
@@ -415,20 +422,20 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
 
     engine: CutEngine | None = None
     try:
-        engine = CutEngine(plan, run.run_dir, booted, store=run.store, run_id=run.run_id,
-                           progress=progress, checked=checked)
+        engine = CutEngine(valid, run.run_dir, booted, store=run.store, run_id=run.run_id,
+                           progress=progress)
         for target, trial in plan.trial_order():
             tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
             result.trials.append(tr)
             engine.store_trial(tr, known=judged(tr))
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())
             if progress is not None:
                 progress(tr)
         if plan.reruns > 0:
             again = [t for t in result.trials if result.failing(t) and t.rate is None]
             for tr in again[:plan.max_reruns]:
                 engine.rerun_trial(tr)
-                run.save_json(rundir.RESULTS, result.to_dict())
+                run.save_results(result.to_dict())
         return result
     finally:
         if engine is not None:
@@ -437,4 +444,4 @@ def run_cut(plan: CutPlan, run: Run, factory: MachineFactory, *,
             engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())

@@ -55,7 +55,7 @@ from framework.core.syscalls import drop_caches
 from recovery.filesystems import adapter_for, persistence_rules
 from recovery.fsck import C_LOCALE
 from recovery.mount import Timeouts, mkfs, mount_timed, mounted
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ class OracleRequest:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> OracleRequest:
-        return cls(Target.from_dict(raw["target"]), str(raw["workload_path"]),
+        return cls(target_from_dict(raw["target"]), str(raw["workload_path"]),
                    str(raw["oracle_path"]), str(raw["data_dev"]), raw.get("journal_dev"))
 
 
@@ -369,7 +369,7 @@ class TrialRequest:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TrialRequest:
-        return cls(Target.from_dict(raw["target"]), str(raw["key"]), str(raw["workload_path"]),
+        return cls(target_from_dict(raw["target"]), str(raw["key"]), str(raw["workload_path"]),
                    str(raw["oracle_path"]), str(raw["data_dev"]), CutPoint.from_dict(raw["point"]),
                    FlakeyMode(raw["mode"]), int(raw.get("continue_syncs", 2)),
                    bool(raw.get("count_post_cut_promises", False)),

@@ -41,12 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crashcases.crash.plan import (
-    CrashPlan,
-    load_checked,
-    validate_plan,
-)
+from crashcases.crash.plan import CrashPlan, validate_plan
 from crashcases.crash.points import Variant
+from crashcases.crash.results import load_checked
 from crashcases.oracle.log import OracleError, OracleLog, data_digests
 from crashcases.vocabulary import Outcome, fails
 from crashcases.workload.model import FsModel
@@ -136,11 +133,13 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
     """Read state ``key`` of ``run_dir``; bad input is a one-line ExportError."""
     run_dir = run_dir.resolve()
     try:
-        plan, entry = load_checked(run_dir, key, RUN_FILES)
+        plan, row = load_checked(run_dir, key, RUN_FILES)
     except ConfigError as exc:
         raise ExportError(str(exc)) from None
-    result = entry["result"]
-    target, workload = validate_plan(plan)
+    assert row.result is not None  # load_checked returns checked states only
+    result = row.result.to_dict()
+    valid = validate_plan(plan)
+    target, workload = valid.target, valid.workload
     if target.needs_journal_disk:
         raise ExportError(f"state {key!r}: {target.name} keeps its journal on a second disk; "
                           "reproducers replay one disk (use powercut recheck, or the two images "
@@ -162,7 +161,7 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
         raise ExportError(
             f"{run_dir}: the workload re-created from plan.json has {len(workload.ops)} ops, "
             f"oracle.json recorded {oracle.n_ops}: was the case changed since the run?")
-    last_mark = entry.get("last_mark")
+    last_mark = row.last_mark
     if last_mark is not None and last_mark not in oracle.marks:
         raise ExportError(f"state {key!r}: its mark {last_mark!r} is not in {rundir.ORACLE}")
     point_text = key.partition("/")[0]
@@ -170,7 +169,7 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
         run_dir=run_dir, key=key, plan=plan, target=target, workload=workload, oracle=oracle,
         variant=Variant.parse(key.partition("/")[2]),
         point=int(point_text) if point_text.isdigit() else -1,
-        point_kind=str(entry.get("point_kind", "")), last_mark=last_mark, result=result)
+        point_kind=row.point_kind, last_mark=last_mark, result=result)
 
 
 # -- the data the workload wrote ------------------------------------------------

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shlex
+import shutil
 import textwrap
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -42,6 +41,7 @@ from crashcases.workload.ops import (
     Workload,
     needs_data,
 )
+from framework.core.files import write_atomic
 from recovery.filesystems import adapter_for
 
 log = logging.getLogger(__name__)
@@ -387,9 +387,10 @@ def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
             f"replay a dm-log-writes recording of a workload to the mark {replay_to}")
     header = textwrap.fill(
         f"Crash consistency: {what} and check what was promised durable by then. Exported by "
-        f"powercut from crash state {state.key} of {state.run_dir} (target {target.name}: "
-        f"{target.fstype}, mkfs options {' '.join(target.mkfs_options) or '(none)'}, mount "
-        f"options {mount_opts or '(none)'}; workload {state.plan.case}, seed "
+        f"powercut from crash state {state.key} of run {state.run_dir.name} (target "
+        f"{target.name}: {target.fstype}, mkfs options "
+        f"{' '.join(target.mkfs_options) or '(none)'}, mount options {mount_opts or '(none)'}; "
+        f"workload {case_name(state.plan.case)}, seed "
         f"{state.plan.seed}), which was {state.outcome.value}.", width=76)
     text = _template().render(
         seq=seq, header=header.splitlines(), found=finding_lines(state),
@@ -406,6 +407,11 @@ def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
         checks=[c.render() for c in checks])
     golden = "\n".join([f"QA output created by {seq}", *(f"ok: {c.what}" for c in checks), ""])
     return text, golden
+
+
+def case_name(case: str) -> str:
+    """A case as a test that leaves this host names it: a workload file by its name alone."""
+    return f"file:{Path(case[5:]).name}" if case.startswith("file:") else case
 
 
 def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAULT_TEST_NAME,
@@ -432,17 +438,35 @@ def write_fstests(state: ExportState, fstests_dir: Path, test_name: str = DEFAUL
     try:
         test_dir.mkdir(parents=True, exist_ok=True)
         for path, body, mode in ((test, text, 0o755), (out, golden, 0o644)):
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:6]}.tmp")
-            tmp.write_text(body)
-            tmp.chmod(mode)
-            os.replace(tmp, path)
-        group_list = test_dir / "group.list"
-        if group_list.is_file():
-            kept = [ln for ln in group_list.read_text().splitlines()
-                    if ln.split()[:1] != [seq]]
-            groups = FLAKEY_GROUPS if form == "flakey" else FSTESTS_GROUPS
-            group_list.write_text("\n".join([*kept, f"{seq} {' '.join(groups)}"]) + "\n")
+            write_atomic(path, body, mode=mode)
+        register(fstests_dir, test_name, form)
     except OSError as exc:
         raise ExportError(f"{test}: cannot write the test: {exc}") from exc
     return test, out
+
+
+def register(fstests_dir: Path, test_name: str, form: str) -> None:
+    """Add the test's line to its directory's group.list, if there is one (a built
+    checkout), so that ``./check`` finds the test without a rebuild."""
+    sub, seq = parse_test_name(test_name)
+    group_list = fstests_dir / "tests" / sub / "group.list"
+    if group_list.is_file():
+        kept = [ln for ln in group_list.read_text().splitlines() if ln.split()[:1] != [seq]]
+        groups = FLAKEY_GROUPS if form == "flakey" else FSTESTS_GROUPS
+        group_list.write_text("\n".join([*kept, f"{seq} {' '.join(groups)}"]) + "\n")
+
+
+def copy_tests(source: Path, fstests_dir: Path, tests: Sequence[tuple[str, str]]) -> None:
+    """Copy tests (name, form) and their golden outputs from ``source``/tests, a report
+    folder's, into a checkout, and register them."""
+    for name, form in tests:
+        sub, seq = parse_test_name(name)
+        for file in (seq, f"{seq}.out"):
+            src = source / "tests" / sub / file
+            if not src.is_file():
+                raise ExportError(f"{src}: missing (the report's test {name})")
+            dest = fstests_dir / "tests" / sub / file
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+        register(fstests_dir, name, form)
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
-import os
 import shlex
 import shutil
-import uuid
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from crashcases.check import fsck_first
-from crashcases.crash.engine import write_image
-from crashcases.crash.plan import (
-    disk_sizes,
-    load_state,
-    timeouts_for,
-)
+from crashcases.crash.plan import disk_sizes, timeouts_for
+from crashcases.crash.rundir import load_state, write_image
 from crashcases.findings.checks import Check, CheckBuilder, check_functions, finding_lines
 from crashcases.findings.export import (
     ROOT_VAR,
@@ -31,6 +25,7 @@ from crashcases.findings.export import (
 )
 from devicemapper.logformat import LogReader
 from framework.core import rundir
+from framework.core.files import replacing
 from recovery.filesystems import adapter_for
 from recovery.mount import mount_argv
 
@@ -294,23 +289,17 @@ def write_script(state: ExportState, out: Path, *, force: bool = False) -> tuple
                           f"{state.key}: nothing to rebuild it from")
     checks = build_checks(state, recorded_data(state.workload.seed), verify=True)
     size = disk_sizes(state.target, state.plan.data_mib)["data"]
-    tmp_image = image.with_name(f".{image.name}.{uuid.uuid4().hex[:6]}.tmp")
-    tmp_script = out.with_name(f".{out.name}.{uuid.uuid4().hex[:6]}.tmp")
     try:
-        _state_image(state, tmp_image)
-        with gzip.open(tmp_image, "rb") as f:
-            f.read(1)  # a truncated or foreign file fails here, not in the script
-        digest = hashlib.sha256(tmp_image.read_bytes()).hexdigest()
-        tmp_script.write_text(script_text(state, checks, image=image.name, image_sha256=digest,
-                                          size_bytes=size))
-        tmp_script.chmod(0o755)
-        os.replace(tmp_image, image)
-        os.replace(tmp_script, out)
+        # The image takes its place first, then the script that names it.
+        with replacing(out, mode=0o755) as tmp_script, replacing(image) as tmp_image:
+            _state_image(state, tmp_image)
+            with gzip.open(tmp_image, "rb") as f:
+                f.read(1)  # a truncated or foreign file fails here, not in the script
+            digest = hashlib.sha256(tmp_image.read_bytes()).hexdigest()
+            tmp_script.write_text(script_text(state, checks, image=image.name,
+                                              image_sha256=digest, size_bytes=size))
     except (OSError, EOFError) as exc:
         raise ExportError(f"{out}: cannot write the reproducer: {exc}") from exc
-    finally:
-        for tmp in (tmp_image, tmp_script):
-            tmp.unlink(missing_ok=True)
     return out, image
 
 

@@ -43,16 +43,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from crashcases.crash.engine import run_crash, run_spec
+from crashcases.crash.faults import NO_FAULTS
 from crashcases.crash.plan import (
     CrashPlan,
     CrashRunResult,
     MachineFactory,
-    load_checked,
+    ValidatedPlan,
     reproducer_command,
     validate_plan,
 )
-from crashcases.crash.points import Variant
+from crashcases.crash.points import Variant, Variants
+from crashcases.crash.results import load_checked
+from crashcases.crash.run import run_crash, run_spec
 from crashcases.vocabulary import Outcome, VariantKind, fails
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
@@ -142,15 +144,16 @@ class Failure:
 def load_failure(run_dir: Path, key: str) -> Failure:
     """Read the failing state ``key`` of ``run_dir``; bad input is a one-line ConfigError."""
     run_dir = run_dir.resolve()  # candidates' plans and printed reproducers need full paths
-    plan, entry = load_checked(run_dir, key, RUN_FILES)
-    result = entry["result"]
+    plan, row = load_checked(run_dir, key, RUN_FILES)
+    assert row.result is not None  # load_checked returns checked states only
     try:
-        signature = Signature.of(key, result)
+        signature = Signature.of(key, row.result.to_dict())
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"state {key!r}: unreadable result in results.json ({exc})") from None
     if signature.outcome is Outcome.OK:
         raise ConfigError(f"state {key!r} passed (ok): only a failing state can be shrunk")
-    target, workload = validate_plan(plan)
+    valid = validate_plan(plan)
+    target, workload = valid.target, valid.workload
     if not fails(signature.outcome, target):
         raise ConfigError(f"state {key!r} is {signature.outcome.value}, which is no failure of "
                           f"{target.name}: only a failing state can be shrunk")
@@ -354,7 +357,7 @@ class Shrinker:
         """Record ``workload`` and check its states as the crash run ``plan`` in ``run_dir``."""
         run = Run(run_spec(plan), run_dir, None)  # a scratch run: no row in the results store
         run.open()
-        return run_crash(plan, run, self.factory, checked=(plan.spec, workload))
+        return run_crash(ValidatedPlan(plan, plan.spec, workload), run, self.factory)
 
     def _adopt(self, indices: tuple[int, ...], run_dir: Path, key: str) -> None:
         old = self.result.reproducer_dir
@@ -399,6 +402,6 @@ class Shrinker:
 def candidate_plan(plan: CrashPlan, variant: VariantKind, workload_file: Path) -> CrashPlan:
     """The plan a candidate is checked with: the original's, on the candidate's workload file,
     for the signature's variant kind only, in one guest, without crash images."""
-    return replace(plan, case=f"file:{workload_file}", variants=(variant.value,), jobs=1,
-                   inject_hang=None, max_images=0, max_sequences=None)
+    return replace(plan, case=f"file:{workload_file}", variants=Variants.parse((variant.value,)),
+                   jobs=1, faults=NO_FAULTS, max_images=0, max_sequences=None)
 

@@ -70,7 +70,9 @@ class Finding:
     size: int | None = None  # the size found, in bytes
     block: int | None = None  # BLOCK: the block's index
     block_bytes: int | None = None  # BLOCK: the block size
-    found: str = ""  # what is there instead, in words ("zeros", "other data", "dir", ...)
+    #: What is there instead, in words ("zeros", "older data, as of op 5 (pwrite f @0+100)",
+    #: "other data", "dir", ...).
+    found: str = ""
     expected: tuple[str, ...] = ()  # what may be there (types, inodes, a target)
     names: tuple[str, ...] = ()  # the names involved (identity, link counts)
     xattr: str = ""  # XATTR: the attribute's name

@@ -617,11 +617,31 @@ class _Checker:
                 continue  # allocated by an in-flight extension: old disk contents are legitimate
             if not self.rules.data_block_atomic and len(allowed) > 1:
                 continue  # overwritten in flight: a torn block cannot be told from a mix of versions
-            what = "zeros" if digest == zero else "other data"
+            what = "zeros" if digest == zero else self.what_block_holds(ino, b, digest, gov.op)
             kind = FindingKind.DATA_LOSS if digest == zero else FindingKind.WRONG_CONTENT
             out.append(Finding.make(kind, path, Broken.BLOCK, block=b, block_bytes=B, size=size,
                                     found=what, **self.promised(gov.key)))
         return out
+
+    def what_block_holds(self, ino: int, b: int, digest: str, promise_op: int) -> str:
+        """In words, what block ``b`` of inode ``ino`` holds when it is not one of the versions
+        the promise of op ``promise_op`` allows and not zeros: the file's own data from before
+        that promise, with the op that gave the block that content, or other data.
+
+        A lost write (an overwrite still in the disk's cache) leaves the block as it was; saying
+        so, and since which op, tells it apart from bytes the file never had there.
+        """
+        zero = block_digest(b"", self.o.block_bytes)
+        held, since, hit = zero, -1, None
+        for v in self.o.inodes[ino].data:
+            if v.op > promise_op:
+                break
+            now = block_of(v, b, zero)
+            if now != held:
+                held, since = now, v.op
+            if now == digest:
+                hit = since
+        return "other data" if hit is None else f"older data, as of {self.o.describe_op(hit)}"
 
     def check_other_files_data(self, ino: int, path: str) -> list[Finding]:
         """A finding if a block at ``path``, promised or not, equals a block of another file's

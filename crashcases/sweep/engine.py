@@ -28,7 +28,6 @@ import contextlib
 import csv
 import io
 import itertools
-import json
 import logging
 import os
 import random
@@ -43,11 +42,11 @@ from framework.core import agent, clock, rundir
 from framework.core.errors import ConfigError, PowercutError
 from framework.core.lifecycle import EngineRun, Run, RunSpec, read_plan
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import GuestLost, GuestSlot
+from framework.core.machine.slot import GuestLost, GuestSlot, Verdict
 from recovery.disks import DEFAULT_JOURNAL_BYTES, MARGIN_BYTES, MiB
 from recovery.filesystems import adapter_for, tool_versions
 from recovery.mount import Timeouts
-from recovery.targets import Target, resolve
+from recovery.targets import Target, resolve, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +387,7 @@ class SweepEngine:
             timeouts=Timeouts.within(budget, shares=4))
 
     def run_point(self, point: SweepPoint) -> SweepRow:
-        died: list[bool] = []
+        losses: list[GuestLost] = []
         while True:
             try:
                 result = self.slot.perform(
@@ -396,20 +395,16 @@ class SweepEngine:
                     module=self.guest_module, timeout_s=self.plan.point_timeout_s)
                 break
             except GuestLost as exc:
-                # A guest that died (killed from outside, or a kernel panic) is replaced
-                # and the point measured again; one whose kernel died under it twice is a
-                # finding. Stuck in the kernel, or a guest that stopped answering: a
-                # finding; a device that stayed busy: the point could not be measured.
-                # Nothing in that guest is trusted after it; the next try gets a new one.
+                # Stuck in the kernel, or a guest that stopped answering: a finding; a guest
+                # that died (killed from outside, a kernel panic) or met a device that stayed
+                # busy is replaced and the point measured again, as the slot's policy says
+                # (framework.core.machine.slot). Nothing in a lost guest is trusted after it.
                 log.warning("sweep point %s: %s", point.key, exc)
-                if exc.died is not None:
-                    died.append(exc.died.panicked)
-                    if sum(died) >= 2:
-                        return SweepRow(point, Outcome.HANG.value, None, (str(exc),))
-                    if len(died) < 3:
-                        continue
-                return SweepRow(point, Outcome.HANG.value if exc.hung else ERROR, None,
-                                (str(exc),))
+                verdict = self.slot.lost(exc, losses)
+                if verdict is Verdict.AGAIN:
+                    continue
+                return SweepRow(point, Outcome.HANG.value if verdict is Verdict.HANG else ERROR,
+                                None, (str(exc),))
             except PowercutError as exc:
                 # The point could not be made (mkfs refused it, a tool failed): reported,
                 # not timed; the guest cleaned up after itself and goes on with the next.
@@ -447,7 +442,7 @@ def load_sweep_plan(run_dir: Path) -> SweepPlan:
     try:
         for key in ("targets", "sizes_mib", "files", "dirty_mib", "journal_mib"):
             raw[key] = tuple(raw[key])
-        raw["user_targets"] = tuple(Target.from_dict(t) for t in raw.get("user_targets", ()))
+        raw["user_targets"] = tuple(target_from_dict(t) for t in raw.get("user_targets", ()))
         return SweepPlan(**raw)
     except (TypeError, KeyError, ValueError) as exc:
         raise ConfigError(f"{run_dir / rundir.PLAN}: not a sweep plan ({exc})") from None
@@ -455,13 +450,13 @@ def load_sweep_plan(run_dir: Path) -> SweepPlan:
 
 def earlier_rows(run_dir: Path) -> dict[str, SweepRow]:
     """The points an interrupted sweep saved in its results.json, by key."""
-    path = run_dir / rundir.RESULTS
-    if not path.exists():
+    if not (run_dir / rundir.RESULTS).exists():
         return {}
     try:
-        rows = [SweepRow.from_dict(r) for r in json.loads(path.read_text())["rows"]]
+        rows = [SweepRow.from_dict(r)
+                for r in rundir.read_results(run_dir, "sweep's results")["rows"]]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a sweep's results ({exc})") from None
+        raise ConfigError(f"{run_dir / rundir.RESULTS}: not a sweep's results ({exc})") from None
     return {r.point.key: r for r in rows}
 
 
@@ -489,7 +484,7 @@ def run_sweep(plan: SweepPlan, run: Run, factory: MachineFactory, *,
                 row = engine.run_point(point)
                 store_row(run, row)
             result.rows.append(row)
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())
             if progress is not None:
                 progress(row)
         return result
@@ -498,5 +493,5 @@ def run_sweep(plan: SweepPlan, run: Run, factory: MachineFactory, *,
         engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
-            run.save_json(rundir.RESULTS, result.to_dict())
+            run.save_results(result.to_dict())
             (run.run_dir / rundir.RESULTS_CSV).write_text(rows_csv(result.rows))

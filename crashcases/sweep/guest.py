@@ -51,7 +51,7 @@ from framework.core.syscalls import drop_caches
 from recovery.filesystems import FsckVerdict, adapter_for
 from recovery.fsck import FsckResult, run_fsck, run_journal_only
 from recovery.mount import Timeouts, mkfs, mount_timed, umount
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 MiB = 1 << 20
 # The guest covers /mnt with a tmpfs of its own (framework.core.machine.initramfs).
@@ -87,7 +87,7 @@ class PointRequest:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> PointRequest:
-        return cls(Target.from_dict(raw["target"]), str(raw["key"]), str(raw["data_dev"]),
+        return cls(target_from_dict(raw["target"]), str(raw["key"]), str(raw["data_dev"]),
                    int(raw["size_mib"]), int(raw["files"]), int(raw["dirty_mib"]),
                    int(raw.get("seed", 0)), raw.get("journal_dev"), raw.get("cow_dev"),
                    raw.get("cow_journal_dev"), Timeouts(**raw.get("timeouts", {})))

@@ -5,7 +5,7 @@ target, level by level, and the bench runs the full factorial: every
 target at every combination of levels, each cell a target of its own
 (``ext4/ordered[journal-size=32]``), all cells in one randomised run
 order. The analysis is Jain's full factorial design with replications
-(``framework.core.stats.full_factorial``): effects with intervals,
+(``framework.core.factorial.full_factorial``): effects with intervals,
 allocation of variation and the ANOVA with every interaction.
 
 Factors (``--factor NAME=LEVEL,LEVEL,...``):
@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from framework.core.errors import ConfigError
-from framework.core.stats import FactorialDesign, StatsError, full_factorial
-from recovery.targets import Target
+from framework.core.factorial import FactorialDesign, full_factorial
+from framework.core.stats import StatsError
+from recovery.targets import Target, target_from_dict
 
 METRIC = "metric"
 TARGET = "target"
@@ -166,7 +167,7 @@ def _apply(target: Target, levels: tuple[tuple[str, str], ...]) -> Target:
     table["name"] = name
     table["description"] = f"{target.name} with {', '.join(f'{f} {lv}' for f, lv in levels)}"
     try:
-        return Target.from_dict(table)
+        return target_from_dict(table)
     except ConfigError as exc:
         # The loader names the key (journal, journal_size_mib, ...) and what is wrong.
         what = ", ".join(f"{f}={lv}" for f, lv in levels)
@@ -213,8 +214,29 @@ def factorial(cells: Sequence[Cell], factors: Sequence[Factor],
     if not names:
         return None, 0, "one target and no factor: nothing to compare"
     rows, r = design_rows(cells, factors, values, primary)
+    return _analysed(rows, names, r, level)
+
+
+def one_factor_design(
+    values: Mapping[str, Sequence[float]], level: float
+) -> tuple[FactorialDesign | None, int, str]:
+    """One-factor design over targets with r replications each (r: the fewest any target has).
+
+    With the CI rule targets can end with different counts; the first r of
+    each, in run order, keep the design balanced.
+    """
+    if len(values) < 2:
+        return None, 0, "one target only: nothing to compare"
+    r = min(len(v) for v in values.values())
+    rows = [{TARGET: t, "y": y} for t, v in values.items() for y in v[:r]]
+    return _analysed(rows, [TARGET], r, level)
+
+
+def _analysed(rows: Sequence[Mapping[str, Any]], factors: Sequence[str], r: int,
+              level: float) -> tuple[FactorialDesign | None, int, str]:
+    """The design of ``rows`` (response ``y``, ``r`` replications), or None and why not."""
     try:
-        return full_factorial(rows, names, "y", level=level), r, ""
+        return full_factorial(rows, factors, "y", level=level), r, ""
     except StatsError as exc:
         return None, r, str(exc)
 

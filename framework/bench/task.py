@@ -35,7 +35,7 @@ from framework.core.errors import CommandError, ConfigError
 from framework.core.machine.local import LocalMachine
 from framework.core.syscalls import drop_caches
 from recovery import mount as fsmount
-from recovery.targets import Target
+from recovery.targets import Target, target_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class RepetitionRequest:
     @classmethod
     def from_dict(cls, t: Mapping[str, Any]) -> RepetitionRequest:
         return cls(
-            target=Target.from_dict(t["target"]),
+            target=target_from_dict(t["target"]),
             workload=str(t["workload"]),
             scale=Scale(t["scale"]),
             data_dev=str(t["data_dev"]),
@@ -109,7 +109,7 @@ class RepetitionResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RepetitionResult:
         return cls(
-            spec=Target.from_dict(d["spec"]),
+            spec=target_from_dict(d["spec"]),
             workload=str(d["workload"]),
             scale=Scale(d["scale"]),
             metrics=tuple(Metric(**m) for m in d["metrics"]),

@@ -145,6 +145,15 @@ def named_user_targets(args: argparse.Namespace) -> tuple[Target, ...]:
     return tuple(with_profiles(get_target(name, extra), roles, profiles) for name in args.target)
 
 
+def case_of(args: argparse.Namespace) -> str:
+    """--case as a run keeps it: a workload file (file:PATH) by its absolute path, so that
+    the run's recheck, shrink and export find it from any directory."""
+    case = str(args.case)
+    if case.startswith("file:") and len(case) > len("file:"):
+        return "file:" + os.path.abspath(case.removeprefix("file:"))
+    return case
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The sub-command named in ``argv`` (the first word that is not an option)."""
     return next((a for a in argv if not a.startswith("-")), None)

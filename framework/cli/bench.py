@@ -26,7 +26,8 @@ from framework.core.store import Store
 from recovery.filesystems import tool_versions
 
 if TYPE_CHECKING:
-    from framework.bench.engine import BenchAnalysis, BenchConfig
+    from framework.bench.analysis import BenchAnalysis
+    from framework.bench.engine import BenchConfig
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from framework.bench import engine as bench
+    from framework.bench.analysis import analyse
+    from framework.bench.report import format_report, print_progress, report_json
     from framework.cli.targets import require_supported
     from framework.cli.vm import (  # boots qemu: imported only when used
         machine_from_args,
@@ -173,11 +176,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         assert run.run_id is not None
         recorder = bench.StoreRecorder(store, run.run_id, config, run.run_dir)
         done = bench.run_bench(config, bench.GuestExecutor(machine, config), recorder=recorder,
-                               progress=None if args.quiet else bench.print_progress,
+                               progress=None if args.quiet else print_progress,
                                earlier=earlier)
-        analysis = bench.analyse(done)
-        report = bench.report_json(done, analysis)
-        run.save_json(rundir.RESULTS, report)
+        analysis = analyse(done)
+        report = report_json(done, analysis)
+        run.save_results(report)
         junit_path = Path(args.junit) if args.junit else run.run_dir / rundir.JUNIT
         cases = junit_cases(analysis, args.max_overhead)
         junit.write(junit_path, f"powercut bench {config.workload}", cases)
@@ -185,7 +188,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["db"], report["run_id"] = args.db, run.run_id
         print_json(report)
     else:
-        sys.stdout.write(bench.format_report(done, analysis))
+        sys.stdout.write(format_report(done, analysis))
         print(f"\nsamples stored in {args.db} (run {run.run_id}); results: "
               f"{run.run_dir}/results.json  junit: {junit_path}")
     failing = [c for c in cases if c.failure]

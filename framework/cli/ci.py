@@ -13,11 +13,12 @@ import pandas as pd
 from rich.console import Console
 
 from crashcases.vocabulary import Rate
-from framework.cli import add_machine_options
+from framework.cli import add_machine_options, ci_reports
 from framework.cli.compare import add_rule_options, render, rule_of, verdict_words
 from framework.cli.run import kernel_argv
 from framework.core import junit, rundir
 from framework.core.errors import SKIPPED, ConfigError, MissingPrerequisite
+from framework.core.machine.kernel import kernel_spec
 from framework.core.store import Store
 from framework.report.compare import (
     Comparison,
@@ -48,7 +49,11 @@ kernel and judge it against a baseline:
    now, is checked again up to --reruns times on the candidate (its representative, or its first new state when the
    baseline had the finding): "fails f/t", the first check included,
    reliable only at t/t with t at least 3, flaky otherwise;
-5. a JUnit file and a markdown summary are written.
+5. with --report DIR (a bug report folder from powercut export --report),
+   the report's fstests tests run on the baseline kernel and the candidate:
+   fixed (fails on the baseline, passes on the candidate), still fails, or
+   a regression (passes on the baseline only: exit 1);
+6. a JUnit file and a markdown summary are written.
 
 Exit status: 0 no regression; 1 regression (new failing states, named by
 their findings first, with reproducers and "fails f/t", slower metrics, a positive
@@ -59,6 +64,7 @@ kernel that is missing or does not boot, a step that could not run).
 EPILOG = """\
 examples:
   powercut ci --kernel-source 7.3 --patch fix.patch   # build both, judge the patch
+  powercut ci --kernel-source 7.3 --patch REPORT/fix.patch --report REPORT --study FILE
   powercut kernels fetch 7.2 7.3         # Debian's builds, into the kernel cache
   powercut ci --kernel-release 7.3.4+deb13-amd64 --baseline-kernel-release 7.2.13+deb14-amd64
   powercut ci --kernel arch/x86/boot/bzImage --modules /tmp/mods --baseline results/ci.sqlite
@@ -100,9 +106,7 @@ def build_patched(args: argparse.Namespace, *, say: Callable[[str], None] = prin
     and with the patch (the candidate) in the kernel cache, and point the machine options at
     them. The source is fetched first when it is not there; the first build of a series
     takes about 25 minutes on 2 cores, later builds only what the patch touches."""
-    from framework.core.machine.archive import Archive, check_spec
-    from framework.core.machine.build import Patch, SourceTree
-    from framework.core.machine.kernel import kernel_cache, source_tarball
+    from framework.cli.kernels import build_series
 
     if args.patch is None:
         raise ConfigError("--kernel-source needs --patch FILE: the change to judge")
@@ -110,18 +114,8 @@ def build_patched(args: argparse.Namespace, *, say: Callable[[str], None] = prin
                           "baseline_kernel_release") if getattr(args, o)]
     if chosen:
         raise ConfigError(f"--kernel-source builds both kernels; drop --{chosen[0].replace('_', '-')}")
-    series = check_spec(args.kernel_source)
-    patch_path = Path(args.patch)
-    if not patch_path.is_file():
-        raise ConfigError(f"--patch {args.patch}: no such file")
-    patch = Patch(f"patch-{patch_path.name}", patch_path.resolve(), patch_path.name)
-    tarball = source_tarball(series) or Archive(say=say).fetch_source(series)
-    tree = SourceTree(series, kernel_cache() / "builds", say=say, prefix="ci", tarball=tarball)
-    tree.prepare([patch])
-    # The patch is checked before the first build: one that does not apply costs nothing.
-    tree.check_applies(patch)
-    base = tree.build(f"{series}-unpatched")
-    candidate = tree.build(f"{series}-{patch_path.stem}-{patch.sha256[:12]}", patch)
+    base, candidate = build_series(args.kernel_source, args.patch, say=say)
+    assert candidate is not None
     args.kernel, args.modules = str(candidate.image), str(candidate.modules)
     args.baseline_kernel, args.baseline_modules = str(base.image), str(base.modules)
 
@@ -147,6 +141,12 @@ def judge_kernel(args: argparse.Namespace) -> int:
         raise ConfigError(f"--reruns {args.reruns}: must be 0 or more")
     rule = rule_of(args)
     study = load_study(args.study)
+    reports = ci_reports.check_reports(args.report)
+    checkout = ci_reports.checkout_of(args.xfstests) if reports else None
+    if reports and not baseline_kernel:
+        raise ConfigError("--report runs its tests on two kernels: name the baseline as a "
+                          "kernel (--baseline-kernel-release, --baseline-kernel or "
+                          "--kernel-source), not as a run")
     resolve_kernel(args)  # a missing candidate kernel: a one-line error before anything runs
     if baseline_kernel:
         resolve_kernel(argparse.Namespace(kernel=args.baseline_kernel,
@@ -200,7 +200,16 @@ def judge_kernel(args: argparse.Namespace) -> int:
     reruns = [rerun(numbers[id(f)], f, args.reruns,
                     kernel_argv(args.kernel, args.modules, args.kernel_release), powercut, db)
               for f in comparison.regressing_findings[:args.max_reruns]]
-    regressed = comparison.regressed or bool(quiet)
+    report_tests: list[ci_reports.ReportTest] = []
+    if reports:
+        assert checkout is not None
+        cand_spec = resolve_kernel(args)  # resolved once, before the studies ran
+        base_spec = kernel_spec(args.baseline_kernel, args.baseline_modules,
+                                args.baseline_kernel_release)
+        report_tests = ci_reports.run_reports(reports, checkout, base_spec, cand_spec,
+                                              Path(top.environment["run_dir"]) / "fstests")
+    regressed = (comparison.regressed or bool(quiet)
+                 or any(t.regressed for t in report_tests))
     out = Console()
     render(comparison, out)
     for s in quiet:
@@ -213,9 +222,12 @@ def judge_kernel(args: argparse.Namespace) -> int:
         out.print(f"  finding {r.number} ({r.finding.finding.words}), checked again as "
                   f"{r.state.case} {r.state.key}: {r.label}", markup=False)
     summary = Path(args.summary) if args.summary else Path(top.environment["run_dir"]) / rundir.CI_SUMMARY
-    summary.write_text(markdown(comparison, reruns, quiet, regressed, skipped))
+    for t in report_tests:
+        out.print(f"  REPORT TEST {t.words()}", markup=False)
+    summary.write_text(markdown(comparison, reruns, quiet, regressed, skipped)
+                       + ci_reports.markdown(report_tests))
     junit_path = Path(args.junit) if args.junit else Path(top.environment["run_dir"]) / rundir.CI_JUNIT
-    cases = junit_cases(comparison, reruns, quiet, skipped)
+    cases = junit_cases(comparison, reruns, quiet, skipped) + ci_reports.junit_cases(report_tests)
     junit.write(junit_path, f"powercut ci {args.study}", cases)
     ran = {s["step"] for s in steps}
     kci = Path(args.kcidb) if args.kcidb else Path(top.environment["run_dir"]) / rundir.CI_KCIDB
@@ -388,6 +400,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patch", metavar="FILE",
                    help="with --kernel-source: the patch to judge (patch -p1 in the source)")
     p.add_argument("--study", default="ci", help="built-in study or TOML file (default: ci)")
+    p.add_argument("--report", action="append", default=[], metavar="DIR",
+                   help="a bug report folder (powercut export --report): run its fstests "
+                        "tests on the baseline and the candidate kernel too; repeatable")
+    p.add_argument("--xfstests", metavar="DIR",
+                   help="the built fstests checkout --report's tests run from (default: "
+                        "POWERCUT_XFSTESTS)")
     p.add_argument("--targets-file", metavar="FILE",
                    help="your own targets for the candidate's study (and the baseline's, "
                         "unless --baseline-targets-file): the same names defined otherwise "

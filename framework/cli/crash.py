@@ -14,27 +14,29 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from crashcases.check import CheckResult, explain
-from crashcases.crash.engine import recheck, run_crash, run_spec
+from crashcases.crash.faults import Faults
 from crashcases.crash.plan import (
     CrashPlan,
     CrashRunResult,
     MachineFactory,
+    ValidatedPlan,
     load_plan,
     reproducer_command,
     validate_plan,
 )
-from crashcases.crash.points import Variant
+from crashcases.crash.points import Strategy, Variant, Variants
+from crashcases.crash.run import recheck, run_crash, run_spec
 from crashcases.group import findings_words
 from crashcases.known import KnownList, KnownMatcher, load_known, recorded_marks
 from crashcases.oracle.log import OracleLog
 from crashcases.vocabulary import KNOWN, Outcome, fails
 from crashcases.workload.cases import list_cases
-from crashcases.workload.ops import Workload
 from crashcases.workload.selection import parse_ops
 from framework.cli import (
     add_machine_options,
     add_profile_option,
     add_target_options,
+    case_of,
     named_user_targets,
 )
 from framework.cli.targets import lacking, skip_reason
@@ -199,11 +201,13 @@ def junit_cases(result: CrashRunResult, target: Target) -> list[junit.Case]:
 def plan_from_args(args: argparse.Namespace, target: str,
                    user_targets: tuple[Target, ...] = ()) -> CrashPlan:
     """The plan for one ``target``; ``user_targets``: the --targets-file definitions it may name."""
-    return CrashPlan(target=target, user_targets=user_targets, case=args.case, seed=args.seed,
-                     points=args.points, variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
+    return CrashPlan(target=target, user_targets=user_targets, case=case_of(args), seed=args.seed,
+                     points=Strategy.parse(args.points),
+                     variants=Variants.parse(tuple(v.strip() for v in args.variants.split(",")
+                                                   if v.strip())),
                      per_point=args.per_point, jobs=args.jobs, check_timeout_s=args.check_timeout,
-                     inject_hang=args.inject_hang, inject_busy=args.inject_busy,
-                     inject_panic=args.inject_panic,
+                     faults=Faults.parse(hang=args.inject_hang, busy=args.inject_busy,
+                                         panic=args.inject_panic),
                      reruns=args.reruns, max_reruns=args.max_reruns,
                      max_sequences=args.max_sequences,
                      data_mib=args.data_mib, ops=ops_from_args(args))
@@ -233,30 +237,30 @@ def cmd_crash(args: argparse.Namespace) -> int:
         plans = [plan_from_args(args, name, user) for name in args.target]
     # Every plan is checked (and its workload built) before a run directory,
     # a store row or a guest exists: bad options create nothing.
-    checked = [validate_plan(plan) for plan in plans]
+    valid = [validate_plan(plan) for plan in plans]
     known = known_list(args)  # likewise the known-behaviour lists
     spec = resolve_kernel(args)  # and the kernel: a missing one creates nothing
     suites: list[tuple[str, list[junit.Case]]] = []
     # A target the kernel or this machine cannot run is skipped, the others run.
-    missing = lacking((target for target, _ in checked), spec)
+    missing = lacking((v.target for v in valid), spec)
     for name, why in missing.items():
         suites.append((f"powercut crash {name} {plans[0].case}", [junit.Case(
             "not run", f"powercut.crash.{name}", 0.0, skipped=skip_reason({name: why}))]))
-    if missing and len(missing) == len(checked):
+    if missing and len(missing) == len(valid):
         if args.junit:
             junit.write_suites(Path(args.junit), suites)
         raise Unsupported(skip_reason(missing))
     for name, why in missing.items():
         print(f"powercut: skipped: {skip_reason({name: why})}", file=sys.stderr)
-    kept = [(p, c) for p, c in zip(plans, checked) if c[0].name not in missing]
-    plans, checked = [p for p, _ in kept], [c for _, c in kept]
+    valid = [v for v in valid if v.target.name not in missing]
     failed = False
     with Store(Path(args.db)) as store:
         if resume_dir is not None:
             resumable_run(store, resume_dir, "crash")  # before any progress bar
-        for plan, plan_checked in zip(plans, checked):
-            result = crash_one(args, store, plan, plan_checked, known, resume_dir)
-            cases = junit_cases(result, plan.spec)
+        for one in valid:
+            plan = one.plan
+            result = crash_one(args, store, one, known, resume_dir)
+            cases = junit_cases(result, one.target)
             suites.append((f"powercut crash {plan.target} {plan.case}", cases))
             junit.write(result.run_dir / rundir.JUNIT, *suites[-1])
             failed |= any(c.failure for c in cases)
@@ -265,11 +269,10 @@ def cmd_crash(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
-              checked: tuple[Target, Workload], known: KnownList | None = None,
-              resume_dir: Path | None = None) -> CrashRunResult:
+def crash_one(args: argparse.Namespace, store: Store, valid: ValidatedPlan,
+              known: KnownList | None = None, resume_dir: Path | None = None) -> CrashRunResult:
     """One target's crash run (or the rest of an interrupted one), with progress and summary."""
-    target = checked[0]
+    plan, target = valid.plan, valid.target
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
@@ -288,9 +291,8 @@ def crash_one(args: argparse.Namespace, store: Store, plan: CrashPlan,
         lifecycle = (run_lifecycle(run_spec(plan), Path(args.results), store)
                      if resume_dir is None else resumed_lifecycle(run_spec(plan), resume_dir, store))
         with lifecycle as run:
-            result = run_crash(plan, run, machine_factory(args), progress=step,
-                               on_planned=planned, checked=checked, known=known,
-                               resume=resume_dir is not None)
+            result = run_crash(valid, run, machine_factory(args), progress=step,
+                               on_planned=planned, known=known, resume=resume_dir is not None)
     out = Console()
     out.print(summary_table(result))
     failing = [s for s in result.states
@@ -329,6 +331,12 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         return machine
 
     target, result = recheck(Path(args.run_dir), args.state, factory)
+    if result.outcome is Outcome.ERROR:
+        # The harness could not check the state (its guest was lost too often, or would
+        # not boot): no verdict, and no rerun kept to count as a pass or a failure.
+        print(f"{args.state}: error: the state could not be checked: "
+              f"{'; '.join(result.notes) or 'no reason given'}", file=sys.stderr)
+        return 2
     plan = load_plan(Path(args.run_dir))
     oracle = OracleLog.load(Path(args.run_dir) / rundir.ORACLE)
     matcher = known.matcher(run="crash", target=target, case=plan.case,

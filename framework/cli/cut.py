@@ -29,6 +29,7 @@ from framework.cli import (
     add_machine_options,
     add_profile_option,
     add_target_options,
+    case_of,
     named_user_targets,
 )
 from framework.cli.crash import KNOWN_HELP, known_cases, known_list, machine_factory, print_known
@@ -152,7 +153,7 @@ def junit_cases(result: CutRunResult) -> list[junit.Case]:
 
 
 def plan_from_args(args: argparse.Namespace) -> CutPlan:
-    return CutPlan(targets=tuple(dict.fromkeys(args.target)), case=args.case, trials=args.trials,
+    return CutPlan(targets=tuple(dict.fromkeys(args.target)), case=case_of(args), trials=args.trials,
                    seed=args.seed, cut_after_ops=args.cut_after_ops, cut_after_s=args.cut_after_s,
                    mode=FlakeyMode(args.mode), continue_syncs=args.continue_syncs,
                    max_sequences=args.max_sequences, data_mib=args.data_mib,
@@ -173,10 +174,10 @@ def cmd_cut(args: argparse.Namespace) -> int:
     else:
         plan = plan_from_args(args)
     targets = plan.targets
-    checked = validate_cut_plan(plan)  # bad options fail before the progress bar appears
+    valid = validate_cut_plan(plan)  # bad options fail before the progress bar appears
     known = known_list(args)  # so does a bad known-behaviour list
     factory = machine_factory(args)  # and a missing kernel
-    require_supported(checked[0], resolve_kernel(args))  # one run: every target or none
+    require_supported(valid.targets, resolve_kernel(args))  # one run: every target or none
     if resume_dir is not None:
         with Store(Path(args.db)) as store:
             resumable_run(store, resume_dir, "cut")  # and a run that cannot be carried on
@@ -197,7 +198,7 @@ def cmd_cut(args: argparse.Namespace) -> int:
         with Store(Path(args.db)) as store, \
                 (run_lifecycle(run_spec(plan), Path(args.results), store) if resume_dir is None
                  else resumed_lifecycle(run_spec(plan), resume_dir, store)) as run:
-            result = run_cut(plan, run, factory, progress=step, checked=checked, known=known,
+            result = run_cut(valid, run, factory, progress=step, known=known,
                              resume=resume_dir is not None)
     failing = failing_trials(result)
     junit_path = Path(args.junit) if args.junit else result.run_dir / rundir.JUNIT

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 
-from crashcases.findings.export import DEFAULT_TEST_NAME, ExportError, load_export_state
+from crashcases.findings.export import (
+    DEFAULT_TEST_NAME,
+    ExportError,
+    ExportState,
+    load_export_state,
+)
 from crashcases.findings.fstests import next_test_name, write_fstests
 from crashcases.findings.script import write_script
+from framework.cli import add_machine_options
 
 DESCRIPTION = """\
 Turn failing state STATE of the crash run RUN_DIR into a reproducer that
@@ -70,6 +77,8 @@ exit status: 0 written; 2 bad input (nothing written).
 
 def cmd_export(args: argparse.Namespace) -> int:
     state = load_export_state(Path(args.run_dir), args.state)
+    if args.report:
+        return export_report(args, state)
     if args.script:
         script, image = write_script(state, Path(args.script), force=args.force)
         size_mib = image.stat().st_size / (1 << 20)
@@ -99,6 +108,48 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_report(args: argparse.Namespace, state: ExportState) -> int:
+    """--report DIR: the bug report folder; with --run-fstests, its fstests tests run in a
+    guest on the kernel the machine options name, and their verdicts go into the report."""
+    from crashcases.findings.report import FORMS, FstestsRun, write_report
+
+    out = Path(args.report)
+    also = [Path(p) for p in args.also]
+    cause = Path(args.cause) if args.cause else None
+    fix = Path(args.fix) if args.fix else None
+    forms = FORMS if args.form == "both" else (args.form,)
+    files = write_report(state, out, also=also, cause_file=cause, fix_file=fix,
+                         test_name=args.report_test_name, force=args.force, forms=forms)
+    runs: list[FstestsRun] = []
+    if args.run_fstests:
+        from framework.cli.vm import resolve_kernel
+        from framework.zoo.fstests import check_built, run_test
+
+        checkout = check_built(Path(args.run_fstests), "--run-fstests")
+        spec = resolve_kernel(args)
+
+        def add_tests(copy: Path) -> None:
+            for name, form in files.tests:
+                write_fstests(state, copy, name, force=True, form=form)
+
+        # The guest's copy of the checkout goes to a scratch directory, not the report.
+        with tempfile.TemporaryDirectory(prefix="powercut-fstests-") as scratch:
+            for name, form in files.tests:
+                print(f"fstests {name} ({form}) on {spec.release} ...", flush=True)
+                verdict = run_test(checkout, name, state.target.name, spec,
+                                   Path(scratch) / name.replace("/", "-"), prepare=add_tests)
+                runs.append(FstestsRun(name, form, spec.release, verdict.verdict,
+                                       verdict.output))
+                print(f"  {verdict.verdict}" + (f": {verdict.why}" if verdict.why else ""))
+        files = write_report(state, out, also=also, cause_file=cause, fix_file=fix,
+                             test_name=args.report_test_name, runs=runs, force=True,
+                             forms=forms)
+    print(f"wrote {files.report}")
+    for name, form in files.tests:
+        print(f"  and tests/{name} ({form})")
+    return 0
+
+
 def _shown(path: Path) -> str:
     rel = os.path.relpath(path)
     return rel if not rel.startswith("..") else os.fspath(path)
@@ -118,10 +169,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     form.add_argument("--fstests", metavar="DIR",
                       help="write an fstests test into this fstests checkout (prefix states at "
                            "a mark only)")
+    form.add_argument("--report", metavar="DIR",
+                      help="write a bug report folder: report.md in the form a filesystem's "
+                           "list takes, the fstests tests in both forms, the workload, and "
+                           "--cause and --fix when given")
+    rep = p.add_argument_group("bug reports (--report)")
+    rep.add_argument("--also", action="append", default=[], metavar="RUN_DIR",
+                     help="another crash run of the same workload and target, on another "
+                          "kernel: its verdict goes into the report's table of kernels "
+                          "(repeatable)")
+    rep.add_argument("--cause", metavar="FILE",
+                     help="the cause, in Markdown, with the kernel functions cited (default: "
+                          "the known-behaviour entry that explained the state, if any)")
+    rep.add_argument("--fix", metavar="FILE", help="a candidate fix, copied as fix.patch")
+    rep.add_argument("--report-test-name", metavar="DIR/NUM",
+                     help="the first fstests test's name (default: FS/999 for ext4, xfs, "
+                          "btrfs and f2fs, else generic/999; the second form takes the next)")
+    rep.add_argument("--run-fstests", metavar="CHECKOUT",
+                     help="run the report's fstests tests in a guest against this built "
+                          "fstests checkout, on the kernel the machine options name, and keep "
+                          "their verdicts and output in the report")
+    add_machine_options(p)
     p.add_argument("--test-name", default=DEFAULT_TEST_NAME, metavar="DIR/NUM",
                    help=f"the fstests test to write (default: {DEFAULT_TEST_NAME})")
     p.add_argument("--form", choices=("both", "log-writes", "flakey"), default="both",
-                   help="with --fstests: the dm-log-writes form, the dm-flakey form (the "
+                   help="with --fstests or --report: the dm-log-writes form, the dm-flakey form (the "
                         "workload up to the mark's durability op, _flakey_drop_and_remount, "
                         "the checks), or both where the state allows (default: both)")
     p.add_argument("--flakey-test-name", metavar="DIR/NUM",

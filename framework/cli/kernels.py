@@ -3,15 +3,22 @@
     powercut kernels list               the cached kernels, and what the archive offers
     powercut kernels fetch SPEC         a kernel into the cache (SPEC: RELEASE, a series, newest)
     powercut kernels source SERIES      a linux-source-SERIES tarball into the cache
+    powercut kernels build SERIES [--patch FILE]
+                                        that source built for the guest (with a patch)
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from framework.cli import print_json
+from framework.core.errors import ConfigError
 from framework.core.machine.archive import Archive, Offer, check_spec
+from framework.core.machine.build import BuiltKernel
 from framework.core.machine.kernel import cached_kernels, installed_kernels, kernel_cache
 
 EPILOG = """\
@@ -32,7 +39,75 @@ examples:
   powercut kernels fetch 6.12            # the newest 6.12 build
   powercut crash --target ext4/fast_commit --case gen:seq1 --kernel-release 7.3.4+deb13-amd64
   powercut kernels source 7.3            # /.../sources/linux-source-7.3_VERSION/usr/src/...tar.xz
+  powercut kernels build 7.3 --patch fix.patch   # prints the --kernel/--modules to boot it
 """
+
+
+BUILD_HELP = """\
+Build Debian's linux-source-SERIES for powercut's guest (x86_64_defconfig with
+kvm_guest.config and powercut's guest.config), as shipped and, with --patch,
+with the patch too; print the machine options that boot each build.
+"""
+
+BUILD_EPILOG = """\
+The source is fetched into the kernel cache when it is not there, and unpacked
+and built under builds/ there. A patch that does not apply fails before
+anything is built. The first build of a series takes about 25 minutes on 2
+cores; later builds rebuild only what the patch changed (a minute or two).
+Each build is a directory builds/kernels/NAME with its bzImage and modules.
+
+examples:
+  powercut kernels build 7.3 --patch fix.patch
+  powercut crash --target ext4/fast_commit --case file:workload.json \\
+      --kernel .../builds/kernels/7.3-fix-0123456789ab/bzImage \\
+      --modules .../builds/kernels/7.3-fix-0123456789ab
+"""
+
+
+def build_series(series: str, patch: str | None, *,
+                 say: Callable[[str], None] = print) -> tuple[BuiltKernel, BuiltKernel | None]:
+    """Debian's linux-source-SERIES built for powercut's guest in the kernel cache
+    (builds/), as shipped and, with ``patch``, with it. The source is fetched when it is
+    not there; a patch that does not apply fails before anything is built. The first
+    build of a series takes about 25 minutes on 2 cores; later ones rebuild only what
+    changed. Each build is a directory builds/kernels/NAME with its bzImage and modules."""
+    from framework.core.machine.build import Patch, SourceTree
+    from framework.core.machine.kernel import source_tarball
+
+    series = check_spec(series)
+    fix, name = None, ""
+    if patch is not None:
+        path = Path(patch)
+        if not path.is_file():
+            raise ConfigError(f"--patch {patch}: no such file")
+        fix = Patch(f"patch-{path.name}", path.resolve(), path.name)
+        name = f"{series}-{path.stem}-{fix.sha256[:12]}"  # the name given, not a link's target
+    tarball = source_tarball(series) or Archive(say=say).fetch_source(series)
+    tree = SourceTree(series, kernel_cache() / "builds", say=say, prefix="build",
+                      tarball=tarball)
+    tree.prepare([fix] if fix else [])
+    if fix is not None:
+        tree.check_applies(fix)  # before the first build: a patch that fails costs nothing
+    base = tree.build(f"{series}-unpatched")
+    if fix is None:
+        return base, None
+    return base, tree.build(name, fix)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """Build Debian's linux-source-SERIES for powercut's guest, as shipped and, with
+    --patch, with the patch too; print the machine options that boot each build."""
+    base, patched = build_series(args.series, args.patch, say=_err)
+    for label, kernel in (("unpatched", base), ("patched", patched)):
+        if kernel is None:
+            continue
+        argv = ["--kernel", str(kernel.image), "--modules", str(kernel.modules)]
+        if args.json:
+            print_json({"build": label, "name": kernel.name, "release": kernel.release,
+                        "image": str(kernel.image), "modules": str(kernel.modules)})
+        else:
+            print(f"{label}: {shlex.join(argv)}")
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -134,3 +209,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     source.add_argument("series", help="the series, e.g. 7.3 or 6.12 (or newest)")
     source.add_argument("--force", action="store_true", help="fetch again even when cached")
     source.set_defaults(func=cmd_source)
+    build = verbs.add_parser("build", help="build a linux-source-SERIES for the guest, with a "
+                                           "patch or without", description=BUILD_HELP, epilog=BUILD_EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    build.add_argument("series", help="the source series, e.g. 7.3 (its newest Debian version)")
+    build.add_argument("--patch", metavar="FILE", help="a patch to apply (patch -p1) and build")
+    build.add_argument("--json", action="store_true", help="each build's paths as JSON")
+    build.set_defaults(func=cmd_build)

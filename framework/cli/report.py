@@ -12,6 +12,7 @@ from rich.table import Table
 
 from framework.cli import print_json
 from framework.core import rundir
+from framework.core.files import write_atomic
 from framework.core.rundir import write_json_atomic
 from framework.core.store import Store, StoreError
 
@@ -53,9 +54,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                                                              results.top.id)
     if not args.no_html:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(render_html(report), encoding="utf-8")
-        os.replace(tmp, out)
+        write_atomic(out, render_html(report))
         report.data["html"] = os.fspath(out)
         if args.json_file:
             write_json_atomic(Path(args.json_file), report.data)

@@ -209,9 +209,8 @@ def judge_claims(*, store_path: Path, study_id: int | None, study: Study) -> lis
     with Store(store_path) as store:
         for child in store.children(study_id) if study_id is not None else []:
             step, run_dir = child.environment.get("study_step"), child.environment.get("run_dir")
-            path = Path(run_dir) / rundir.RESULTS if run_dir else None
-            if isinstance(step, int) and path is not None and path.is_file():
-                results[step] = json.loads(path.read_text())
+            if isinstance(step, int) and run_dir and (Path(run_dir) / rundir.RESULTS).is_file():
+                results[step] = rundir.read_results(Path(run_dir), "step's results")
     out = []
     for claim in study.claims:
         if claim.step in results:

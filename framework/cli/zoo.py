@@ -13,45 +13,61 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from framework.cli import print_json
 from framework.core import rundir
-from framework.zoo.entry import load_entries
-from framework.zoo.kernels import build_kernels, installed, zoo_cache
+from framework.zoo.entry import EntrySet, load_set
+from framework.zoo.fstests import built_checkout
+from framework.zoo.kernels import build_kernels, installed, set_cache
 
 EPILOG = """\
 The zoo measures what share of real, upstream-fixed crash-consistency bugs powercut's
-general workloads catch. Each entry (framework/zoo/entries) reverts one fix on Debian's
-linux-source-6.12 (6.12.117). 'zoo build' unpacks that source once into a cache outside
-the checkout (--cache, POWERCUT_ZOO_CACHE, or ~/.cache/powercut/zoo), configures it for
-powercut's guest, builds the fixed kernel (about 25 minutes on 2 cores the first time)
-and then each entry's kernel incrementally (a minute or two each). 'zoo run' runs the
-same workloads, chosen per filesystem without looking at the bugs, on each kernel within
-a budget, and reports per entry: detected or missed, the time to the first failing
-state, failing states, distinct findings, and recall; on the fixed kernel, any new
-failing state is a false alarm.
+workloads catch. An entry set is a directory of entries, each reverting one fix on the
+Debian source its set.toml names (the built-in set, framework/zoo/entries: 14 fixes on
+linux-source-6.12; --entries DIR for another, from anywhere). 'zoo build' unpacks that
+source once into the set's cache outside the checkout (--cache, POWERCUT_ZOO_CACHE, or
+~/.cache/powercut/zoo), configures it for powercut's guest, builds the fixed kernel
+(about 25 minutes on 2 cores the first time) and then each entry's kernel incrementally
+(a minute or two each). 'zoo run' runs a frozen, versioned workload plan (--plan; zoo.json
+names it) on each kernel within a budget, and reports per entry: detected (confirmed: its
+sequence alone fails on the entry's kernel and passes on the fixed one), unconfirmed or
+missed, the time to the first failing state, failing states, distinct findings, and
+recall; on the fixed kernel, any new failing state is a false alarm, and a workload that
+errored or checked nothing there is "not measured". A figure is held out when the plan
+was frozen before the set was first run, tuned when the plan changed after studying that
+set's misses.
 
 examples:
   powercut zoo list
   powercut zoo build                      # everything, or name entries
-  powercut zoo run --budget-min 15 --json
+  powercut zoo run --json
   powercut zoo run btrfs-new-name-last-log-commit --budget-min 5
   powercut zoo run --jobs 2               # two kernels at a time (two guests)
+  powercut zoo build --entries ~/zoo-7.3  # another set: set.toml says base = "7.3"
+  powercut zoo run --entries ~/zoo-7.3 --plan w8 --results results/zoo-7.3
   powercut zoo report results/zoo/zoo.json
 """
 
 
+def entry_set(args: argparse.Namespace) -> EntrySet:
+    """The entries --entries names (default: the built-in set), only those named if any."""
+    directory = Path(args.entries_dir) if getattr(args, "entries_dir", None) else None
+    return load_set(directory, tuple(args.entries))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    entries = load_entries(names=tuple(args.entries))
-    cache = zoo_cache(args.cache)
+    eset = entry_set(args)
+    cache = set_cache(eset, args.cache)
     if args.json:
-        print_json([{**e.to_dict(), "built": installed(cache, e.name) is not None}
-                    for e in entries])
+        print_json({**eset.to_dict(), "entries": [
+            {**e.to_dict(), "built": installed(cache, e.name) is not None}
+            for e in eset.entries]})
         return 0
-    for e in entries:
+    print(f"{eset.name}: {len(eset.entries)} entries reverted on linux-source-{eset.base} "
+          f"({eset.directory})")
+    for e in eset.entries:
         built = "built" if installed(cache, e.name) is not None else "not built"
         print(f"{e.name:<40} {e.filesystem:<6} {e.fix[:12]} {e.fstests or '-':<12} "
               f"{'hand port' if e.hand_port else 'revert':<9} {built}")
@@ -60,26 +76,33 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    entries = load_entries(names=tuple(args.entries))
-    kernels = build_kernels(entries, zoo_cache(args.cache), force=args.force,
+    eset = entry_set(args)
+    cache = set_cache(eset, args.cache)
+    kernels = build_kernels(eset.entries, cache, eset.base, force=args.force,
                             say=lambda line: print(line, flush=True))
     if args.json:
         print_json([k.to_dict() for k in kernels])
     else:
-        print(f"zoo: {len(kernels)} kernels in {zoo_cache(args.cache) / 'kernels'}")
+        print(f"zoo: {len(kernels)} kernels in {cache / 'kernels'}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from framework.zoo.plans import plan_named
     from framework.zoo.recall import RecallPlan, run_recall
 
-    entries = load_entries(names=tuple(args.entries))
-    plan = RecallPlan(budget_s=args.budget_min * 60.0, seed=args.seed,
-                      fstests=args.fstests or None, shares=not args.no_shares, jobs=args.jobs)
+    eset = entry_set(args)
+    workloads = plan_named(args.plan)
+    budget_s = args.budget_min * 60.0 if args.budget_min is not None else workloads.budget_s
+    # A checkout that is not built is said now, not after the kernels' crash runs.
+    checkout = built_checkout(args.fstests, "--fstests")
+    plan = RecallPlan(budget_s=budget_s, seed=args.seed,
+                      fstests=str(checkout) if checkout else None,
+                      shares=not args.no_shares, jobs=args.jobs, workloads=workloads)
     out = Path(args.results) / rundir.ZOO_REPORT
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = run_recall(entries, zoo_cache(args.cache), Path(args.results), plan,
-                        say=_say, out=out)
+    report = run_recall(eset.entries, set_cache(eset, args.cache), Path(args.results), plan,
+                        say=_say, out=out, entry_set=eset.to_dict())
     return _show(report, out, args.json)
 
 
@@ -120,12 +143,12 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
     path = Path(args.report)
     report = load_report(path)
-    fstests = args.fstests or os.environ.get("POWERCUT_XFSTESTS")
+    fstests = built_checkout(args.fstests, "--fstests")
     # Named entries are checked against the zoo as the other verbs check them; complete()
     # then checks that the report has them.
-    report = complete(report, load_entries(names=tuple(args.entries)), zoo_cache(args.cache),
-                      path.parent,
-                      fstests=Path(fstests) if fstests else None, say=_say,
+    eset = entry_set(args)
+    report = complete(report, eset.entries, set_cache(eset, args.cache), path.parent,
+                      fstests=fstests, say=_say,
                       only=args.entries, after=lambda r: write_json_atomic(path, r))
     write_json_atomic(path, report)
     return _show(report, path, args.json)
@@ -139,9 +162,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("entries", nargs="*", metavar="ENTRY",
                         help="entries by name (default: every one)")
+    common.add_argument("--entries", dest="entries_dir", metavar="DIR",
+                        help="an entry set: a directory with set.toml (its base, "
+                             "linux-source-SERIES) and NAME.toml + NAME.patch per entry "
+                             "(default: the built-in set, framework/zoo/entries)")
     common.add_argument("--cache", metavar="DIR",
-                        help="where the kernel tree and the kernels are (default: "
-                             "POWERCUT_ZOO_CACHE, else ~/.cache/powercut/zoo)")
+                        help="where each set's kernel tree and kernels are, in a directory "
+                             "named after the set (default: POWERCUT_ZOO_CACHE, else "
+                             "~/.cache/powercut/zoo)")
     common.add_argument("--json", action="store_true", help="print the answer as JSON")
     v = verbs.add_parser("list", parents=[common], help="the entries and which are built")
     v.set_defaults(func=cmd_list)
@@ -151,8 +179,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=cmd_build)
     v = verbs.add_parser("run", parents=[common],
                          help="the recall run: detected, missed and false alarms")
-    v.add_argument("--budget-min", type=float, default=15.0, metavar="M",
-                   help="minutes of checking per kernel and target (default: 15)")
+    v.add_argument("--plan", metavar="VERSION",
+                   help="the frozen workload plan to run (default: the current one; "
+                        "framework/zoo/plans.py lists them with where each came from)")
+    v.add_argument("--budget-min", type=float, metavar="M",
+                   help="minutes of checking per kernel (default: the plan's)")
     v.add_argument("--seed", type=int, default=0, help="seed of the workloads (default: 0)")
     v.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="kernels checked at once, each in a guest of its own (default: 1); "
@@ -173,6 +204,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(written again after each entry)")
     v.add_argument("entries", nargs="*", metavar="ENTRY",
                    help="complete only these entries (default: every one)")
+    v.add_argument("--entries", dest="entries_dir", metavar="DIR",
+                   help="the entry set the report was run on (as for 'zoo run')")
     v.add_argument("--cache", metavar="DIR", help="where the kernels are (as for 'zoo run')")
     v.add_argument("--fstests", metavar="DIR",
                    help="a built fstests checkout (default: POWERCUT_XFSTESTS, else none)")

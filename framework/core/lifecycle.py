@@ -7,7 +7,7 @@ ci) runs inside ``run_lifecycle()``::
                        results_dir, store) as run:
         machine = run.started(factory(...))    # records kernel, accel, qemu
         ...
-        run.save_json(rundir.RESULTS, data)     # atomic, also after Ctrl-C
+        run.save_results(data)                  # results.json, atomic, also after Ctrl-C
 
 The run is marked ``finished`` when the block ends normally, ``interrupted``
 on Ctrl-C or SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt) and
@@ -142,6 +142,10 @@ class Run:
         path = self.run_dir / name
         write_json_atomic(path, data)
         return path
+
+    def save_results(self, data: Mapping[str, Any]) -> Path:
+        """The run's results.json, with its format number (rundir.write_results)."""
+        return rundir.write_results(self.run_dir, data)
 
     def add_artifact(self, path: Path, kind: str) -> None:
         """Keep a file of the run (log, image) with its checksum in the store."""

@@ -3,9 +3,9 @@ them back with a one-line error.
 
 Every run (crash, cut, sweep, bench, study, ci) gets a directory under
 ``--results``; the names below are the only spelling of its files anywhere
-in powercut. A file is written whole or not at all (a temporary file, then
-``os.replace``), so a reader, a kill or a full disk mid-write leaves the old
-file or the new one, never half of one. Reading a file that is missing,
+in powercut. A file is written whole or not at all
+(``framework.core.files.write_atomic``), so a reader, a kill or a full disk
+mid-write leaves the old file or the new one, never half of one. Reading a file that is missing,
 truncated or not the JSON expected is a ``ConfigError`` that names the file
 and what is wrong, and nothing is written in reply.
 """
@@ -15,10 +15,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from framework.core.errors import ConfigError
+from framework.core.files import write_atomic
 
 # Every run
 PLAN = "plan.json"  # what was asked: the run's options, written first
@@ -150,13 +152,7 @@ def cut_oracle(target_slug: str) -> str:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader (or a kill mid-write) sees the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str))
 
 
 #: Below this much free space the filesystem holding a run directory counts as full.
@@ -195,4 +191,29 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     data = read_json(path, what)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the {what} is not a JSON object")
+    return data
+
+
+#: The layout of results.json that this powercut writes, under its "format" key (each kind
+#: of run has its own layout; the number moves when any of them changes). A results.json
+#: without the key is format 1: what powercut wrote before the key existed.
+RESULTS_FORMAT = 1
+
+
+def write_results(run_dir: Path, data: Mapping[str, Any]) -> Path:
+    """A run's results.json, with the format number: the one writer of every kind's."""
+    path = run_dir / RESULTS
+    write_json_atomic(path, {**data, "format": RESULTS_FORMAT})
+    return path
+
+
+def read_results(run_dir: Path, what: str) -> dict[str, Any]:
+    """A run's results.json (``what``: whose, for messages), after checking its format
+    number: a file this powercut cannot read is a one-line ConfigError naming it."""
+    path = run_dir / RESULTS
+    data = read_json_object(path, what)
+    found = data.get("format", 1)
+    if not isinstance(found, int) or not 1 <= found <= RESULTS_FORMAT:
+        raise ConfigError(f"{path}: results of format {found!r}; this powercut reads format "
+                          f"{RESULTS_FORMAT} and before (a newer powercut wrote it?)")
     return data

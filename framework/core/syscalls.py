@@ -15,6 +15,8 @@ import os
 from collections.abc import Sequence
 from functools import cache
 
+from framework.core.handle import Handle
+
 # <linux/mount.h> MS_* flags that mount(8) turns options into; every other
 # option goes to the filesystem as data.
 MS_FLAGS = {
@@ -71,7 +73,7 @@ def umount(target: str, *, detach: bool = False) -> None:
         raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
 
-class KernelLog:
+class KernelLog(Handle):
     """Kernel messages logged from now on, read from /dev/kmsg."""
 
     def __init__(self) -> None:
@@ -99,11 +101,6 @@ class KernelLog:
     def close(self) -> None:
         os.close(self._fd)
 
-    def __enter__(self) -> KernelLog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def drop_caches() -> None:

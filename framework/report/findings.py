@@ -196,7 +196,8 @@ def _signer(run: Run) -> Grouper | None:
     if not isinstance(run_dir, str):
         return None
     try:
-        target, workload = validate_plan(load_plan(Path(run_dir)))
-        return Grouper(target.fstype, workload, OracleLog.load(Path(run_dir) / rundir.ORACLE))
+        valid = validate_plan(load_plan(Path(run_dir)))
+        return Grouper(valid.target.fstype, valid.workload,
+                       OracleLog.load(Path(run_dir) / rundir.ORACLE))
     except (PowercutError, OSError, ValueError, TypeError):
         return None

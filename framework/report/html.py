@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from crashcases.cut.summary import percentile
-from framework.bench.engine import one_factor_design
+from framework.bench.design import one_factor_design
 from framework.core.stats import StatsError, overhead, quantile_interval, summarize
 from framework.report import figures, tradeoff
 from framework.report.findings import (

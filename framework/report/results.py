@@ -7,7 +7,6 @@ row came from, so a study with two bench steps keeps them apart.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,7 @@ from crashcases.vocabulary import VariantKind, fails
 from framework.core import rundir
 from framework.core.errors import ConfigError
 from framework.core.store import Run, Store
-from recovery.targets import Target
-
-#: Outcomes that never fail a target (a "recovered" state fails a journalled one only:
-#: crashcases.vocabulary.fails).
-PASSING = ("ok", "recovered")
+from recovery.targets import Target, target_from_dict
 
 CHECK_COLUMNS = ["run_id", "target", "case", "seed", "entry", "point_kind", "last_mark",
                  "variant", "variant_seed", "outcome", "known", "mount_s", "fsck_s",
@@ -82,16 +77,21 @@ class Results:
 
     def fails(self, outcome: str, target: str) -> bool:
         """Whether ``outcome`` fails ``target`` (fsck repairs fail a journalled one)."""
-        config = self.targets.get(target)
-        if config:
-            # Runs keep a target's definition (Target.to_dict()) with extras of their own.
-            known = ("fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib")
-            try:
-                return fails(outcome, Target.from_dict(
-                    {"name": target, **{k: v for k, v in config.items() if k in known}}))
-            except (ConfigError, KeyError, TypeError, ValueError):
-                pass  # a configuration this powercut cannot read: by outcome alone
-        return outcome not in PASSING
+        return fails(outcome, self._target(target))
+
+    def _target(self, name: str) -> Target | None:
+        """The stored definition of target ``name``; None when it cannot be read (the
+        outcome alone decides then)."""
+        config = self.targets.get(name)
+        if not config:
+            return None
+        # Runs keep a target's definition (Target.to_dict()) with extras of their own.
+        known = ("fstype", "mkfs_options", "mount_options", "journal", "journal_size_mib")
+        try:
+            return target_from_dict({"name": name, **{k: v for k, v in config.items()
+                                                      if k in known}})
+        except (ConfigError, KeyError, TypeError, ValueError):
+            return None
 
     def _failing(self, frame: pd.DataFrame) -> pd.Series:
         return pd.Series([self.fails(o, t) for o, t in zip(frame["outcome"], frame["target"])],
@@ -181,8 +181,8 @@ def _primary_of(run: Run) -> str | None:
     if not isinstance(run_dir, str):
         return None
     try:
-        primary = json.loads((Path(run_dir) / rundir.RESULTS).read_text()).get("primary")
-    except (OSError, ValueError, AttributeError):
+        primary = rundir.read_results(Path(run_dir), "bench results").get("primary")
+    except ConfigError:
         return None
     return primary if isinstance(primary, str) else None
 

@@ -25,19 +25,18 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from crashcases.crash.plan import load_checked
+from crashcases.crash.results import load_checked
 from crashcases.execute import mark_name
 from crashcases.findings.shrink import cheap_cut, load_failure
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
 from framework.core import clock
 from framework.core.rundir import write_json_atomic
+from framework.zoo import steps as crash_steps
 from framework.zoo.commands import run_command
 from framework.zoo.kernels import Kernel
-
-if TYPE_CHECKING:
-    from framework.zoo.recall import Step
+from framework.zoo.steps import Step
 
 #: A confirmation run is small (one sequence); this bounds a kernel that hangs on it.
 CONFIRM_TIMEOUT_S = 900.0
@@ -51,7 +50,7 @@ def cut_workload(run_dir: Path, key: str) -> Workload:
     ops = failure.workload.ops
     kept = cheap_cut(ops, failure.signature)
     if kept is None:
-        kept = mark_cut(ops, load_checked(run_dir, key)[1].get("last_mark"))
+        kept = mark_cut(ops, load_checked(run_dir, key)[1].last_mark)
     chosen = ops if kept is None else tuple(ops[i] for i in kept)
     return Workload(name=f"{failure.workload.name}, cut for state {key}",
                     seed=failure.workload.seed, ops=chosen)
@@ -87,13 +86,11 @@ def write_cut(run_dir: Path, key: str, work: Path) -> tuple[Workload, Path]:
 def run_alone(path: Path, target: str, kernel: Kernel, results: Path, seed: int,
               say: Callable[[str], None], options: Sequence[str] = ()) -> Step:
     """One ``powercut crash --case file:PATH`` run of a cut on ``kernel``, into ``results``."""
-    from framework.zoo.recall import Step, _crash_argv, _run_step  # recall imports this module
-
     results.mkdir(parents=True, exist_ok=True)
     step = Step(kernel.name, target, f"file:{path}",
-                _crash_argv(kernel, target, f"file:{path}", options, seed, results,
-                            results / "confirm.sqlite"))
-    _run_step(step, results, CONFIRM_TIMEOUT_S, say)
+                crash_steps.crash_argv(kernel, target, f"file:{path}", options, seed, results,
+                                       results / "confirm.sqlite"))
+    crash_steps.run_step(step, results, CONFIRM_TIMEOUT_S, say)
     return step
 
 

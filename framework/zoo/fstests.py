@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from framework.core import clock
+from framework.core.errors import ConfigError
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
@@ -29,6 +31,23 @@ from recovery.targets import resolve
 
 MiB = 1 << 20
 CHECK_TIMEOUT_S = 3600.0
+#: What a checkout has once fstests' own ``make`` has built it.
+BUILT = ("check", "ltp/fsx")
+
+
+def check_built(checkout: Path, option: str) -> Path:
+    """``checkout`` if fstests' ``make`` has built it, else a one-line error naming ``option``."""
+    missing = [part for part in BUILT if not (checkout / part).is_file()]
+    if missing:
+        raise ConfigError(f"{option} {checkout}: not a built fstests checkout (no "
+                          f"{' or '.join(missing)}; run make in it)")
+    return checkout
+
+
+def built_checkout(given: str | os.PathLike[str] | None, option: str) -> Path | None:
+    """The built fstests checkout ``option`` names, else POWERCUT_XFSTESTS, else None."""
+    chosen = given or os.environ.get("POWERCUT_XFSTESTS")
+    return check_built(Path(chosen), option) if chosen else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +57,7 @@ class Verdict:
     verdict: str  # "passed", "failed", "not run", "missing" (not in the checkout), "error"
     why: str = ""  # not run: fstests' reason; failed: the first lines of the diff
     wall_s: float = 0.0  # guest start to the verdict
+    output: str = ""  # what ./check printed, and the test's .out.bad when it failed
 
     def to_dict(self) -> dict[str, str | float]:
         return {"test": self.test, "kernel": self.kernel, "verdict": self.verdict, "why": self.why,
@@ -75,13 +95,12 @@ def verdict_of(test: str, report: str, results: Path) -> tuple[str, str]:
 
 
 def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | KernelSpec,
-             workdir: Path) -> Verdict:
+             workdir: Path, *, prepare: Callable[[Path], None] | None = None) -> Verdict:
     """``test`` of ``checkout`` on ``kernel`` (a zoo kernel, or any kernel powercut boots),
-    its filesystem that of ``target_name``."""
+    its filesystem that of ``target_name``; ``prepare`` may add tests to the guest's copy of
+    the checkout first (an exported test, say)."""
     spec = kernel if isinstance(kernel, KernelSpec) else kernel_spec(kernel.image, kernel.modules)
     label = kernel.release if isinstance(kernel, KernelSpec) else kernel.name
-    if not (checkout / "tests" / test).is_file():
-        return Verdict(test, label, "missing", f"{test} is not in {checkout}")
     target = resolve(target_name)
     start = clock.monotonic()
     shutil.rmtree(workdir, ignore_errors=True)
@@ -89,6 +108,10 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
     copy = workdir / "xfstests"
     shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
     shutil.rmtree(copy / "results", ignore_errors=True)
+    if prepare is not None:
+        prepare(copy)
+    if not (copy / "tests" / test).is_file():
+        return Verdict(test, label, "missing", f"{test} is not in {checkout}")
     (copy / "local.config").write_text(local_config(target.fstype, " ".join(target.mkfs_options)))
     disks = [DiskSpec("test", 1024 * MiB), DiskSpec("scratch", 2048 * MiB),
              DiskSpec("logwrites", 2048 * MiB)]
@@ -101,5 +124,12 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
         ran = guest.run(["sh", "-c", f"cd {os.fspath(copy)} && ./check {test}"],
                         timeout_s=CHECK_TIMEOUT_S, ok_status=None)
     verdict, why = verdict_of(test, ran.stdout + ran.stderr, copy / "results")
-    return Verdict(test, label, verdict, why, clock.monotonic() - start)
+    bad = copy / "results" / f"{test}.out.bad"
+    output = ran.stdout + ran.stderr + (f"\n--- {test}.out.bad\n{bad.read_text()}"
+                                        if bad.is_file() else "")
+    # The guest's copy of the checkout is a scratch directory of this run: said as
+    # FSTESTS, so that the output kept in a report names no directory of this host.
+    here = os.fspath(copy)
+    return Verdict(test, label, verdict, why.replace(here, "FSTESTS"),
+                   clock.monotonic() - start, output.replace(here, "FSTESTS"))
 

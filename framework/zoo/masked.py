@@ -30,8 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from framework.core import rundir
+from crashcases.crash.results import CrashResults
+from crashcases.vocabulary import Outcome
 from framework.core.errors import ConfigError
+from framework.zoo.confirm import run_alone, write_cut
 from framework.zoo.kernels import Kernel
 
 #: Candidates confirmed per entry, at most (each costs ZOO_RUNS + FIXED_RUNS small runs).
@@ -40,15 +42,14 @@ ZOO_RUNS = 2
 FIXED_RUNS = 3
 
 
-def _states(run_dir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(states, findings) of a step's results.json; nothing for a step that checked none."""
+def _results(run_dir: str) -> CrashResults | None:
+    """A step's results.json; None for a step that checked nothing."""
     if not run_dir:
-        return [], []
+        return None
     try:
-        data = rundir.read_json_object(Path(run_dir) / rundir.RESULTS, "crash results")
+        return CrashResults.read(Path(run_dir))
     except ConfigError:
-        return [], []
-    return list(data.get("states") or []), list(data.get("findings") or [])
+        return None
 
 
 def _known_share(step: dict[str, Any]) -> float:
@@ -74,25 +75,29 @@ def candidates(steps: Sequence[dict[str, Any]], fixed: dict[str, list[dict[str, 
                     None)
         if base is None:
             continue
-        base_states, _ = _states(base.get("run_dir", ""))
-        checked = {s.get("last_mark") for s in base_states if s.get("result")}
-        failed = {s.get("last_mark") for s in base_states
-                  if s.get("result") and s["result"].get("outcome") != "ok"}
-        states, findings = _states(step["run_dir"])
-        mark_of = {s["key"]: s.get("last_mark") for s in states}
+        base_results = _results(base.get("run_dir", ""))
+        results = _results(step["run_dir"])
+        if base_results is None or results is None:
+            continue
+        # A mark the fixed kernel gave a verdict at, none of them failing: a harness error
+        # there is no verdict.
+        checked = {s.last_mark for s in base_results.checked()}
+        failed = {s.last_mark for s in base_results.failing()} | {
+            s.last_mark for s in base_results.checked() if s.outcome is Outcome.ERROR}
+        mark_of = {s.key: s.last_mark for s in results.states}
         seen: set[str] = set()
         mine: list[dict[str, str]] = []
-        for finding in findings:
-            if not finding.get("known"):
+        for finding in results.findings:
+            if not finding.known:
                 continue
-            for key in finding.get("states", []):
+            for key in finding.states:
                 mark = mark_of.get(key)
                 if not mark or mark in seen or mark not in checked or mark in failed:
                     continue
                 seen.add(mark)
                 mine.append({"target": step["target"], "case": step["case"],
                              "run_dir": step["run_dir"], "state": key, "mark": mark,
-                             "known_as": str(finding.get("explanation", ""))[:200]})
+                             "known_as": finding.explanation[:200]})
         if mine:
             ranked.append((_known_share(step) - _known_share(base), -n, mine))
     ranked.sort(key=lambda r: (r[0], r[1]), reverse=True)
@@ -106,8 +111,6 @@ def confirm_masked(candidate: dict[str, str], kernel: Kernel, fixed: Kernel, wor
                    seed: int, say: Callable[[str], None]) -> dict[str, Any]:
     """Run a candidate's sequence alone, known list ignored: ZOO_RUNS times on ``kernel``,
     FIXED_RUNS times on ``fixed``. Confirmed if every zoo run fails and no fixed run does."""
-    from framework.zoo.confirm import run_alone, write_cut
-
     workload, path = write_cut(Path(candidate["run_dir"]), candidate["state"], work)
     runs: dict[str, list[dict[str, Any]]] = {kernel.name: [], fixed.name: []}
 

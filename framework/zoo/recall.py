@@ -29,10 +29,6 @@ short is interrupted (SIGTERM) and keeps what it checked.
 
 from __future__ import annotations
 
-import datetime as dt
-import os
-import shlex
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,40 +38,15 @@ from typing import Any
 
 from framework.core import clock, rundir
 from framework.core.errors import ConfigError
-from framework.core.store import Store
+from framework.zoo import masked
+from framework.zoo import steps as crash_steps
 from framework.zoo.commands import STOP as _STOP
-from framework.zoo.commands import run_command
+from framework.zoo.confirm import add_same_image, confirm, lacks_same_image
 from framework.zoo.entry import ZooEntry
+from framework.zoo.fstests import built_checkout
 from framework.zoo.kernels import FIXED, Kernel, installed
-
-#: The workloads of every target, in order: (case, more options). The seed is the run's.
-#: gen:seq1 is a seeded sample of 60 of its several hundred sequences, spread over the whole
-#: list: it enumerates one operation kind after another (creat and write first, rename at
-#: about 60%, link and symlink after it), and a budget of 8 minutes checked its first 12%
-#: (99 of 804 states on btrfs), so no rename, link, truncate or fallocate variant of it.
-#: The generated workloads check ``--points distinct``: the setup every packed sequence starts
-#: with ends in a sync whose state is the same each time, and it was a third (gen:seq2) to
-#: a half (gen:seq1) of the states checked. gen:chain took gen:seq3's place: a triple with a
-#: durability op drawn at random after each operation seldom has the shape fsync-log bugs need
-#: (an fsync of a file, then a change to it or its names, then an fsync of the file or of a
-#: directory holding it), which is every chain; in three recalls gen:seq3 found nothing.
-#: stress:400 took random:400's place, before gen:seq2: the same random stream with 64 KiB
-#: sizes, the list's only workload whose files span many blocks and are removed and rewritten,
-#: which stale-data bugs need (freed extents handed to a new file). random:400 came last and
-#: checked no state in the last recall (one step of 35 s, on one kernel).
-#: ranges:600 took gen:seq2's place at the end: gen:seq2 found nothing in five recalls (a
-#: durability op after every operation, and one minute checks 30 of its states), and no
-#: workload placed data operations relative to a file's end (every offset was fixed), so
-#: none made a size not yet durable meet a range op over the block holding it. A stream
-#: checks at every mark and its states are cheap (two files): 156 states in 31 s.
-WORKLOADS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gen:seq1", ("--max-sequences", "60", "--points", "distinct")),
-    ("gen:burst", ("--points", "distinct")),
-    ("gen:chain", ("--points", "distinct")),
-    ("stress:400", ()),
-    ("ranges:600", ()),
-)
-
+from framework.zoo.plans import W8, WorkloadPlan, plan_named
+from framework.zoo.steps import Step
 
 #: No step is given less than this while the budget lasts (a guest start and a recording).
 MIN_STEP_S = 60.0
@@ -84,8 +55,8 @@ MIN_STEP_S = 60.0
 @dataclass(frozen=True, slots=True)
 class RecallPlan:
     #: Checking time per kernel (an entry's targets share it; the fixed kernel has it for
-    #: each target it is run on).
-    budget_s: float = 900.0
+    #: each target it is run on): the workload plan's unless a run says otherwise.
+    budget_s: float = W8.budget_s
     seed: int = 0
     fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
     #: Each workload may check for at most an equal share of what is left of the budget
@@ -95,117 +66,14 @@ class RecallPlan:
     shares: bool = True
     jobs: int = 1  # kernels checked at once, each in a guest of its own
     confirm: bool = True  # run each detection's sequence alone on both kernels (zoo.confirm)
+    #: The frozen, versioned workloads (framework.zoo.plans).
+    workloads: WorkloadPlan = W8
 
     def step_limit(self, left: float, remaining: int) -> float:
         """Seconds the next of ``remaining`` workloads may use, ``left`` seconds being left."""
         if not self.shares or remaining <= 1:
             return left
         return min(left, max(left / remaining, MIN_STEP_S))
-
-
-@dataclass(slots=True)
-class Step:
-    """One crash run of the recall: what ran, and what it found."""
-
-    kernel: str
-    target: str
-    case: str
-    argv: list[str]
-    run_dir: str = ""
-    wall_s: float = 0.0
-    states: int = 0
-    failing: int = 0  # failing states no known behaviour explains
-    known: int = 0  # failing states known behaviour explains
-    findings: int = 0  # distinct findings among the unexplained failing states
-    first_failure: str = ""  # timestamp of the first unexplained failing state
-    representative: str = ""  # the first new finding's representative state
-    interrupted: bool = False  # the budget ended it
-    error: str = ""  # the crash command failed (exit 2) twice: why, in its last line
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-
-def _crash_argv(kernel: Kernel, target: str, case: str, options: Sequence[str], seed: int,
-                results: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "framework.cli", "crash", "-q", "--target", target,
-            "--case", case, *options, "--seed", str(seed), "--kernel", os.fspath(kernel.image),
-            "--modules", os.fspath(kernel.modules), "--results", os.fspath(results),
-            "--db", os.fspath(db)]
-
-
-def _run_step(step: Step, results: Path, timeout_s: float, say: Callable[[str], None], *,
-              left_s: float | None = None) -> None:
-    """Run one crash command; SIGTERM when its share ends (it keeps what it checked).
-
-    The share ``timeout_s`` counts from the end of the recording (the run directory's
-    record.json), so a workload whose recording is long still gets its share of checking;
-    ``left_s`` (default: the share) bounds the whole step, recording included."""
-    before = set(results.glob("crash-*")) if results.is_dir() else set()
-    say("zoo: + " + shlex.join(["powercut", *step.argv[3:]]))
-    start = clock.monotonic()
-    hard = start + max(left_s if left_s is not None else timeout_s, 1.0)
-    checking_since: float | None = None if left_s is not None else start
-
-    def ends(now: float) -> float:
-        nonlocal checking_since
-        if checking_since is None and any(
-                (d / rundir.RECORD).is_file() for d in set(results.glob("crash-*")) - before):
-            checking_since = now
-        if checking_since is None:
-            return hard
-        return min(hard, checking_since + max(timeout_s, 1.0))
-
-    code, _, err, step.interrupted = run_command(step.argv, ends)
-    if _STOP.event.is_set():
-        step.interrupted = True
-    step.wall_s = clock.monotonic() - start
-    made = sorted(set(results.glob("crash-*")) - before)
-    if code not in (0, 1) and not step.interrupted:
-        # The crash command's own error (a guest that panicked while booting, a harness
-        # error): the step is recorded with it and the recall goes on.
-        last = err.strip().splitlines()[-1:] or [f"exit {code}"]
-        step.error = f"exit {code}: {last[0]}"
-        say(f"zoo: step failed: {shlex.join(step.argv)} -- {step.error}")
-    if made:
-        step.run_dir = os.fspath(made[-1])
-        _read_step(step, made[-1])
-
-
-def _read_step(step: Step, run_dir: Path) -> None:
-    try:
-        data = rundir.read_json_object(run_dir / rundir.RESULTS, "crash results")
-    except ConfigError:
-        return  # killed before its first results: nothing checked
-    states = data.get("states", [])
-    step.states = sum(1 for s in states if s.get("result"))
-    findings = data.get("findings", [])
-    new = [f for f in findings if not f.get("known")]
-    step.findings = len(new)
-    failing = {k for f in new for k in f["states"]}
-    step.failing = len(failing)
-    step.known = sum(len(f["states"]) for f in findings if f.get("known"))
-    if failing:
-        step.first_failure = _first_check(run_dir, failing)
-        step.representative = str(new[0].get("representative") or "")
-
-
-def _first_check(run_dir: Path, keys: set[str]) -> str:
-    """When the first of ``keys`` was checked (the store's timestamp of its check)."""
-    db = run_dir.parent / rundir.ZOO_DB
-    with Store(db) as store:
-        runs = [r for r in store.runs() if r.environment.get("run_dir") == os.fspath(run_dir)]
-        if not runs:
-            return ""
-        checks = store.checks(runs[0].id)
-    points = {key.partition("/")[0] for key in keys}
-    return min((c.created_at for c in checks if str(c.entry_index) in points), default="")
-
-
-def _seconds_between(start: str, end: str) -> float | None:
-    if not start or not end:
-        return None
-    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
 
 
 def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
@@ -215,20 +83,21 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
     db = results / rundir.ZOO_DB
     steps: list[Step] = []
     start = clock.monotonic()
-    for n, (case, options) in enumerate(WORKLOADS):
+    workloads = plan.workloads.workloads
+    for n, (case, options) in enumerate(workloads):
         left = plan.budget_s - (clock.monotonic() - start)
         if left < 30 or _STOP.event.is_set():
             break
         step = Step(kernel.name, target, case,
-                    _crash_argv(kernel, target, case, options, plan.seed, results, db))
-        _run_step(step, results, plan.step_limit(left, len(WORKLOADS) - n), say, left_s=left)
+                    crash_steps.crash_argv(kernel, target, case, options, plan.seed, results, db))
+        crash_steps.run_step(step, results, plan.step_limit(left, len(workloads) - n), say, left_s=left)
         if step.error and not _STOP.event.is_set():
             # Once more, with what is left: a guest kernel that panicked at boot under TCG
             # booted the next time; a step that fails twice stays an error of this kernel.
             again = Step(kernel.name, target, case, step.argv)
             left = plan.budget_s - (clock.monotonic() - start)
             if left >= 30:
-                _run_step(again, results, plan.step_limit(left, len(WORKLOADS) - n), say,
+                crash_steps.run_step(again, results, plan.step_limit(left, len(workloads) - n), say,
                           left_s=left)
                 again.wall_s += step.wall_s
                 if again.error:
@@ -250,8 +119,9 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
     steps: list[Step] = []
     kernel_start = clock.timestamp()
     # The budget is the kernel's: an entry on several targets shares it among them.
-    share = replace(plan, budget_s=plan.budget_s / len(entry.targets))
-    for t in entry.targets:
+    targets = entry_targets(entry, plan.workloads)
+    share = replace(plan, budget_s=plan.budget_s / len(targets))
+    for t in targets:
         steps += run_kernel(kernel, t, results / entry.name / t.replace("/", "-"), share,
                             stop_at_detection=True, say=say)
         if any(s.failing for s in steps):
@@ -261,7 +131,7 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
         **{k: v for k, v in entry.to_dict().items() if k in (
             "name", "filesystem", "targets", "fix", "subject", "fstests", "hand_port")},
         "detected": any(s.failing for s in steps),
-        "time_to_first_failure_s": _seconds_between(kernel_start, first),
+        "time_to_first_failure_s": crash_steps.seconds_between(kernel_start, first),
         "states": sum(s.states for s in steps),
         "failing_states": sum(s.failing for s in steps),
         "findings": sum(s.findings for s in steps),
@@ -275,13 +145,19 @@ def _entry_row(entry: ZooEntry, kernel: Kernel, fixed: Kernel, results: Path,
     return row
 
 
+def entry_targets(entry: ZooEntry, workloads: WorkloadPlan) -> tuple[str, ...]:
+    """The targets an entry's kernel is checked on, by the plan's rule."""
+    if workloads.targets == "entry":
+        return entry.targets
+    raise ConfigError(f"workload plan {workloads.version}: unknown targets rule "
+                      f"{workloads.targets!r}")
+
+
 def confirm_detection(entry: ZooEntry, step: Step, kernel: Kernel, fixed: Kernel,
                       results: Path, plan: RecallPlan,
                       say: Callable[[str], None]) -> dict[str, Any]:
     """The detecting state's sequence alone on both kernels (framework.zoo.confirm); a
     confirmation that cannot run says why instead of ending the recall."""
-    from framework.zoo.confirm import confirm
-
     try:
         return confirm(Path(step.run_dir), step.representative, step.target, kernel, fixed,
                        results / entry.name / "confirm", plan.seed, say)
@@ -292,19 +168,21 @@ def confirm_detection(entry: ZooEntry, step: Step, kernel: Kernel, fixed: Kernel
 
 
 def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: RecallPlan, *,
-               say: Callable[[str], None] = print, out: Path | None = None) -> dict[str, Any]:
+               say: Callable[[str], None] = print, out: Path | None = None,
+               entry_set: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole recall: the fixed kernel on every target any entry names, then each entry's
     kernel on its targets, ``plan.jobs`` kernels at a time. A kernel that is not built is a
     one-line error before anything runs."""
     fixed = installed(cache, FIXED)
     kernels = {e.name: installed(cache, e.name) for e in entries}
-    missing = [n for n, k in kernels.items() if k is None] + ([FIXED] if fixed is None else [])
+    missing = ([FIXED] if fixed is None else []) + [n for n, k in kernels.items() if k is None]
     if missing:
+        where = f" --entries {entry_set['directory']}" if entry_set else ""
         raise ConfigError(f"zoo kernel {missing[0]!r} is not built in {cache}: "
-                          "run 'powercut zoo build' first")
+                          f"run 'powercut zoo build{where}' first")
     assert fixed is not None
     started = clock.wall()
-    targets = list(dict.fromkeys(t for e in entries for t in e.targets))
+    targets = list(dict.fromkeys(t for e in entries for t in entry_targets(e, plan.workloads)))
     baseline: dict[str, list[Step]] = {}
     rows: list[dict[str, Any] | None] = [None] * len(entries)
     lock = threading.Lock()
@@ -314,7 +192,8 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         return totals({
             "budget_s": plan.budget_s, "seed": plan.seed, "shares": plan.shares,
             "jobs": plan.jobs, "complete": final,
-            "workloads": [{"case": c, "options": list(o)} for c, o in WORKLOADS],
+            "plan": plan.workloads.to_dict(), "entry_set": entry_set,
+            "workloads": [{"case": c, "options": list(o)} for c, o in plan.workloads.workloads],
             "kernels": {FIXED: fixed.to_dict(),
                         **{n: k.to_dict() for n, k in kernels.items() if k}},
             "entries": done,
@@ -364,11 +243,11 @@ def run_recall(entries: Sequence[ZooEntry], cache: Path, results: Path, plan: Re
         for entry, row in zip(entries, rows, strict=True):
             if row is not None and not _STOP.event.is_set():
                 _look_again(row, fixed_steps, kernels[entry.name], fixed, results, plan, say)
-    checkout = plan.fstests or os.environ.get("POWERCUT_XFSTESTS")
+    checkout = built_checkout(plan.fstests, "--fstests")
     if checkout:
         for entry, row in zip(entries, rows, strict=True):
             if entry.fstests and row is not None:
-                row.update(fstests_verdicts(entry, Path(checkout), kernels[entry.name], fixed,
+                row.update(fstests_verdicts(entry, checkout, kernels[entry.name], fixed,
                                             results / "fstests", say))
     final = report(final=True)
     if out is not None:
@@ -413,8 +292,6 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
 
     ``only`` names the entries to complete (default: every one); ``after`` sees the report
     after each entry, so what was done survives a kill."""
-    from framework.zoo.confirm import add_same_image, lacks_same_image
-
     fixed = installed(cache, FIXED)
     if fixed is None:
         raise ConfigError(f"zoo kernel {FIXED!r} is not built in {cache}")
@@ -423,7 +300,8 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
     unknown = sorted(set(only) - rows)
     if unknown:
         raise ConfigError(f"zoo complete: {', '.join(unknown)} not in this report's entries")
-    plan = RecallPlan(report["budget_s"], report["seed"])
+    plan = RecallPlan(report["budget_s"], report["seed"],
+                      workloads=plan_named((report.get("plan") or {}).get("version")))
     for row in report["entries"]:
         if only and row["name"] not in only:
             continue
@@ -434,7 +312,7 @@ def complete(report: dict[str, Any], entries: Sequence[ZooEntry], cache: Path, r
                  for s in row["steps"]]
         for step in steps:
             if step.failing and not step.representative and step.run_dir:
-                _read_step(step, Path(step.run_dir))
+                crash_steps.read_step(step, Path(step.run_dir))
         detecting = next((s for s in steps if s.failing and s.representative), None)
         if detecting is not None and not row.get("confirm", {}).get("fixed"):
             row["confirm"] = confirm_detection(entry, detecting, kernel, fixed, results, plan,
@@ -457,8 +335,6 @@ def _look_again(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]
     did not confirm) but has known-explained failing states gets
     ``framework.zoo.masked``'s second look (``row["masked"]``, None when it has no
     candidate); a confirmed one sets the time to the first failure from its state."""
-    from framework.zoo import masked
-
     if (counts_as_detected(row) or not any(s.get("known") for s in row["steps"])
             or kernel is None):
         return
@@ -469,31 +345,42 @@ def _look_again(row: dict[str, Any], fixed_steps: dict[str, list[dict[str, Any]]
         before = 0.0
         for s in row["steps"]:
             if s["run_dir"] == hit["run_dir"]:
-                started = _run_started(Path(s["run_dir"]))
-                checked = _first_check(Path(s["run_dir"]), {hit["state"]})
-                seconds = _seconds_between(started, checked)
+                started = crash_steps.run_started(Path(s["run_dir"]))
+                checked = crash_steps.first_check(Path(s["run_dir"]), {hit["state"]})
+                seconds = crash_steps.seconds_between(started, checked)
                 row["time_to_first_failure_s"] = None if seconds is None else before + seconds
                 break
             before += s["wall_s"]
 
 
-def _run_started(run_dir: Path) -> str:
-    """When the crash run of ``run_dir`` started, from its store."""
-    with Store(run_dir.parent / rundir.ZOO_DB) as store:
-        runs = [r for r in store.runs() if r.environment.get("run_dir") == os.fspath(run_dir)]
-    return runs[0].started_at if runs else ""
-
-
 def counts_as_detected(row: dict[str, Any]) -> bool:
-    """Whether an entry's row is a detection of its bug: a failing state, and, where its
-    sequence ran alone on both kernels, one that fails on the entry's kernel and passes on
-    the fixed one (a sequence that fails on both found a bug both kernels have)."""
-    c = row.get("confirm") or {}
+    """Whether an entry's row is a detection of its bug: a failing state whose sequence,
+    run alone on both kernels, fails on the entry's kernel and passes on the fixed one (or
+    whose own image does: framework.zoo.confirm). A detection that was not confirmed (its
+    confirmation could not run, or was not asked for) is shown as unconfirmed and not
+    counted: a sequence that fails on both found a bug both kernels have."""
     if (row.get("masked") or {}).get("confirmed"):
         return True  # framework.zoo.masked: a failure known behaviour explained, confirmed
-    if c.get("fixed"):
-        return bool(c.get("confirmed"))
-    return bool(row["detected"])
+    c = row.get("confirm") or {}
+    return bool(row["detected"] and c.get("fixed") and c.get("confirmed"))
+
+
+def unmeasured(report: dict[str, Any]) -> list[str]:
+    """The fixed kernel's steps that measured no false alarm: a workload that errored,
+    checked no state, or was never run on a target (its budget ended first)."""
+    wanted = [w["case"] for w in report.get("workloads", [])]
+    out = []
+    for target, steps in report["fixed"].items():
+        seen = {s["case"] if isinstance(s, dict) else s.case for s in steps}
+        for s in steps:
+            raw = s if isinstance(s, dict) else s.to_dict()
+            if raw["error"]:
+                out.append(f"{target} {raw['case']}: error ({raw['error'][:120]})")
+            elif not raw["states"]:
+                out.append(f"{target} {raw['case']}: checked no state")
+        out += [f"{target} {case}: not run (the budget ended first)"
+                for case in wanted if case not in seen]
+    return out
 
 
 def totals(report: dict[str, Any]) -> dict[str, Any]:
@@ -506,9 +393,15 @@ def totals(report: dict[str, Any]) -> dict[str, Any]:
     done = report["entries"]
     detected = sum(1 for r in done if counts_as_detected(r))
     report["recall"] = {"detected": detected, "entries": len(done),
-                        "share": detected / len(done) if done else 0.0}
-    report["false_alarms"] = sum(s["failing"] if isinstance(s, dict) else s.failing
-                                 for steps in report["fixed"].values() for s in steps)
+                        "share": detected / len(done) if done else 0.0,
+                        "unconfirmed": sum(1 for r in done if r["detected"]
+                                           and not counts_as_detected(r)
+                                           and not (r.get("confirm") or {}).get("fixed"))}
+    steps = [s if isinstance(s, dict) else s.to_dict()
+             for target_steps in report["fixed"].values() for s in target_steps]
+    report["false_alarms"] = sum(s["failing"] for s in steps)
+    report["false_alarm_states"] = sum(s["states"] for s in steps)
+    report["false_alarms_not_measured"] = unmeasured(report)
     report["fixed_failing_in_confirmations"] = sum(
         r["confirm"]["fixed"]["failing"] for r in done if (r.get("confirm") or {}).get("fixed"))
     return report
@@ -537,14 +430,24 @@ def table(report: dict[str, Any]) -> str:
             f"{_fstests_cell(r)} |")
     rec = report["recall"]
     rule = "" if not report.get("shares") else ", an equal share of what is left per workload"
+    plan = report.get("plan") or {}
     lines.append("")
-    lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%); "
+    unconfirmed = rec.get("unconfirmed", 0)
+    lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%)"
+                 + (f" (and {unconfirmed} detected but unconfirmed, not counted)"
+                    if unconfirmed else "") + "; "
                  f"false alarms on the fixed kernel: {report['false_alarms']}"
+                 + (f" in {report['false_alarm_states']} states"
+                    if "false_alarm_states" in report else "")
                  + (f" (and {report['fixed_failing_in_confirmations']} failing states of "
                     "detections' sequences alone on it)"
                     if report.get("fixed_failing_in_confirmations") else "") + "; "
                  f"budget {report['budget_s'] / 60:.0f} min per kernel and target{rule}; "
                  f"{report.get('jobs', 1)} at a time; wall {report['wall_s'] / 60:.0f} min")
+    lines.append(f"workload plan: {plan.get('version', 'not versioned (before plans were)')}"
+                 + (f", tuned on {', '.join(plan['tuned_on'])}" if plan.get("tuned_on") else ""))
+    for gap in report.get("false_alarms_not_measured") or ():
+        lines.append(f"false alarms not measured: {gap}")
     if report.get("complete") is False:
         lines.append(f"unfinished: the run stopped with {len(report['entries'])} entries and "
                      f"{len(report['fixed'])} fixed-kernel targets done; the totals count "
@@ -558,6 +461,10 @@ def _detected(row: dict[str, Any]) -> str:
     if (row.get("masked") or {}).get("confirmed"):
         return "yes, under a known behaviour"
     if row["detected"] and not counts_as_detected(row):
+        if not c.get("fixed"):
+            return ("unconfirmed, not counted: "
+                    + (f"its confirmation could not run ({c['error']})" if c.get("error")
+                       else "its sequence was not run alone on both kernels"))
         return ("no: its failing sequence fails on the fixed kernel too, a bug both have"
                 if c["fixed"]["failing"] else "no: its failing sequence passed alone")
     return ("yes" if row["detected"] else "no") + (
@@ -566,8 +473,6 @@ def _detected(row: dict[str, Any]) -> str:
 
 
 def _confirmed(row: dict[str, Any]) -> str:
-    from framework.zoo import masked
-
     c = row.get("confirm")
     second = masked.describe(row.get("masked"))
     if not c:

@@ -22,7 +22,7 @@ from recovery.filesystems.xfs import XfsAdapter
 
 if TYPE_CHECKING:
     from recovery.persistence import PersistenceRules
-    from recovery.targets import Target
+    from recovery.target import Target
 
 ADAPTERS: tuple[FilesystemAdapter, ...] = (
     ExtAdapter(),

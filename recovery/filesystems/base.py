@@ -13,7 +13,7 @@ from framework.core.errors import ConfigError
 from recovery.persistence import PersistenceRules
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 
 class FsckVerdict(StrEnum):
@@ -54,6 +54,12 @@ def classify_fsck8_status(status: int, *, repair: bool) -> FsckVerdict:
         # the image on disk still holds the inconsistency.
         return FsckVerdict.REPAIRED if repair else FsckVerdict.CORRUPT
     return FsckVerdict.CLEAN
+
+
+def checker_argv(argv: Sequence[str], dev: str, journal_dev: str | None) -> list[str]:
+    """A checker's command for ``dev``: ``argv``, then ``-j JOURNAL_DEV`` where the journal is on
+    a disk of its own (e2fsck, jfs_fsck and reiserfsck all name it so), then ``dev``."""
+    return [*argv, *(() if journal_dev is None else ("-j", journal_dev)), dev]
 
 
 #: What some filesystems can do and others cannot, in the words crash
@@ -130,6 +136,9 @@ class FilesystemAdapter(abc.ABC):
     #: Which of CAPABILITIES the filesystem has (as Linux 6.1 implements it);
     #: crash workload generators use an op only where its capability is.
     capabilities: frozenset[str] = frozenset()
+    #: The mount types of it that have a test directory of their own in fstests
+    #: (tests/TYPE/); a test of another type goes in tests/generic/.
+    fstests_dirs: tuple[str, ...] = ()
 
     def target_capabilities(self, target: Target) -> frozenset[str]:
         """The capabilities ``target`` has: the class's, unless its options take some away."""
@@ -159,7 +168,6 @@ class FilesystemAdapter(abc.ABC):
         options check_target() would reject.
         """
 
-    @abc.abstractmethod
     def mkfs_argv(
         self,
         target: Target,
@@ -168,7 +176,17 @@ class FilesystemAdapter(abc.ABC):
         journal_dev: str | None = None,
         size_bytes: int | None = None,
     ) -> list[str]:
-        """The non-interactive mkfs command for ``dev`` (and its external journal)."""
+        """The non-interactive mkfs command for ``dev`` (and its external journal).
+
+        ``journal_dev`` must be given exactly when the target's journal is on a disk of its
+        own; ``size_bytes`` limits the filesystem's size (None: the whole device)."""
+        return self._mkfs_argv(target, dev, self._require_journal_dev(target, journal_dev),
+                               size_bytes)
+
+    @abc.abstractmethod
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
+        """mkfs_argv() once its journal device is checked."""
 
     def journal_mkfs_argv(self, target: Target, journal_dev: str) -> list[str] | None:
         """A command that formats the external journal device first, if one is needed."""

@@ -11,7 +11,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, split_opti
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 # Output of `btrfs check` that means it never looked at the filesystem
 # (bad invocation, missing or busy device) rather than found it damaged.
@@ -37,6 +37,7 @@ _DAMAGE_REPORTED = re.compile(
 class BtrfsAdapter(FilesystemAdapter):
     family = "btrfs"
     fstypes = ("btrfs",)
+    fstests_dirs = ("btrfs",)
     capabilities = frozenset({"direct-io", "reflink", "rename-exchange", "fallocate", "punch-hole",
                               "zero-range",  # no collapse/insert/unshare: btrfs_fallocate()
                               "rename-whiteout", "setflags", "dedupe"})
@@ -70,15 +71,8 @@ class BtrfsAdapter(FilesystemAdapter):
             return journalled("btrfs/nodatacow")
         return replace(journalled("btrfs"), data_block_atomic=True)
 
-    def mkfs_argv(
-        self,
-        target: Target,
-        dev: str,
-        *,
-        journal_dev: str | None = None,
-        size_bytes: int | None = None,
-    ) -> list[str]:
-        self._require_journal_dev(target, journal_dev)
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
         # -f: overwrite an existing signature; -q: no summary.
         argv = ["mkfs.btrfs", "-f", "-q"]
         if size_bytes is not None:

@@ -13,13 +13,14 @@ from framework.core.errors import ConfigError
 from recovery.filesystems.base import (
     FilesystemAdapter,
     FsckVerdict,
+    checker_argv,
     classify_fsck8_status,
     split_options,
 )
 from recovery.persistence import PersistenceRules, journalled, posix_strict
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 # Block size used when the journal has a device of its own: mke2fs picks the
 # block size from the device size (1 KiB below 512 MiB), and the journal
@@ -105,6 +106,7 @@ def ext_mode(target: Target, *, where: str) -> ExtMode:
 class ExtAdapter(FilesystemAdapter):
     family = "ext"
     fstypes = ("ext2", "ext3", "ext4")
+    fstests_dirs = ("ext4",)
     capabilities = frozenset({"direct-io", "rename-exchange", "fallocate", "punch-hole", "zero-range",
                               "collapse-range", "insert-range", "rename-whiteout", "setflags"})
     # One driver serves all three: Debian's kernel has CONFIG_EXT4_USE_FOR_EXT2=y
@@ -201,15 +203,8 @@ class ExtAdapter(FilesystemAdapter):
                 return int(opts[i + 1])
         return EXTERNAL_JOURNAL_BLOCK_SIZE
 
-    def mkfs_argv(
-        self,
-        target: Target,
-        dev: str,
-        *,
-        journal_dev: str | None = None,
-        size_bytes: int | None = None,
-    ) -> list[str]:
-        journal_dev = self._require_journal_dev(target, journal_dev)
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
         # -F: no "proceed anyway?" on whole disks; -q: no progress output.
         argv = ["mke2fs", "-F", "-q", "-t", target.fstype]
         # Zero the inode tables and journal now: the default lazy init runs
@@ -258,18 +253,12 @@ class ExtAdapter(FilesystemAdapter):
 
     def fsck_argv(self, dev: str, *, repair: bool, journal_dev: str | None = None) -> list[str]:
         # -f: check even if the superblock says clean (a crash state often does).
-        argv = ["e2fsck", "-f", "-y" if repair else "-n"]
-        if journal_dev is not None:
-            argv += ["-j", journal_dev]
-        return [*argv, dev]
+        return checker_argv(["e2fsck", "-f", "-y" if repair else "-n"], dev, journal_dev)
 
     def journal_only_argv(self, dev: str, *, journal_dev: str | None = None) -> list[str] | None:
         # -E journal_only: replay the journal if needed and stop (e2fsck(8)); -p so it
         # asks nothing. -n would open read-only and skip the replay altogether.
-        argv = ["e2fsck", "-E", "journal_only", "-p"]
-        if journal_dev is not None:
-            argv += ["-j", journal_dev]
-        return [*argv, dev]
+        return checker_argv(["e2fsck", "-E", "journal_only", "-p"], dev, journal_dev)
 
     def classify_fsck(
         self, status: int, stdout: str, stderr: str, *, repair: bool

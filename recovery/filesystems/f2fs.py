@@ -11,7 +11,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_f
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 SECTOR_BYTES = 512
 
@@ -27,6 +27,7 @@ _NO_FILESYSTEM = re.compile(
 class F2fsAdapter(FilesystemAdapter):
     family = "f2fs"
     fstypes = ("f2fs",)
+    fstests_dirs = ("f2fs",)
     capabilities = frozenset({"direct-io", "fallocate", "punch-hole", "zero-range", "collapse-range",
                               "insert-range", "rename-exchange",  # f2fs_fallocate()
                               "rename-whiteout", "setflags"})
@@ -50,15 +51,8 @@ class F2fsAdapter(FilesystemAdapter):
         # checkpoint: other_files_data_never_exposed is not promised.
         return replace(journalled("f2fs"), other_files_data_never_exposed=False)
 
-    def mkfs_argv(
-        self,
-        target: Target,
-        dev: str,
-        *,
-        journal_dev: str | None = None,
-        size_bytes: int | None = None,
-    ) -> list[str]:
-        self._require_journal_dev(target, journal_dev)
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
         # -f: overwrite an existing signature; -q: no progress output.
         argv = ["mkfs.f2fs", "-f", "-q", *target.mkfs_options, dev]
         if size_bytes is not None:

@@ -6,11 +6,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from framework.core.command import Tool
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, classify_fsck8_status
+from recovery.filesystems.base import (
+    FilesystemAdapter,
+    FsckVerdict,
+    checker_argv,
+    classify_fsck8_status,
+)
 from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 BLOCK_BYTES = 1024  # jfs_mkfs's trailing block count is in 1 KiB units
 
@@ -42,15 +47,8 @@ class JfsAdapter(FilesystemAdapter):
         # promised anywhere, so only atomic metadata is added to POSIX.
         return replace(posix_strict("jfs"), metadata_atomic=True)
 
-    def mkfs_argv(
-        self,
-        target: Target,
-        dev: str,
-        *,
-        journal_dev: str | None = None,
-        size_bytes: int | None = None,
-    ) -> list[str]:
-        journal_dev = self._require_journal_dev(target, journal_dev)
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
         # -q: no "Continue? (Y/N)" confirmation.
         argv = ["jfs_mkfs", "-q"]
         if target.journal_size_mib is not None and journal_dev is None:
@@ -81,10 +79,7 @@ class JfsAdapter(FilesystemAdapter):
         # read-only check (-n, which never replays) reports it with exit 4 and
         # the kernel refuses the mount (chkSuper(), fs/jfs/jfs_mount.c, Linux
         # 6.1: "Mount Failure: File System Dirty").
-        argv = ["jfs_fsck", "-a"]
-        if journal_dev is not None:
-            argv += ["-j", journal_dev]
-        return [*argv, dev]
+        return checker_argv(["jfs_fsck", "-a"], dev, journal_dev)
 
     # jfs_tune(8) -l: an external log shows as "External log UUID" and "Log device
     # number"; an inline one as the JFS_INLINELOG flag and "Inline log size".
@@ -98,10 +93,7 @@ class JfsAdapter(FilesystemAdapter):
         # -n: read-only, no log replay (run after journal_replay_argv()).
         # -a -f: replay the log, then force a full check and fix everything
         # without asking.
-        argv = ["jfs_fsck", *(["-a", "-f"] if repair else ["-n"])]
-        if journal_dev is not None:
-            argv += ["-j", journal_dev]
-        return [*argv, dev]
+        return checker_argv(["jfs_fsck", *(["-a", "-f"] if repair else ["-n"])], dev, journal_dev)
 
     def classify_fsck(
         self, status: int, stdout: str, stderr: str, *, repair: bool

@@ -11,11 +11,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from framework.core.command import Tool
-from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
+from recovery.filesystems.base import FilesystemAdapter, FsckVerdict, checker_argv
 from recovery.persistence import PersistenceRules, posix_strict
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 FS_BLOCK_BYTES = 4096
 
@@ -45,15 +45,8 @@ class ReiserfsAdapter(FilesystemAdapter):
         # told apart: POSIX plus atomic metadata is sound for all three.
         return replace(posix_strict("reiserfs"), metadata_atomic=True)
 
-    def mkfs_argv(
-        self,
-        target: Target,
-        dev: str,
-        *,
-        journal_dev: str | None = None,
-        size_bytes: int | None = None,
-    ) -> list[str]:
-        journal_dev = self._require_journal_dev(target, journal_dev)
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
         # -f twice: no confirmation even on a whole disk; -q: script mode.
         argv = ["mkreiserfs", "-q", "-f", "-f"]
         if journal_dev is not None:
@@ -76,10 +69,8 @@ class ReiserfsAdapter(FilesystemAdapter):
         # stdin. -q: no progress meter. Note that both modes replay a
         # pending journal first (it is not a pure read-only check on an
         # unreplayed image); checks normally run after the mount replayed it.
-        argv = ["reiserfsck", "--fix-fixable" if repair else "--check", "-y", "-q"]
-        if journal_dev is not None:
-            argv += ["-j", journal_dev]
-        return [*argv, dev]
+        return checker_argv(["reiserfsck", "--fix-fixable" if repair else "--check", "-y", "-q"],
+                            dev, journal_dev)
 
     def classify_fsck(
         self, status: int, stdout: str, stderr: str, *, repair: bool

@@ -11,7 +11,7 @@ from recovery.filesystems.base import FilesystemAdapter, FsckVerdict
 from recovery.persistence import PersistenceRules, journalled
 
 if TYPE_CHECKING:
-    from recovery.targets import Target
+    from recovery.target import Target
 
 # mkfs.xfs (xfsprogs >= 5.19) refuses data sections of 300 MiB or less.
 MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
@@ -20,6 +20,7 @@ MIN_SIZE_BYTES = 300 * 1024 * 1024 + 1
 class XfsAdapter(FilesystemAdapter):
     family = "xfs"
     fstypes = ("xfs",)
+    fstests_dirs = ("xfs",)
     capabilities = frozenset({"direct-io", "reflink", "fallocate", "punch-hole", "zero-range",
                               "collapse-range", "insert-range", "rename-exchange",  # xfs_file_fallocate()
                               "rename-whiteout", "setflags", "dedupe", "unshare-range"})
@@ -57,15 +58,8 @@ class XfsAdapter(FilesystemAdapter):
         # Linux 6.1), so fsync of one does not make the exchange durable.
         return replace(journalled("xfs"), fsync_file_persists_exchanged_names=False)
 
-    def mkfs_argv(
-        self,
-        target: Target,
-        dev: str,
-        *,
-        journal_dev: str | None = None,
-        size_bytes: int | None = None,
-    ) -> list[str]:
-        journal_dev = self._require_journal_dev(target, journal_dev)
+    def _mkfs_argv(self, target: Target, dev: str, journal_dev: str | None,
+                   size_bytes: int | None) -> list[str]:
         # -f: overwrite an existing signature; -q: no geometry report.
         argv = ["mkfs.xfs", "-f", "-q"]
         log = []

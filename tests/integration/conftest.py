@@ -36,7 +36,7 @@ LONGEST = (
     "test_crash.py::test_lying_disk_fires_and_neither",
     "test_faults.py::test_a_state_that_panics",
     "test_sweep.py::",
-    "test_bench.py::test_each_workload_runs_on_ext4_ordered[bonnie]",
+    "test_bench.py::test_each_workload_runs_on_ext4_ordered[mongo]",
     "test_crash.py::test_two_disks_",
     "test_run.py::test_study_runs_steps_and_judges_controls",
     "test_cut.py::test_a_cut_takes_the_external_journal_disk_down",

@@ -7,13 +7,16 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from crashcases.crash.engine import recheck, run_crash, run_spec
-from crashcases.crash.plan import CrashPlan
+from crashcases.crash.faults import Faults
+from crashcases.crash.plan import CrashPlan, validate_plan
+from crashcases.crash.points import Strategy, Variants
+from crashcases.crash.run import recheck, run_crash, run_spec
 from crashcases.vocabulary import Outcome
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
@@ -32,12 +35,15 @@ def outcomes(result) -> dict[str, Outcome]:
     return {k: r.outcome for k, r in result.results.items()}
 
 
-def crash(tmp_path: Path, **kw) -> object:
-    plan = CrashPlan(**{"case": "hand:write-fsync-rename", **kw})
+def crash(tmp_path: Path, *, points: str = "marks", variants: Sequence[str] = ("prefix",),
+          inject_busy: str | None = None, inject_hang: str | None = None, **kw) -> object:
+    plan = CrashPlan(**{"case": "hand:write-fsync-rename", **kw}, points=Strategy.parse(points),
+                     variants=Variants.parse(variants),
+                     faults=Faults.parse(hang=inject_hang, busy=inject_busy))
     with Store(tmp_path / "db.sqlite") as store, \
             run_lifecycle(run_spec(plan), tmp_path, store) as run:
-        result = run_crash(plan, run, factory)
-        assert store.outcome_counts(result.run_id) == {
+        result = run_crash(validate_plan(plan), run, factory)
+        assert Counter(c.outcome for c in store.checks(result.run_id)) == {
             k: v for k, v in result.counts().items() if v}
     assert len(result.results) == len(result.states) > 0
     return result

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crashcases.cut.engine import CutEngine, CutPlan
+from crashcases.cut.engine import CutEngine, CutPlan, ValidatedCutPlan
 from crashcases.vocabulary import Outcome
 from crashcases.workload.cases import load_case
 from framework.core.machine.qemu import QemuMachine
 from recovery.filesystems import kernel_modules
-from recovery.targets import Target
+from recovery.targets import target_from_dict
 
 POWERCUT = [sys.executable, "-m", "framework.cli"]
 
@@ -72,14 +72,15 @@ def test_cut_positive_control_counting_lied_fsyncs_finds_data_loss(tmp_path: Pat
 
 def test_a_target_only_the_host_knows_is_cut_and_checked_in_the_guest(tmp_path: Path) -> None:
     """The requests carry the whole target: the guest never looks a name up."""
-    mine = Target.from_dict({"name": "ext4/commit1", "fstype": "ext4",
+    mine = target_from_dict({"name": "ext4/commit1", "fstype": "ext4",
                              "mount_options": ["data=ordered", "commit=1"]})
     plan = CutPlan(targets=(mine.name,), case="random:60", trials=1, seed=5)
 
     def factory(disks: Any, rundir: Path, fstypes: tuple[str, ...]) -> QemuMachine:
         return QemuMachine(disks=disks, modules=kernel_modules(fstypes), rundir=rundir).start()
 
-    engine = CutEngine(plan, tmp_path, factory, checked=([mine], load_case("random:60", seed=5)))
+    engine = CutEngine(ValidatedCutPlan(plan, (mine,), load_case("random:60", seed=5)), tmp_path,
+                       factory)
     try:
         trial = engine.run_trial(mine.name, 0)
     finally:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.crash.engine import run_crash, run_spec
-from crashcases.crash.plan import CrashPlan
+from crashcases.crash.plan import CrashPlan, validate_plan
+from crashcases.crash.run import run_crash, run_spec
 from crashcases.findings.export import load_export_state
 from crashcases.findings.fstests import write_fstests
 from crashcases.vocabulary import Outcome
@@ -43,7 +43,7 @@ def test_the_script_reproduces_a_real_finding_and_leaves_the_image_and_devices_a
     the exported script, run as root in a fresh guest, says FAIL for it and exits 1."""
     plan = CrashPlan(target="ext4/nobarrier", case="hand:write-fsync-rename")
     with run_lifecycle(run_spec(plan), tmp_path / "results", None) as run:
-        result = run_crash(plan, run, factory)
+        result = run_crash(validate_plan(plan), run, factory)
     lost = [k for k, r in result.results.items()
             if r.outcome is Outcome.DATA_LOSS and k.endswith("/prefix")]
     assert lost, {k: r.outcome for k, r in result.results.items()}

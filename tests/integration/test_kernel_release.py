@@ -69,10 +69,11 @@ def test_the_fetch_leaves_the_system_apt_files_as_they_were(newest_7x, tmp_path)
     assert (tmp_path / "apt" / "lists").is_dir() and any((tmp_path / "apt" / "lists").iterdir())
 
 
-@pytest.mark.parametrize("target", ["ext4/ordered", "btrfs"])
-def test_a_crash_run_on_the_newest_7x_kernel(newest_7x, target, tmp_path):
+def test_a_crash_run_on_the_newest_7x_kernel(newest_7x, tmp_path):
+    """The issue's own target: ext4 with fast commits, whose code moved most since 6.12.
+    (btrfs and xfs on 7.3.4: the dated pages' runs.)"""
     release = newest_7x[0]
-    out = subprocess.run([*POWERCUT, "crash", "--target", target, "--case", "gen:seq1",
+    out = subprocess.run([*POWERCUT, "crash", "--target", "ext4/fast_commit", "--case", "gen:seq1",
                           "--max-sequences", "4", "--kernel-release", release, "--quiet",
                           "--results", os.fspath(tmp_path)],
                          capture_output=True, text=True, timeout=900)

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from crashcases.crash.engine import recheck, run_crash, run_spec
-from crashcases.crash.plan import CrashPlan
+from crashcases.crash.plan import CrashPlan, validate_plan
+from crashcases.crash.run import recheck, run_crash, run_spec
 from crashcases.vocabulary import Outcome
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
@@ -29,7 +29,7 @@ def test_a_planted_fsync_failure_shrinks_to_three_ops_with_a_working_reproducer(
     case.write_text(planted_workload().to_json())
     plan = CrashPlan(target="ext4/nobarrier", case=f"file:{case}")
     with run_lifecycle(run_spec(plan), tmp_path / "results", None) as run:
-        original = run_crash(plan, run, factory)
+        original = run_crash(validate_plan(plan), run, factory)
     (key,) = [k for k, r in original.results.items() if r.outcome is Outcome.DATA_LOSS]
 
     out = subprocess.run([sys.executable, "-m", "framework.cli", "shrink", str(original.run_dir),

@@ -44,7 +44,7 @@ options = { case = "random:40", trials = 1, quiet = true }
 
 [[step]]
 command = "bench"
-targets = ["ext4/ordered", "mine"]
+targets = ["mine"]
 options = { workload = "fsmark", reps = 2, seed = 1, quiet = true }
 """
 

@@ -150,7 +150,7 @@ def test_every_error_class_in_the_project_is_found_by_its_name() -> None:
     names = {errors.kind_name(c) for c in kinds}
     assert {"devicemapper.logwrites.LogFullError", "crashcases.workload.ops.WorkloadError",
             "framework.bench.workloads.base.BenchmarkError", "framework.core.agent.AgentError",
-            "framework.core.store.StoreError"} <= names
+            "framework.core.store.database.StoreError"} <= names
     for cls in kinds | {PowercutError}:
         assert errors.error_kind(errors.kind_name(cls)) is cls, cls
 

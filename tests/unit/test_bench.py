@@ -13,14 +13,18 @@ import pytest
 
 from framework.bench import engine as bench
 from framework.bench import task as benchtask
+from framework.bench.analysis import analyse
+from framework.bench.design import one_factor_design
 from framework.bench.engine import BenchConfig, Sample, Scheduler, Trial
+from framework.bench.report import format_report, print_progress, report_json
 from framework.bench.task import RepetitionRequest, RepetitionResult
 from framework.bench.workloads import Metric, Scale
 from framework.cli import build_parser
 from framework.core import agent, rundir
 from framework.core.errors import CommandError, ConfigError
+from framework.core.factorial import full_factorial
 from framework.core.machine import FakeMachine
-from framework.core.stats import full_factorial, overhead
+from framework.core.stats import overhead
 from recovery.targets import Target, get_target
 
 
@@ -88,7 +92,7 @@ def test_warmup_is_the_first_trial_of_each_target_and_is_discarded():
         mine = [s.trial for s in run.samples if s.trial.target == target]
         assert mine[0].warmup and mine[0].rep == 0
         assert [t.rep for t in mine[1:]] == [1, 2, 3, 4] and not any(t.warmup for t in mine[1:])
-    a = bench.analyse(run)
+    a = analyse(run)
     for target in TARGETS:
         cell = a.cell(target, "files")
         assert len(cell.values) == 4
@@ -191,7 +195,7 @@ def run_of(values: dict[str, list[float]], **kw: object) -> bench.BenchRun:
 def test_overhead_sign_and_interval_come_from_stats():
     values = {"ext2": [100.0, 102.0, 98.0, 101.0, 99.0],
               "ext4/journal": [80.0, 81.0, 79.0, 82.0, 78.0]}
-    a = bench.analyse(run_of(values))
+    a = analyse(run_of(values))
     o = a.overhead_of("ext4/journal", "files").overhead
     assert o is not None
     expected = overhead(values["ext4/journal"], values["ext2"], 0.95, higher_is_better=True)
@@ -206,7 +210,7 @@ def test_overhead_sign_and_interval_come_from_stats():
 
 def test_baseline_can_be_another_target_and_a_faster_target_has_negative_overhead():
     values = {"ext2": [100.0, 102.0, 98.0], "ext4/ordered": [90.0, 91.0, 89.0]}
-    a = bench.analyse(run_of(values, baseline="ext4/ordered"))
+    a = analyse(run_of(values, baseline="ext4/ordered"))
     o = a.overhead_of("ext2", "files").overhead
     assert o is not None and o.overhead < 0 and o.ci.high < 0
 
@@ -214,7 +218,7 @@ def test_baseline_can_be_another_target_and_a_faster_target_has_negative_overhea
 def test_one_factor_anova_matches_full_factorial_and_its_verdicts():
     values = {"ext2": [100.0, 102.0, 98.0, 101.0], "ext4/ordered": [95.0, 97.0, 94.0, 96.0],
               "ext4/journal": [80.0, 81.0, 79.0, 82.0]}
-    a = bench.analyse(run_of(values))
+    a = analyse(run_of(values))
     assert a.design is not None and a.design_replications == 4
     direct = full_factorial([{"target": t, "y": y} for t, vs in values.items() for y in vs],
                             ["target"], "y", level=0.95)
@@ -223,17 +227,17 @@ def test_one_factor_anova_matches_full_factorial_and_its_verdicts():
     assert a.design.term("target").percent > 90
     # Negative control: the same numbers for every target explain nothing.
     same = [100.0, 103.0, 97.0, 101.0]
-    flat = bench.analyse(run_of({"ext2": same, "ext4/ordered": same[::-1], "ext4/journal": same}))
+    flat = analyse(run_of({"ext2": same, "ext4/ordered": same[::-1], "ext4/journal": same}))
     assert flat.design is not None and not flat.design.term("target").significant
     assert flat.design.term("target").percent == pytest.approx(0.0, abs=1e-9)
 
 
 def test_unbalanced_counts_use_the_first_r_of_each_target():
     values = {"a": [10.0, 11.0, 12.0, 13.0, 50.0], "b": [20.0, 21.0, 22.0]}
-    design, r, why = bench.one_factor_design(values, 0.95)
+    design, r, why = one_factor_design(values, 0.95)
     assert r == 3 and not why and design is not None
     assert design.grand_mean == pytest.approx((10 + 11 + 12 + 20 + 21 + 22) / 6)
-    none, _, reason = bench.one_factor_design({"a": [1.0, 2.0]}, 0.95)
+    none, _, reason = one_factor_design({"a": [1.0, 2.0]}, 0.95)
     assert none is None and "one target" in reason
 
 
@@ -241,8 +245,8 @@ def test_the_report_shows_means_intervals_overhead_and_anova():
     values = {"ext2": [100.0, 102.0, 98.0, 101.0], "ext4/ordered": [95.0, 97.0, 94.0, 96.0],
               "ext4/journal": [80.0, 81.0, 79.0, 82.0]}
     run = run_of(values, warmup=True, seed=4)
-    text = bench.format_report(run, bench.analyse(run))
-    s = bench.analyse(run).cell("ext4/journal", "files").summary
+    text = format_report(run, analyse(run))
+    s = analyse(run).cell("ext4/journal", "files").summary
     assert s is not None
     ci = s.ci(0.95)
     journal_line = next(ln for ln in text.splitlines() if ln.startswith("files *"))
@@ -254,14 +258,14 @@ def test_the_report_shows_means_intervals_overhead_and_anova():
     assert "SST" in text and "errors" in text and "target explains" in text
     assert "the targets differ at 95%" in text
     assert "seed 4" in text and "warm-up" in text and "kernel 6.1.0-test" in text
-    loaded = bench.format_report(dataclasses.replace(run, host_load=(1.5, 2.25)), bench.analyse(run))
+    loaded = format_report(dataclasses.replace(run, host_load=(1.5, 2.25)), analyse(run))
     assert "host load average 1.50 before, 2.25 after" in loaded
 
 
 def test_json_report_is_data():
     values = {"ext2": [100.0, 102.0, 98.0], "ext4/ordered": [95.0, 97.0, 94.0]}
     run = run_of(values)
-    doc = json.loads(json.dumps(bench.report_json(run, bench.analyse(run))))
+    doc = json.loads(json.dumps(report_json(run, analyse(run))))
     assert doc["primary"] == "files" and doc["baseline"] == "ext2"
     assert doc["means"]["files"]["ext2"]["mean"] == pytest.approx(100.0)
     assert doc["overhead"]["files"]["ext4/ordered"]["overhead"] == pytest.approx(0.0467, abs=1e-3)
@@ -451,7 +455,7 @@ def test_progress_lines_name_target_rep_metric_so_far_and_eta():
     config = BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark", reps=3, seed=1,
                          warmup=True)
     fake = FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0}, {"ext2": 1.0, "ext4/ordered": 1.0})
-    bench.run_bench(config, fake, progress=lambda s, st: bench.print_progress(s, st, lines))
+    bench.run_bench(config, fake, progress=lambda s, st: print_progress(s, st, lines))
     out = lines.getvalue().splitlines()
     assert len(out) == 8 and all(ln.startswith(f"[{i + 1}/8] ") for i, ln in enumerate(out))
     assert sum("warm-up: files" in ln for ln in out) == 2
@@ -479,7 +483,7 @@ def test_junit_fails_only_targets_whose_whole_overhead_interval_is_above_the_bou
     # ext4/ordered loses about 5%, ext4/journal about 40% of ext2's files/s.
     fake = FakeExecute({"ext2": 100.0, "ext4/ordered": 95.0, "ext4/journal": 60.0},
                        dict.fromkeys(TARGETS, 1.0))
-    analysis = bench.analyse(bench.run_bench(config, fake))
+    analysis = analyse(bench.run_bench(config, fake))
     free = junit_cases(analysis, None)
     assert [c.name for c in free] == ["ext4/ordered vs ext2: files", "ext4/journal vs ext2: files"]
     assert not any(c.failure for c in free)
@@ -554,18 +558,18 @@ def test_a_factorial_bench_runs_every_cell_shuffled_and_finds_the_effect_it_was_
     order = [s.trial.target for s in run.samples]
     assert Counter(order) == dict.fromkeys(config.targets, 4)
     assert sum(1 for a, b in itertools.pairwise(order) if a != b) > 3  # cells interleaved
-    a = bench.analyse(run)
+    a = analyse(run)
     assert a.design is not None and a.design.factors == ("target", "journal-size")
     size, target = a.design.term("journal-size"), a.design.term("target")
     assert size.significant and size.percent > 90
     assert not target.significant  # positive control's twin: no effect, none found
     effect = a.design.effect({"journal-size": "128"})
     assert effect.value == pytest.approx(10.0, abs=1.5) and effect.ci.low > 0
-    text = bench.format_report(run, a)
+    text = format_report(run, a)
     assert "Full factorial design for files [files/s]: factors target (2 levels), " \
            "journal-size (2 levels), 4 replications per cell" in text
     assert re.search(r"journal-size: 9\d\.\d% of the variation, .*: significant at 95%", text)
-    doc = bench.report_json(run, a)
+    doc = report_json(run, a)
     assert [t["term"] for t in doc["anova"]["terms"]] == [
         ["target"], ["journal-size"], ["target", "journal-size"]]
     # The plan keeps factors and cells: a resumed run rebuilds the same design.
@@ -584,12 +588,12 @@ def test_a_metric_factor_needs_metrics_the_workload_reported():
     assert config.targets == ("ext2", "ext4/ordered")  # no cells of its own
     run = bench.run_bench(config, FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0},
                                               {"ext2": 1.0, "ext4/ordered": 1.0}))
-    a = bench.analyse(run)  # the samples are kept; the design says why it is missing
+    a = analyse(run)  # the samples are kept; the design says why it is missing
     assert a.design is None
     assert a.design_error.startswith("--factor metric: the workload reports no metric 'inodes'")
     two = bench.with_factors(BenchConfig(targets=("ext2", "ext4/ordered"), workload="fsmark",
                                          reps=3, seed=1), [parse_factor("metric=files,run_s")])
-    a = bench.analyse(bench.run_bench(two, FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0},
+    a = analyse(bench.run_bench(two, FakeExecute({"ext2": 100.0, "ext4/ordered": 90.0},
                                                        {"ext2": 1.0, "ext4/ordered": 1.0})))
     assert a.design is not None and a.design.factors == ("target", "metric")
 

@@ -31,9 +31,9 @@ bzImage:
 modules:
 \t@true
 kernelrelease:
-\t@echo 7.3.4
+\t@echo 7.3.4$(LOCALVERSION)
 modules_install:
-\t@mkdir -p $(INSTALL_MOD_PATH)/lib/modules/7.3.4 && touch $(INSTALL_MOD_PATH)/lib/modules/7.3.4/modules.dep
+\t@mkdir -p $(INSTALL_MOD_PATH)/lib/modules/7.3.4$(LOCALVERSION) && touch $(INSTALL_MOD_PATH)/lib/modules/7.3.4$(LOCALVERSION)/modules.dep
 """
 
 MERGE = """#!/bin/sh
@@ -86,7 +86,10 @@ def test_the_baseline_and_the_patched_kernel_are_built_and_named(tmp_path, sourc
     assert base.name == "7.3-unpatched" and candidate.name.startswith("7.3-fix-")
     assert "fixed" in Path(args.kernel).read_text() and "fixed" not in Path(
         args.baseline_kernel).read_text()
-    assert (candidate / "lib" / "modules" / "7.3.4" / "modules.dep").is_file()
+    # Each build says which it is: the release carries its name (make LOCALVERSION=).
+    assert (base / "lib" / "modules" / "7.3.4-unpatched" / "modules.dep").is_file()
+    release = f"7.3.4-{candidate.name.removeprefix('7.3-')}"
+    assert (candidate / "lib" / "modules" / release / "modules.dep").is_file()
     # The tree is the source as shipped again, and a second call builds nothing.
     tree = builds.parent / "linux-7.3"
     assert "fixed" not in (tree / "fs" / "ext4" / "super.c").read_text()
@@ -171,3 +174,19 @@ def test_the_first_error_is_the_compilers_not_makes_last_word():
     assert first_error("ld: vmlinux: undefined reference\nmake: *** [vmlinux] Error 1\n") == \
         "make: *** [vmlinux] Error 1"
     assert first_error("") == "no output"
+
+
+def test_kernels_build_prints_the_options_that_boot_each_build(tmp_path, source, monkeypatch,
+                                                                capsys):
+    monkeypatch.setattr(kernel, "source_tarball", lambda series, *a, **k: source)
+    fix = patch_file(tmp_path, "{", "{ /* fixed */")
+    assert main(["kernels", "build", "7.3", "--patch", str(fix)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["unpatched", "patched"]
+    patched = lines[1].split()
+    image = Path(patched[patched.index("--kernel") + 1])
+    assert image.name == "bzImage" and "fixed" in image.read_text()
+    assert Path(patched[patched.index("--modules") + 1]) == image.parent
+    # Without --patch: the source as shipped alone.
+    assert main(["kernels", "build", "7.3"]) == 0
+    assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["unpatched"]

@@ -445,21 +445,20 @@ def test_capable_sequences_are_clean_at_every_prefix(tmp_path: Path) -> None:
 
 def test_crash_plans_generate_for_the_target_and_keep_ops(tmp_path: Path) -> None:
     import json
-    from dataclasses import asdict
 
     from crashcases.crash.plan import CrashPlan, load_plan, validate_plan
 
-    _, xfs = validate_plan(CrashPlan(target="xfs", case="gen:seq1", ops=("clone", "fsync")))
+    xfs = validate_plan(CrashPlan(target="xfs", case="gen:seq1", ops=("clone", "fsync"))).workload
     assert kinds_in(xfs) - {K.MKDIR, K.CREAT, K.WRITE, K.SETXATTR, K.SYNC, K.RMDIR, K.UNLINK} == {
         K.CLONE, K.FSYNC}
-    _, ext4 = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq2"))
+    ext4 = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq2")).workload
     assert K.MSYNC in kinds_in(ext4) and K.CLONE not in kinds_in(ext4)
-    _, ext3 = validate_plan(CrashPlan(target="ext3", case="gen:seq1"))
+    ext3 = validate_plan(CrashPlan(target="ext3", case="gen:seq1")).workload
     assert not any(op.falloc is FallocMode.COLLAPSE_RANGE for op in ext3.ops)
     with pytest.raises(ConfigError, match="no generated operation is of kinds clone"):
         validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq1", ops=("clone",)))
     # recheck rebuilds the workload from plan.json, --ops included.
     plan = CrashPlan(target="xfs", case="gen:seq2", max_sequences=5, ops=("rename_exchange",))
-    (tmp_path / "plan.json").write_text(json.dumps(asdict(plan)))
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_dict()))
     again = load_plan(tmp_path)
-    assert again == plan and validate_plan(again)[1] == validate_plan(plan)[1]
+    assert again == plan and validate_plan(again).workload == validate_plan(plan).workload

@@ -86,8 +86,8 @@ def test_a_two_disk_state_is_the_same_only_if_both_disks_are(tmp_path):
 
 def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
     from crashcases.check import CheckResult
-    from crashcases.crash.engine import save_results
     from crashcases.crash.plan import CrashPlan, CrashRunResult
+    from crashcases.crash.results import save_results
 
     result = CrashRunResult(tmp_path, CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename"),
                             {"entries": 10}, [])
@@ -99,20 +99,23 @@ def test_a_run_counts_its_shared_states_and_saves_the_count(tmp_path):
     saved: dict[str, dict] = {}
 
     class Run:
-        def save_json(self, name: str, data: dict) -> None:
-            saved[name] = data
+        def save_results(self, data: dict) -> None:
+            saved["results.json"] = data
 
     save_results(result, Run())  # type: ignore[arg-type]
     assert saved["results.json"]["shared"] == 2
 
 
 def test_a_check_summary_carries_where_the_guests_time_went():
-    from crashcases.crash.guest import CheckSummary
+    from crashcases.crash.guest import CheckDone, CheckSummary
 
-    summary = CheckSummary(12, False, 4096, 0, 40, shared=2, setup_s=1.5, prepare_s=2.0,
+    summary = CheckSummary(12, 4096, 0, 40, shared=2, setup_s=1.5, prepare_s=2.0,
                            check_s=7.25, oracle_load_s=0.5, index_s=1.0, replay_s=1.25,
                            snapshot_s=0.75, extra_s=0.125, wall_s=6.0)
     assert CheckSummary.from_dict(summary.to_dict()) == summary
+    # The task's end carries it only when the request measured.
+    assert CheckDone.from_dict(CheckDone(False, summary).to_dict()).summary == summary
+    assert CheckDone.from_dict(CheckDone(True).to_dict()) == CheckDone(True, None)
     # A summary without the timings (an older guest's) still reads, with zeros.
     old = {k: v for k, v in summary.to_dict().items() if not k.endswith("_s")}
     assert CheckSummary.from_dict(old).check_s == 0.0
@@ -123,7 +126,7 @@ def test_the_phase_table_counts_a_shared_state_once_and_names_what_is_left():
     from crashcases.check import CheckResult
     from crashcases.crash.guest import CheckSummary
 
-    summary = CheckSummary(3, False, 0, 0, 0, shared=1, setup_s=1.5, prepare_s=3.0,
+    summary = CheckSummary(3, 0, 0, 0, shared=1, setup_s=1.5, prepare_s=3.0,
                            check_s=7.0, oracle_load_s=0.5, index_s=1.0, replay_s=1.5,
                            snapshot_s=0.75, extra_s=0.0, wall_s=6.0)
     first = CheckResult("a", mount_s=1.0, umount_s=0.5, fsck_check_s=2.0, oracle_s=0.5,

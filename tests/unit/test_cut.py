@@ -40,7 +40,7 @@ from framework.core.errors import ConfigError
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import Store
 from recovery.mount import Timeouts
-from recovery.targets import Target, get_target
+from recovery.targets import get_target, target_from_dict
 
 K = OpKind
 
@@ -268,6 +268,11 @@ def test_recovered_fails_a_journalled_target_but_not_ext2() -> None:
     assert summarize(get_target("ext4/ordered"), [_trial("ext4/ordered", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 1
     assert summarize(get_target("ext2"), [_trial("ext2", 0, Outcome.RECOVERED, 0.1, 1)]).failing == 0
     assert summarize(get_target("ext2"), [_trial("ext2", 0, Outcome.DATA_LOSS, 0.1, 1)]).failing == 1
+    # A reader that cannot tell the target (its stored definition unreadable) does not hide a
+    # repair; a harness error fails no target.
+    from crashcases.vocabulary import fails
+    assert fails(Outcome.RECOVERED, None) and fails("data-loss", None)
+    assert not fails(Outcome.OK, None) and not fails(Outcome.ERROR, None)
 
 
 def _render(table: Any) -> str:
@@ -362,7 +367,7 @@ def test_percentile_interpolates_between_ranks() -> None:
 
 
 def test_engine_sends_the_whole_target_and_keeps_the_guests_outcome(tmp_path: Path) -> None:
-    mine = Target.from_dict({"name": "ext4/mine", "fstype": "ext4",
+    mine = target_from_dict({"name": "ext4/mine", "fstype": "ext4",
                              "mount_options": ["data=journal"]})
     workload = small_workload()
     sent: list[dict[str, Any]] = []
@@ -386,13 +391,54 @@ def test_engine_sends_the_whole_target_and_keeps_the_guests_outcome(tmp_path: Pa
         return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
 
     plan = cut.CutPlan(targets=("ext4/mine",), case="random:10", cut_after_ops=2)
-    engine = cut.CutEngine(plan, tmp_path, factory, checked=([mine], workload))
+    engine = cut.CutEngine(cut.ValidatedCutPlan(plan, (mine,), workload), tmp_path, factory)
     result = engine.run_trial("ext4/mine", 0)
     engine.close()
     assert [r["task"] for r in sent] == ["cut-oracle", "cut-trial"]
     assert all(r["target"] == mine.to_dict() for r in sent)
     assert sent[1]["point"] == result.point.to_dict() and sent[1]["key"] == "ext4/mine#0"
     assert (result.outcome, result.mount_s, result.checked_mark) == (Outcome.OK, 0.2, "pc-2")
+
+
+def test_a_trial_follows_the_one_guest_policy(tmp_path: Path) -> None:
+    """A guest killed under a trial is replaced and the trial run again, up to three guests
+    (as crash and sweep do); one whose kernel panics twice under it is a finding."""
+    from framework.core.errors import GuestDied
+
+    workload = small_workload()
+    deaths: list[bool] = []  # how the next trials' guests die, one entry per death
+
+    def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+        raw = json.loads(text or "{}")
+        if raw.pop("task") == "cut-oracle":
+            return 0, agent.frame({"result": OracleResult(4, len(workload.ops), 0.1).to_dict()}), ""
+        if deaths:
+            panicked = deaths.pop(0)
+            raise GuestDied("qemu exited", console="Kernel panic" if panicked else "",
+                            panicked=panicked)
+        trial = TrialRequest.from_dict(raw)
+        drive = _trial("ext4/ordered", 0, Outcome.OK, 0.2, 0.3).drive
+        assert drive is not None
+        outcome = TrialOutcome(drive, CheckResult(key=trial.key, mount_s=0.2), "pc-2")
+        return 0, agent.frame({"result": outcome.to_dict()}), ""
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        rundir.mkdir(parents=True, exist_ok=True)
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
+
+    plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", cut_after_ops=2)
+    engine = cut.CutEngine(cut.ValidatedCutPlan(plan, (get_target("ext4/ordered"),), workload),
+                           tmp_path, factory)
+    try:
+        deaths[:] = [False, False]  # killed twice, the third guest runs it
+        assert engine.run_trial("ext4/ordered", 0).outcome is Outcome.OK
+        deaths[:] = [False, False, False]
+        assert engine.run_trial("ext4/ordered", 1).outcome is Outcome.ERROR
+        deaths[:] = [True, False, True]
+        assert engine.run_trial("ext4/ordered", 2).outcome is Outcome.HANG
+        assert not deaths and engine.replacements == 8
+    finally:
+        engine.close()
 
 
 def test_trial_requests_and_outcomes_round_trip_through_json() -> None:
@@ -432,7 +478,7 @@ def test_a_resumed_cut_run_keeps_saved_trials_and_runs_only_the_rest(tmp_path: P
         return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
 
     plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", trials=3, cut_after_ops=2)
-    checked = ([target], workload)
+    valid = cut.ValidatedCutPlan(plan, (target,), workload)
     with Store(tmp_path / "db.sqlite") as store:
         with pytest.raises(KeyboardInterrupt), \
                 run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
@@ -444,7 +490,7 @@ def test_a_resumed_cut_run_keeps_saved_trials_and_runs_only_the_rest(tmp_path: P
         assert cut.load_cut_plan(run.run_dir) == plan
         with resumed_lifecycle(cut.run_spec(plan), run.run_dir, store) as again:
             assert again.run_id == run.run_id
-            result = cut.run_cut(plan, again, factory, checked=checked, resume=True)
+            result = cut.run_cut(valid, again, factory, resume=True)
         assert store.run(run.run_id or 0).status is RunStatus.FINISHED
         rows = store.recoveries(run.run_id or 0)
     assert trials_run == ["ext4/ordered#1", "ext4/ordered#2"]
@@ -482,8 +528,9 @@ def test_a_flaky_failing_trial_is_run_again_and_reported_as_f_of_t(tmp_path: Pat
     try:
         with Store(tmp_path / "db.sqlite") as store:
             with run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
-                result = cut.run_cut(plan, run, lambda *a: FakeMachine(),
-                                     checked=([get_target("ext4/ordered")], small_workload()))
+                result = cut.run_cut(
+                    cut.ValidatedCutPlan(plan, (get_target("ext4/ordered"),), small_workload()),
+                    run, lambda *a: FakeMachine())
             stored = store.reruns(run.run_id or 0)
             report = html.build(load(store, str(run.run_id)))
             page = html.render_html(report)

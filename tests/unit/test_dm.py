@@ -13,7 +13,7 @@ from devicemapper.flakey import cut_together, flakey_device, restore_together
 from devicemapper.ioctl import DM_TARGET_MSG, pack_target_msg
 from devicemapper.logwrites import LogWritesStatus, check_mark, recording
 from devicemapper.table import FlakeyMode
-from framework.core.errors import DeviceMapperError, MissingPrerequisite
+from framework.core.errors import DeviceMapperError
 from framework.core.machine.fake import FakeMachine
 
 
@@ -150,11 +150,6 @@ def test_marks_are_checked():
     for bad in ("", "has space", "x" * 401, "semi;colon"):
         with pytest.raises(DeviceMapperError):
             check_mark(bad)
-
-
-def test_missing_targets_name_the_config_option():
-    with pytest.raises(MissingPrerequisite, match="log-writes.*CONFIG_DM_LOG_WRITES"):
-        DmSetup(dm_fake()).require_targets("flakey", "log-writes")
 
 
 def test_target_msg_ioctl_layout():

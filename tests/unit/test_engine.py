@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,17 +14,23 @@ from crashcases.crash.engine import (
     check_request,
     checker_disks,
     progress_watch,
-    recheck,
 )
 from crashcases.crash.guest import (
+    CheckDone,
     CheckRequest,
-    CheckSummary,
     LaneDisks,
     RecordRequest,
     RecordResult,
 )
-from crashcases.crash.plan import CrashPlan, disk_sizes, timeouts_for
-from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.crash.plan import (
+    CrashPlan,
+    ValidatedPlan,
+    disk_sizes,
+    timeouts_for,
+    validate_plan,
+)
+from crashcases.crash.points import CrashPoint, CrashState, Variant, Variants
+from crashcases.crash.run import recheck
 from crashcases.vocabulary import CrashPointKind, Outcome, VariantKind
 from crashcases.workload.cases import load_case
 from framework.core import agent, rundir
@@ -30,7 +38,7 @@ from framework.core.errors import ConfigError, ConsoleTimeout, GuestDied
 from framework.core.machine.fake import FakeMachine
 from framework.core.rundir import GUEST_STARTED
 from recovery.filesystems import adapter_for
-from recovery.targets import Target, get_target
+from recovery.targets import Target, get_target, target_from_dict
 
 
 def states(n: int) -> list[CrashState]:
@@ -96,19 +104,20 @@ class Guests:
                     if outcome is Outcome.HANG:
                         self.hang_at, hung = "", True
                         break
-            summary = CheckSummary(checked, hung, 0, 0, 0)
-            return 0, agent.frame({"result": summary.to_dict()}) + "\n", ""
+            done = CheckDone(hung)
+            return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
 
         machine.on("* -m framework.cli.guest", respond=guest)
         return machine
 
 
 def engine(tmp_path: Path, guests: Guests, jobs: int = 1) -> CrashEngine:
-    eng = CrashEngine(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", jobs=jobs),
+    eng = CrashEngine(validate_plan(CrashPlan(target="ext4/ordered",
+                                              case="hand:write-fsync-rename", jobs=jobs)),
                       tmp_path, guests)
     (tmp_path / "vm-0" / "disks").mkdir(parents=True)
-    eng.log_path.write_bytes(b"")
-    eng.oracle_path.write_text("{}")
+    eng.files.log_path.write_bytes(b"")
+    eng.files.oracle_file.write_text("{}")
     return eng
 
 
@@ -227,11 +236,12 @@ def test_progress_watch_fires_only_after_a_stall(tmp_path, monkeypatch):
 
 
 def test_journal_variants_need_a_journal_disk_and_disks_fit_the_filesystem():
+    variants = Variants.parse(("prefix", "journal-lying"))
     with pytest.raises(ConfigError, match="ext4/ordered has no journal disk"):
-        CrashEngine(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename",
-                              variants=("prefix", "journal-lying")), Path("."), Guests(Path(".")))
-    two = CrashEngine(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename",
-                                variants=("prefix", "journal-lying")), Path("."), Guests(Path(".")))
+        validate_plan(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename",
+                                variants=variants))
+    two = CrashEngine(validate_plan(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename",
+                                              variants=variants)), Path("."), Guests(Path(".")))
     assert two.two_disks and {"journal-log", "journal-replay", "journal-cow"} <= set(two.sizes)
     assert disk_sizes(get_target("xfs"), None)["data"] > 300 << 20
     assert disk_sizes(get_target("ext4/ordered"), None)["data"] == 128 << 20
@@ -256,7 +266,7 @@ def test_run_and_guest_directories_are_absolute(tmp_path, monkeypatch):
 
 def user_target() -> Target:
     """A target only the host knows (from a --targets-file): the guest cannot look it up."""
-    return Target.from_dict({"name": "ext4/mine", "fstype": "ext4",
+    return target_from_dict({"name": "ext4/mine", "fstype": "ext4",
                              "mkfs_options": ["-O", "^metadata_csum"],
                              "mount_options": ["data=ordered", "commit=1"]})
 
@@ -264,11 +274,12 @@ def user_target() -> Target:
 def test_check_requests_carry_the_whole_target_and_each_states_recipe(tmp_path):
     guests = Guests(tmp_path)
     plan = CrashPlan(target="ext4/mine", case="hand:write-fsync-rename", check_timeout_s=90)
-    eng = CrashEngine(plan, tmp_path, guests,
-                      checked=(user_target(), load_case("hand:write-fsync-rename", seed=0)))
+    eng = CrashEngine(ValidatedPlan(plan, user_target(),
+                                    load_case("hand:write-fsync-rename", seed=0)),
+                      tmp_path, guests)
     (tmp_path / "vm-0" / "disks").mkdir(parents=True)
-    eng.log_path.write_bytes(b"")
-    eng.oracle_path.write_text("{}")
+    eng.files.log_path.write_bytes(b"")
+    eng.files.oracle_file.write_text("{}")
     todo = states(3)
     eng.check(todo, None)
     (machine,) = {id(m): m for m in guests.machines}.values()
@@ -277,6 +288,7 @@ def test_check_requests_carry_the_whole_target_and_each_states_recipe(tmp_path):
     request = CheckRequest.from_dict({k: v for k, v in sent[0].items() if k != "task"})
     assert request == check_request(machine, user_target(), todo, budget_s=90)
     assert request.target == user_target() and request.timeouts == timeouts_for(90)
+    assert not request.measure  # a run's guests make no measurements: bench/crash.py asks
     assert [(r.key, r.last_mark, r.base) for r in request.states] == [
         (s.key, s.point.last_mark, s.base) for s in todo]
     # A single-disk target gets a second lane on the guest's own lane disks.
@@ -306,7 +318,7 @@ def test_a_second_lane_only_for_several_states_of_a_single_disk_target(tmp_path)
 def test_recheck_sends_the_same_request_as_a_run(tmp_path, monkeypatch):
     plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
     state = states(5)[4]
-    monkeypatch.setattr("crashcases.crash.engine.load_state", lambda run_dir, key: (plan, state))
+    monkeypatch.setattr("crashcases.crash.run.load_state", lambda run_dir, key: (plan, state))
     (tmp_path / "log.img").write_bytes(b"\0" * 4096)
     (tmp_path / "oracle.json").write_text("{}")
     guests = Guests(tmp_path)
@@ -340,25 +352,25 @@ def test_the_recording_request_carries_the_whole_target(tmp_path):
         return machine
 
     workload = load_case("hand:write-fsync-rename", seed=0)
-    eng = CrashEngine(CrashPlan(target="ext4/mine", case="hand:write-fsync-rename"), tmp_path,
-                      factory, checked=(user_target(), workload))
+    eng = CrashEngine(ValidatedPlan(CrashPlan(target="ext4/mine", case="hand:write-fsync-rename"),
+                                    user_target(), workload), tmp_path, factory)
     machine, info = eng.record()
     machine.close()
     assert seen[0].target == user_target() and seen[0].workload == workload
     assert info == {"entries": 40, "log_bytes": 1 << 20, "marks": 3, "record_s": 1.5,
                     "workload": workload.name, "ops": len(workload.ops),
-                    "log.img_digest": rundir.content_digest(eng.log_path)}
-    assert eng.oracle_path.read_text() == "{}"
+                    "log.img_digest": rundir.content_digest(eng.files.log_path)}
+    assert eng.files.oracle_file.read_text() == "{}"
 
 
 def test_a_plan_with_a_user_target_survives_plan_json(tmp_path):
     """recheck rebuilds the plan from plan.json (written from asdict) without the targets file."""
-    from crashcases.crash.engine import run_spec
     from crashcases.crash.plan import CrashPlan, load_plan
+    from crashcases.crash.run import run_spec
     from framework.core.lifecycle import run_lifecycle
-    from recovery.targets import Target
+    from recovery.targets import target_from_dict
 
-    mine = Target.from_dict({"name": "mine", "fstype": "ext4", "mount_options": ["data=journal"]})
+    mine = target_from_dict({"name": "mine", "fstype": "ext4", "mount_options": ["data=journal"]})
     plan = CrashPlan(target="mine", case="hand:append-fdatasync", user_targets=(mine,))
     with run_lifecycle(run_spec(plan), tmp_path, None) as run:  # writes plan.json
         pass
@@ -372,7 +384,7 @@ def test_a_plan_from_before_generator_2_regenerates_its_classic_workload(tmp_pat
     from crashcases.crash.plan import CrashPlan, load_plan, validate_plan
     from crashcases.workload.cases import load_case
 
-    new = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq1", max_sequences=5))[1]
+    new = validate_plan(CrashPlan(target="ext4/ordered", case="gen:seq1", max_sequences=5)).workload
     raw = {"target": "ext4/ordered", "case": "gen:seq1", "seed": 0, "points": "marks",
            "variants": ["prefix"], "per_point": 2, "jobs": 1, "check_timeout_s": 600.0,
            "inject_hang": None, "max_images": 5, "data_mib": None, "max_sequences": 5,
@@ -380,7 +392,7 @@ def test_a_plan_from_before_generator_2_regenerates_its_classic_workload(tmp_pat
     (tmp_path / "plan.json").write_text(json.dumps(raw))
     old_plan = load_plan(tmp_path)
     assert old_plan.generator == 1
-    old = validate_plan(old_plan)[1]
+    old = validate_plan(old_plan).workload
     assert old.ops == load_case("gen:seq1", seed=0, max_sequences=5).ops
     assert old.ops != new.ops  # generator 2 adds the newer operations ext4 has
 
@@ -396,7 +408,7 @@ def test_generator_2_plans_keep_assuming_fallocate_everywhere() -> None:
 
     g3 = CrashPlan(target="ext2", case="gen:seq1")
     g2 = dataclasses.replace(g3, generator=2)
-    ops2, ops3 = validate_plan(g2)[1].ops, validate_plan(g3)[1].ops
+    ops2, ops3 = validate_plan(g2).workload.ops, validate_plan(g3).workload.ops
     falloc2 = {op.falloc for op in ops2 if op.kind is OpKind.FALLOCATE}
     falloc3 = {op.falloc for op in ops3 if op.kind is OpKind.FALLOCATE}
     assert {"zero-range", "allocate"} <= {str(m) for m in falloc2}
@@ -412,7 +424,8 @@ def test_generated_workloads_use_only_what_the_target_has(name: str) -> None:
     from recovery.filesystems import adapter_for
 
     for case in ("gen:seq1", "gen:seq2", "random:400"):
-        target, workload = validate_plan(CrashPlan(target=name, case=case))
+        valid = validate_plan(CrashPlan(target=name, case=case))
+        target, workload = valid.target, valid.workload
         has = adapter_for(target.fstype).target_capabilities(target)
         needs = {required_capability(op) for op in workload.ops} - {None}
         assert needs <= has, (case, needs - has)
@@ -439,14 +452,14 @@ def test_a_two_disk_run_records_and_checks_both_disks_with_each_states_journal_r
                     (rundir / "disks" / name).write_bytes(name.encode())
                 done: object = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.0)
             else:
-                done = CheckSummary(0, False, 0, 0, 0)
+                done = CheckDone(False)
             return 0, agent.frame({"result": done.to_dict()}) + "\n", ""  # type: ignore[attr-defined]
 
         machine.on("* -m framework.cli.guest", respond=guest)
         return machine
 
-    eng = CrashEngine(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename",
-                                check_timeout_s=60), tmp_path, factory)
+    eng = CrashEngine(validate_plan(CrashPlan(target="ext4/logdev", case="hand:write-fsync-rename",
+                                              check_timeout_s=60)), tmp_path, factory)
     machine, _ = eng.record()
     disks, raw = seen[0]
     assert {"journal", "journal-log", "journal-replay", "journal-cow"} <= set(disks)
@@ -499,8 +512,8 @@ def test_a_recording_guest_that_fails_to_boot_once_is_booted_again(tmp_path):
                             "last console lines: (no console output)")
         raise RuntimeError("the second boot was tried")
 
-    eng = CrashEngine(CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename"),
-                      tmp_path, factory)
+    eng = CrashEngine(validate_plan(CrashPlan(target="ext4/ordered",
+                                              case="hand:write-fsync-rename")), tmp_path, factory)
     with pytest.raises(RuntimeError, match="the second boot was tried"):
         eng.record()
     assert booted == [tmp_path / "vm-0"] * 2
@@ -532,3 +545,194 @@ def test_a_boot_that_prints_nothing_is_tried_again_and_one_that_speaks_is_the_er
     with pytest.raises(BootError, match=error):
         machine.start()
     assert len(calls) == boots
+
+
+# ---- one run, end to end with fake guests: what is read and parsed, and how often ----------
+
+
+def recording_guests(tmp_path: Path) -> Callable[..., FakeMachine]:
+    """Fake guests that record (an oracle from really running the workload in a directory, a
+    log with a write, a flush and a mark per durability op) and check (the first state loses
+    data, every other is ok)."""
+    from crashcases.execute import MKFS_MARK, execute
+    from devicemapper.logformat import LogWriter
+
+    def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        rundir.mkdir(parents=True, exist_ok=True)
+        machine = FakeMachine(rundir=rundir)
+        for spec in disks:
+            machine.disks[spec.name] = f"/dev/fake-{spec.name}"
+
+        def guest(argv, text):  # type: ignore[no-untyped-def]
+            raw = json.loads(text)
+            if raw.pop("task") == "crash-record":
+                req = RecordRequest.from_dict(raw)
+                marks: list[str] = []
+                tree = tmp_path / f"tree-{len(list(tmp_path.glob('tree-*')))}"
+                tree.mkdir()
+                Path(req.oracle_path).write_text(execute(req.workload, tree, marks.append).to_json())
+                (rundir / "disks").mkdir(exist_ok=True)
+                with LogWriter(rundir / "disks" / "log.img") as log:
+                    log.write(0, b"m" * 512)
+                    log.flush()
+                    log.mark(MKFS_MARK)
+                    for n, name in enumerate(marks, 1):
+                        log.write(8 * n, b"w" * 1024)
+                        log.flush()
+                        log.mark(name)
+                done: Any = RecordResult(entries=log.nr_entries, log_bytes=log.size_bytes,
+                                         marks=len(marks), record_s=0.5)
+            else:
+                req = CheckRequest.from_dict(raw)
+                with open(req.results_path, "a") as out:
+                    for n, s in enumerate(req.states):
+                        lost = n == 0
+                        finding = {"kind": "data-loss", "path": "f", "detail": "gone",
+                                   "mark": s.last_mark}
+                        out.write(json.dumps({
+                            "key": s.key, "outcome": "data-loss" if lost else "ok",
+                            "mount_ok": True, "findings": [finding] if lost else [],
+                            "explanation": "lost" if lost else ""}) + "\n")
+                done = CheckDone(False)
+            return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
+
+        machine.on("* -m framework.cli.guest", respond=guest)
+        return machine
+
+    return factory
+
+
+def planned_and_checked(tmp_path: Path, argv: Sequence[str]) -> Any:
+    """A crash run as ``powercut crash ARGV`` makes it, its guests faked: the plan from the
+    command line, validated, recorded, planned, checked, its findings checked again."""
+    from crashcases.crash.run import run_crash, run_spec
+    from crashcases.known import load_known
+    from framework.cli import build_parser
+    from framework.cli import crash as crash_cli
+    from framework.core.lifecycle import run_lifecycle
+    from framework.core.store import Store
+
+    args = build_parser().parse_args(["crash", "--target", "ext4/ordered", *argv])
+    plan = crash_cli.plan_from_args(args, "ext4/ordered")
+    valid = validate_plan(plan)
+    with Store(tmp_path / "db.sqlite") as store, \
+            run_lifecycle(run_spec(plan), tmp_path, store) as run:
+        return run_crash(valid, run, recording_guests(tmp_path), known=load_known())
+
+
+def test_the_plans_options_are_parsed_once_per_run(tmp_path, monkeypatch):
+    """--points, --variants and the fault options become typed values where they come in;
+    nothing after that (validation, planning the states, the known-behaviour matcher, the
+    checking guests' requests, the reruns) parses them again."""
+    from collections import Counter
+
+    from crashcases.crash.faults import Faults
+    from crashcases.crash.points import Strategy
+
+    calls: Counter[str] = Counter()
+    for cls in (Strategy, Variants, Faults):
+        def counting(*args, _cls=cls, _parse=cls.parse, **kwargs):  # type: ignore[no-untyped-def]
+            calls[_cls.__name__] += 1
+            return _parse(*args, **kwargs)
+        monkeypatch.setattr(cls, "parse", staticmethod(counting))
+    result = planned_and_checked(tmp_path, [
+        "--points", "marks", "--variants", "prefix,subset", "--reruns", "1",
+        "--inject-busy", "#99@1", "--inject-panic", "#98@once"])
+    assert len(result.states) > 3 and len(result.results) == len(result.states)
+    assert result.findings and result.findings[0].rate is not None  # the rerun ran
+    assert calls == {"Strategy": 1, "Variants": 1, "Faults": 1}
+
+
+def test_the_oracle_is_read_once_per_run(tmp_path, monkeypatch):
+    """Planning the points, the known-behaviour matcher, the store's signer, the findings
+    before the reruns and after them all use one reading of oracle.json."""
+    from crashcases.oracle.log import OracleLog
+
+    loads: list[Path] = []
+    load = OracleLog.load
+
+    def counting(path):  # type: ignore[no-untyped-def]
+        loads.append(path)
+        return load(path)
+
+    monkeypatch.setattr(OracleLog, "load", staticmethod(counting))
+    result = planned_and_checked(tmp_path, ["--variants", "prefix,subset", "--reruns", "1"])
+    assert result.findings and result.known is not None
+    assert loads == [result.run_dir / rundir.ORACLE]
+
+
+@pytest.mark.parametrize("lost, recorded", [(1, True), (2, True), (3, False)])
+def test_a_recording_guest_the_harness_loses_is_replaced_and_the_recording_made_again(
+        tmp_path, lost, recorded):
+    """Under a loaded host a guest command can pass its deadline while recording (the log
+    disk's first block zeroed in 60 s): the recording is made again on a fresh guest, up to
+    the guest policy's three lost guests, and then the error is the run's."""
+    from framework.core.errors import CommandTimeout
+
+    booted: list[FakeMachine] = []
+    closed: list[int] = []
+
+    def factory(disks, rundir, fstypes):  # type: ignore[no-untyped-def]
+        rundir.mkdir(parents=True, exist_ok=True)
+        machine = FakeMachine(rundir=rundir)
+        booted.append(machine)
+        number = len(booted)
+        machine.close = lambda: closed.append(number)  # type: ignore[method-assign]
+        for spec in disks:
+            machine.disks[spec.name] = f"/dev/fake-{spec.name}"
+
+        def guest(argv, text):  # type: ignore[no-untyped-def]
+            if number <= lost:
+                raise CommandTimeout("command timed out after 60 s: dd if=/dev/zero "
+                                     "of=/dev/vdb bs=4096 count=1 conv=fsync status=none")
+            req = RecordRequest.from_dict({k: v for k, v in json.loads(text).items()
+                                           if k != "task"})
+            Path(req.oracle_path).write_text("{}")
+            (rundir / "disks").mkdir(exist_ok=True)
+            (rundir / "disks" / "log.img").write_bytes(b"the log")
+            done = RecordResult(entries=40, log_bytes=1 << 20, marks=3, record_s=1.5)
+            return 0, agent.frame({"result": done.to_dict()}) + "\n", ""
+
+        machine.on("* -m framework.cli.guest", respond=guest)
+        return machine
+
+    eng = CrashEngine(validate_plan(CrashPlan(target="ext4/ordered",
+                                              case="hand:write-fsync-rename")), tmp_path, factory)
+    if recorded:
+        machine, info = eng.record()
+        machine.close()
+        assert info["entries"] == 40 and eng.replacements == lost
+        assert len(booted) == lost + 1
+    else:
+        with pytest.raises(CommandTimeout, match="dd if=/dev/zero"):
+            eng.record()
+        assert len(booted) == 3
+    # Each lost guest was shut down (the last one by the test or by the error).
+    assert closed[:lost] == list(range(1, lost + 1))
+
+
+@pytest.mark.parametrize("deaths, outcome, boots", [
+    (1, Outcome.OK, 2),      # a guest killed once: checked again on a fresh one
+    (3, Outcome.ERROR, 3),   # lost three times: a harness error, neither pass nor failure
+])
+def test_recheck_loses_and_replaces_guests_as_a_run_does(tmp_path, monkeypatch, deaths,
+                                                         outcome, boots):
+    plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
+    state = states(5)[4]
+    monkeypatch.setattr("crashcases.crash.run.load_state", lambda run_dir, key: (plan, state))
+    (tmp_path / "log.img").write_bytes(b"\0" * 4096)
+    (tmp_path / "oracle.json").write_text("{}")
+    guests = Guests(tmp_path, die_at={state.key: [False] * deaths})  # killed from outside
+    _, result = recheck(tmp_path, state.key, guests)
+    assert result.outcome is outcome and guests.booted == boots
+
+
+def test_a_recheck_whose_kernel_panics_twice_is_a_hang(tmp_path, monkeypatch):
+    plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename", check_timeout_s=60)
+    state = states(5)[4]
+    monkeypatch.setattr("crashcases.crash.run.load_state", lambda run_dir, key: (plan, state))
+    (tmp_path / "log.img").write_bytes(b"\0" * 4096)
+    (tmp_path / "oracle.json").write_text("{}")
+    guests = Guests(tmp_path, die_at={state.key: [True, True]})
+    _, result = recheck(tmp_path, state.key, guests)
+    assert result.outcome is Outcome.HANG and "Kernel panic" in result.notes[0]

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -83,7 +83,7 @@ def make_run(tmp_path: Path, workload: Workload, findings: list[dict], *, key: s
     case = run / "workload.json"
     case.write_text(workload.to_json())
     plan = CrashPlan(target=target, case=f"file:{case}", seed=workload.seed, data_mib=data_mib)
-    (run / "plan.json").write_text(json.dumps(asdict(plan)))
+    (run / "plan.json").write_text(json.dumps(plan.to_dict()))
     oracle = run_ops(workload, tmp_path / "recorded")
     (run / "oracle.json").write_text(oracle.to_json())
     result = CheckResult(key=key, outcome=outcome, mount_ok=True, findings=findings)

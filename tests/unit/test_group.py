@@ -80,9 +80,11 @@ def test_a_planted_flaky_checker_is_reported_as_fails_f_of_t_and_kept_in_the_sto
     import json
     import xml.etree.ElementTree as ET
 
-    from crashcases.crash.engine import CrashEngine, save_results
+    from crashcases.crash.engine import CrashEngine
     from crashcases.crash.plan import CrashPlan, CrashRunResult
     from crashcases.crash.points import CrashPoint, CrashState, Variant
+    from crashcases.crash.results import save_results
+    from crashcases.crash.rundir import CrashRunDir
     from crashcases.group import FindingGroup, Signature
     from crashcases.vocabulary import CrashPointKind, VariantKind
     from framework.cli import crash as crash_cli
@@ -112,7 +114,7 @@ def test_a_planted_flaky_checker_is_reported_as_fails_f_of_t_and_kept_in_the_sto
 
     engine = CrashEngine.__new__(CrashEngine)
     engine.plan, engine.target = result.plan, get_target("ext4/ordered")
-    engine.run_dir, engine.sizes, engine.fstypes = tmp_path, {}, ("ext4",)
+    engine.files, engine.sizes, engine.fstypes = CrashRunDir(tmp_path), {}, ("ext4",)
     engine.factory = lambda *a: (_ for _ in ()).throw(AssertionError("no guest boots here"))
     engine.two_disks = False
 
@@ -122,8 +124,8 @@ def test_a_planted_flaky_checker_is_reported_as_fails_f_of_t_and_kept_in_the_sto
                 command_line="t", study="t", environment={}, git_revision=None, kind="crash")
             self.saved: dict = {}
 
-        def save_json(self, name: str, data: dict) -> None:
-            self.saved[name] = data
+        def save_results(self, data: dict) -> None:
+            self.saved["results.json"] = data
 
     with Store(tmp_path / "db.sqlite") as store:
         run = Run(store)

@@ -12,9 +12,10 @@ import pytest
 from rich.console import Console
 
 from crashcases.check import CheckResult, explain
-from crashcases.crash.engine import CrashEngine, StoreSink, run_crash
-from crashcases.crash.plan import CrashPlan, CrashRunResult
+from crashcases.crash.engine import CrashEngine
+from crashcases.crash.plan import CrashPlan, CrashRunResult, ValidatedPlan
 from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.crash.run import StoreSink, run_crash
 from crashcases.cut import engine as cut
 from crashcases.cut.guest import CutPoint, DriveResult
 from crashcases.cut.summary import TrialResult, summarize
@@ -39,7 +40,7 @@ from framework.core.lifecycle import RunSpec, run_lifecycle
 from framework.core.machine.fake import FakeMachine
 from framework.core.store import MIGRATIONS, SCHEMA_VERSION, Store
 from framework.study.engine import parse_study
-from recovery.targets import Target, get_target
+from recovery.targets import get_target, target_from_dict
 
 DEBIAN_6_1 = "6.1.0-28-amd64"
 
@@ -279,7 +280,7 @@ def test_fstype_and_target_globs(scope: str, target: str, applies: bool) -> None
 
 
 def test_a_user_target_matches_by_its_fstype() -> None:
-    mine = Target.from_dict({"name": "mine", "fstype": "jfs"})
+    mine = target_from_dict({"name": "mine", "fstype": "jfs"})
     m = klist(known()).matcher(run="crash", target=mine, case="random:10", kernel=DEBIAN_6_1,
                                marks={})
     assert [e.id for e in m.applicable] == ["k1"]
@@ -470,7 +471,7 @@ def test_cmd_crash_exits_0_when_every_failure_is_known(tmp_path: Path, monkeypat
     mine.write_text(known(id="mine-loss", findings='["data-loss", "corrupt"]'))
     seen: list[KnownList | None] = []
 
-    def crash_one(args, store, plan, checked, known_list=None, resume_dir=None):  # type: ignore[no-untyped-def]
+    def crash_one(args, store, valid, known_list=None, resume_dir=None):  # type: ignore[no-untyped-def]
         seen.append(known_list)
         run_dir = tmp_path / f"run-{len(seen)}"
         run_dir.mkdir()
@@ -509,7 +510,7 @@ def test_results_json_and_the_store_keep_the_raw_outcome_and_the_ids(tmp_path: P
     results = crash_result(tmp_path, KnownList()).results
 
     def record(self):  # type: ignore[no-untyped-def]
-        write_oracle(self.oracle_path)  # as the real record() copies the guest's oracle
+        write_oracle(self.files.oracle_file)  # as the real record() copies the guest's oracle
         return FakeMachine(rundir=tmp_path / "vm"), {"entries": 10, "marks": 3}
 
     def check_all(self, todo, machine, total=None):  # type: ignore[no-untyped-def]
@@ -528,8 +529,8 @@ def test_results_json_and_the_store_keep_the_raw_outcome_and_the_ids(tmp_path: P
         with Store(tmp_path / "db.sqlite") as store, \
                 run_lifecycle(RunSpec("crash", "t", plan={}), tmp_path, store) as run:
             run.environment["guest"] = {"kernel": DEBIAN_6_1}
-            result = run_crash(plan, run, lambda *a: FakeMachine(), checked=(plan.spec, WORKLOAD),
-                               known=kl)
+            result = run_crash(ValidatedPlan(plan, plan.spec, WORKLOAD), run,
+                               lambda *a: FakeMachine(), known=kl)
             rows = {row.entry_index: row for row in store.checks(run.run_id or 0)}
     finally:
         mp.undo()
@@ -639,8 +640,8 @@ def test_run_cut_judges_each_trial_and_stores_the_ids(tmp_path: Path) -> None:
         with Store(tmp_path / "db.sqlite") as store, \
                 run_lifecycle(RunSpec("cut", "t", plan={}), tmp_path, store) as run:
             run.environment["guest"] = {"kernel": DEBIAN_6_1}
-            result = cut.run_cut(plan, run, lambda *a: FakeMachine(),
-                                 checked=([get_target("jfs")], WORKLOAD),
+            result = cut.run_cut(cut.ValidatedCutPlan(plan, (get_target("jfs"),), WORKLOAD), run,
+                                 lambda *a: FakeMachine(),
                                  known=klist(known(id="cut-loss", extra='run = "cut"')))
             rows = store.recoveries(run.run_id or 0)
     finally:
@@ -712,6 +713,21 @@ def test_recheck_reports_a_known_state_and_exits_0(tmp_path: Path, monkeypatch: 
     assert "known" not in capsys.readouterr().out
 
 
+def test_a_recheck_the_harness_could_not_finish_exits_2_neither_pass_nor_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def recheck(run_dir, key, factory):  # type: ignore[no-untyped-def]
+        return get_target("ext4/ordered"), check(key, Outcome.ERROR, notes=[
+            "crash-check: the guest went away (qemu exited)"])
+
+    write_oracle(tmp_path / "oracle.json")
+    monkeypatch.setattr(crash_cli, "recheck", recheck)
+    monkeypatch.setattr(crash_cli, "machine_factory", lambda args: None)
+    assert main(["recheck", str(tmp_path), "1/prefix"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "1/prefix: error: the state could not be checked: crash-check: the guest went away "
+        "(qemu exited)")
+
+
 def test_an_entry_about_an_op_the_workload_never_made_does_not_apply() -> None:
     from crashcases.known import KnownList, KnownMatcher, Scope, parse_known
     from recovery.targets import get_target
@@ -739,6 +755,28 @@ def test_every_shipped_entry_says_its_upstream_fix_or_when_none_was_found() -> N
     for e in load_known(()).entries:
         assert e.fix or e.no_fix_checked, e.id
         assert e.upstream.startswith(("fixed upstream by", "no upstream fix (checked 20")), e.id
+
+
+def test_every_shipped_report_link_is_a_report_folder_of_the_repository() -> None:
+    root = Path(__file__).resolve().parents[2]
+    linked = [e for e in load_known(()).entries if e.report]
+    assert linked  # the fast-commit entries link theirs
+    for e in linked:
+        assert (root / e.report / "report.md").is_file(), e.id
+        assert (root / e.report / "workload.json").is_file(), e.id
+        meta = root / e.report / "report.json"  # written by export --report, with its tests
+        assert not meta.exists() or json.loads(meta.read_text())["tests"], e.id
+        assert f"report: {e.report}/report.md" in e.reference
+
+
+@pytest.mark.parametrize("extra,message", [
+    ('report = "reports/x"', "expected docs/reports/NAME"),
+    ('report = "docs/reports/../etc"', "expected docs/reports/NAME"),
+    ('checked_on = "7.3.4"', "expected 'RELEASE YYYY-MM-DD'"),
+])
+def test_a_bad_report_field_is_one_line(extra: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_known(known(extra=extra), source="mine.toml")
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -795,6 +833,30 @@ def test_the_external_journal_entry_explains_ext3_and_ext4_logdev_but_not_intern
         assert judged_known(m, check("5/prefix", Outcome.DATA_LOSS, lost)) is applies, target
         if applies:
             assert m.known_ids("5/prefix") == ("ext4-external-journal-fsync-no-data-flush",)
+
+
+def test_the_xfs_sync_entry_explains_old_data_after_sync_only() -> None:
+    """xfs-sync-overwrite-no-flush: a block that holds older data after sync or syncfs on
+    xfs (the overwrite still in the disk's cache, 6.1.0-56 and 7.3.4) is known; the same after
+    fsync or fdatasync, zeros after sync, old data after sync on ext4, a kernel past the range
+    checked and a workload other than the data stream it was triaged in stay failing."""
+    shipped = load_known(())
+    old = finding("wrong-content", mark="pc-1")  # pc-1 follows the sync of WORKLOAD
+    for kernel in ("6.1.0-56-amd64", "7.3.4+deb13-amd64"):
+        m = matcher(shipped, "xfs", case="ranges:600", kernel=kernel)
+        assert judged_known(m, check("5/prefix", Outcome.DATA_LOSS, old)), kernel
+        assert m.known_ids("5/prefix") == ("xfs-sync-overwrite-no-flush",)
+    m = matcher(shipped, "xfs", case="ranges:600", kernel="6.1.0-56-amd64")
+    for other in (finding("wrong-content", mark="pc-0"), finding("wrong-content", mark="pc-2"),
+                  finding("data-loss", mark="pc-1")):
+        assert not judged_known(m, check("6/prefix", Outcome.DATA_LOSS, other)), other
+    assert not judged_known(matcher(shipped, "ext4/ordered", case="ranges:600",
+                                    kernel="6.1.0-56-amd64"),
+                            check("7/prefix", Outcome.DATA_LOSS, old))
+    assert not judged_known(matcher(shipped, "xfs", case="ranges:600", kernel="7.4.1"),
+                            check("8/prefix", Outcome.DATA_LOSS, old))
+    assert not judged_known(matcher(shipped, "xfs", case="gen:seq2", kernel="6.1.0-56-amd64"),
+                            check("9/prefix", Outcome.DATA_LOSS, old))
 
 
 def test_the_fast_commit_directory_count_entry_is_matched_by_what_e2fsck_says() -> None:

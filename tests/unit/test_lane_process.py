@@ -11,42 +11,36 @@ from pathlib import Path
 
 import pytest
 
-from crashcases.crash import guest
-from crashcases.crash.guest import (
-    _add_lane_reports,
-    _Baton,
-    _Flag,
-    _lane_report,
-    _LaneProcess,
-    _raise_first,
-)
+from crashcases.crash import lanes
+from crashcases.crash.guest import _add_lane_reports, _lane_report
+from crashcases.crash.lanes import Baton, Flag, LaneProcess, raise_first
 from framework.core.errors import DeviceBusy, PowercutError
 
 
 def test_a_lanes_report_comes_back_from_its_process() -> None:
-    lane = _LaneProcess(2, lambda: {"tally": {"checked": 3}, "pid": os.getpid()}, _Flag())
+    lane = LaneProcess(2, lambda: {"tally": {"checked": 3}, "pid": os.getpid()}, Flag())
     report = lane.wait()
     assert report["tally"] == {"checked": 3}
     assert report["pid"] != os.getpid()  # it ran in another process
     assert lane.error is None
-    _raise_first([lane])  # nothing to raise
+    raise_first([lane])  # nothing to raise
 
 
 def test_a_powercut_error_in_a_lane_keeps_its_kind_and_names_the_lane() -> None:
     def work() -> dict[str, object]:
         raise DeviceBusy("/dev/mapper/pc-snap-2: still open")
 
-    lane = _LaneProcess(2, work, _Flag())
+    lane = LaneProcess(2, work, Flag())
     assert lane.wait() == {}
     with pytest.raises(DeviceBusy, match=r"checking lane 2: /dev/mapper/pc-snap-2: still open"):
-        _raise_first([lane])
+        raise_first([lane])
 
 
 def test_any_other_error_in_a_lane_is_reported_with_its_type() -> None:
     def work() -> dict[str, object]:
         raise KeyError("size")
 
-    lane = _LaneProcess(3, work, _Flag())
+    lane = LaneProcess(3, work, Flag())
     lane.wait()
     assert isinstance(lane.error, PowercutError)
     assert str(lane.error) == "checking lane 3: KeyError: 'size'"
@@ -57,7 +51,7 @@ def test_a_lane_killed_before_its_report_says_how_it_ended() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         return {}
 
-    lane = _LaneProcess(2, work, _Flag())
+    lane = LaneProcess(2, work, Flag())
     lane.wait()
     assert str(lane.error) == "checking lane 2 ended without a report (killed by signal 9)"
 
@@ -70,7 +64,7 @@ def test_the_fork_never_returns_into_the_callers_code(tmp_path: Path) -> None:
     def work() -> dict[str, object]:
         raise SystemExit(0)
 
-    lane = _LaneProcess(2, work, _Flag())
+    lane = LaneProcess(2, work, Flag())
     with open(marker, "a") as f:
         f.write(f"{os.getpid()}\n")
     lane.wait()
@@ -79,23 +73,23 @@ def test_the_fork_never_returns_into_the_callers_code(tmp_path: Path) -> None:
 
 
 def test_the_stop_flag_crosses_the_fork_both_ways() -> None:
-    stop = _Flag()
+    stop = Flag()
 
     def work() -> dict[str, object]:
         stop.set()
         return {"seen": True}
 
-    lane = _LaneProcess(2, work, _Flag())
+    lane = LaneProcess(2, work, Flag())
     assert lane.wait() == {"seen": True}
     assert stop.is_set()  # set in the lane's process, seen here
 
-    stop = _Flag()
+    stop = Flag()
     stop.set()
-    lane = _LaneProcess(2, lambda: {"seen": stop.is_set()}, _Flag())
+    lane = LaneProcess(2, lambda: {"seen": stop.is_set()}, Flag())
     assert lane.wait() == {"seen": True}
 
 
-def _race(path: Path, parent_baton: _Baton, child_baton: _Baton, *,
+def _race(path: Path, parent_baton: Baton, child_baton: Baton, *,
           wait_s: float) -> tuple[list[str], bool]:
     """The parent writes half a line holding its baton and lets the child go; the child
     writes its line holding its own. Returns the file's lines and whether the child wrote
@@ -110,7 +104,7 @@ def _race(path: Path, parent_baton: _Baton, child_baton: _Baton, *,
         os.write(done_w, b".")
         return {}
 
-    lane = _LaneProcess(2, child, _Flag())
+    lane = LaneProcess(2, child, Flag())
     with open(path, "a") as out, parent_baton:
         out.write("a-first ")
         out.flush()
@@ -128,7 +122,7 @@ def _race(path: Path, parent_baton: _Baton, child_baton: _Baton, *,
 
 
 def test_the_baton_keeps_two_processes_writes_apart(tmp_path: Path) -> None:
-    baton = _Baton()
+    baton = Baton()
     # A child that could write now would do so well within a second.
     lines, wrote_meanwhile = _race(tmp_path / "results", baton, baton, wait_s=1.0)
     assert not wrote_meanwhile
@@ -138,30 +132,30 @@ def test_the_baton_keeps_two_processes_writes_apart(tmp_path: Path) -> None:
 def test_without_a_shared_baton_the_writes_interleave(tmp_path: Path) -> None:
     # The control: a baton each, so none held in common; the child's line lands inside
     # the parent's.
-    lines, wrote_meanwhile = _race(tmp_path / "results", _Baton(), _Baton(), wait_s=60.0)
+    lines, wrote_meanwhile = _race(tmp_path / "results", Baton(), Baton(), wait_s=60.0)
     assert wrote_meanwhile
     assert lines == ["a-first b", "a-second"]
 
 
 def test_a_failing_lane_stops_the_others_at_once_and_a_good_one_does_not() -> None:
-    stop = _Flag()
+    stop = Flag()
 
     def work() -> dict[str, object]:
         raise DeviceBusy("pc-snap-2: still open")
 
-    lane = _LaneProcess(2, work, stop)
+    lane = LaneProcess(2, work, stop)
     lane.wait()
     assert stop.is_set()
 
-    stop = _Flag()
-    _LaneProcess(2, lambda: {}, stop).wait()
+    stop = Flag()
+    LaneProcess(2, lambda: {}, stop).wait()
     assert not stop.is_set()
 
 
 def test_a_report_cut_short_is_a_lane_that_ended_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
     # As if the process died halfway through writing its report.
-    monkeypatch.setattr(guest.json, "dumps", lambda obj: '{"report": {"tally": {"che')
-    lane = _LaneProcess(2, lambda: {"tally": {}}, _Flag())
+    monkeypatch.setattr(lanes.json, "dumps", lambda obj: '{"report": {"tally": {"che')
+    lane = LaneProcess(2, lambda: {"tally": {}}, Flag())
     assert lane.wait() == {}
     assert str(lane.error) == "checking lane 2 ended without a report (exit status 0)"
 
@@ -191,3 +185,8 @@ def test_the_summary_adds_the_first_lanes_disks_and_every_forked_lanes_report() 
                      "spent": {"index_s": 3.0, "replay_s": 6.5},
                      "written": 1110, "discarded": 21, "applied": 9}
     assert _add_lane_reports([first]) == first  # one lane: its own report
+
+
+def test_a_lane_reports_nothing_unless_the_request_measures() -> None:
+    """The tallies are made for bench/crash.py only: a run's lanes send no report."""
+    assert _lane_report(None, [_FakeDisk(2.0, 100)]) == {}

@@ -108,3 +108,34 @@ def test_a_log_is_checked_against_the_digest_its_recording_noted(tmp_path: Path)
     # A run recorded before digests were noted is taken as it is.
     (run_dir / rundir.RECORD).write_text("{}")
     assert rundir.verified_log(run_dir) == log
+
+
+def test_a_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    from framework.core.files import replacing, write_atomic
+
+    path = tmp_path / "cache.bin"
+    write_atomic(path, b"old")
+    with pytest.raises(RuntimeError), replacing(path) as tmp:
+        tmp.write_bytes(b"half of the n")
+        raise RuntimeError("killed mid-write")
+    assert path.read_bytes() == b"old" and sorted(tmp_path.iterdir()) == [path]
+    write_atomic(path, "new, in UTF-8: é", mode=0o755)
+    assert path.read_text() == "new, in UTF-8: é" and path.stat().st_mode & 0o777 == 0o755
+    assert sorted(tmp_path.iterdir()) == [path]
+
+
+def test_results_carry_a_format_number_and_old_ones_still_read(tmp_path: Path) -> None:
+    with run_lifecycle(SPEC, tmp_path, None) as run:
+        run.save_results({"states": []})
+    path = run.run_dir / rundir.RESULTS
+    assert json.loads(path.read_text())["format"] == rundir.RESULTS_FORMAT == 1
+    assert rundir.read_results(run.run_dir, "crash run's results") == {"states": [], "format": 1}
+    # Written before the number existed: format 1, read as it always was.
+    path.write_text(json.dumps({"states": [{"key": "3/prefix"}]}))
+    assert rundir.read_results(run.run_dir, "crash run's results")["states"][0]["key"] == "3/prefix"
+    # A format this powercut does not know is a one-line error naming the file.
+    path.write_text(json.dumps({"format": 2, "states": []}))
+    with pytest.raises(ConfigError) as caught:
+        rundir.read_results(run.run_dir, "crash run's results")
+    message = str(caught.value)
+    assert message.startswith(f"{path}: results of format 2") and "\n" not in message

@@ -255,3 +255,31 @@ def test_modules_go_without_signatures_only_where_the_kernel_loads_them(tmp_path
     kernel = KernelSpec(image, "6.1.0-test", tmp_path)
     assert kernel.loads_unsigned_modules() == unsigned
     assert QemuMachine(kernel=kernel, rundir=tmp_path / "vm").unsigned_modules == unsigned
+
+
+def test_one_guest_policy_a_hang_at_once_two_panics_a_hang_three_deaths_an_error() -> None:
+    """What a task whose guest was lost comes to, for crash, cut and sweep alike."""
+    from framework.core.errors import GuestDied
+    from framework.core.machine.slot import DEFAULT_POLICY, GuestLost, GuestSlot, Verdict
+
+    def died(panicked: bool) -> GuestLost:
+        return GuestLost("qemu exited", hung=False,
+                         died=GuestDied("qemu exited", console="x", panicked=panicked))
+
+    busy = GuestLost("harness error: the device stayed busy", hung=False)
+    hung = GuestLost("no answer", hung=True)
+    assert (DEFAULT_POLICY.panics_before_hang, DEFAULT_POLICY.deaths_before_error) == (2, 3)
+    slot = GuestSlot(lambda: FakeMachine())
+    for losses, verdict in (
+            ([hung], Verdict.HANG),
+            ([died(True)], Verdict.AGAIN),
+            ([died(True), died(True)], Verdict.HANG),
+            ([died(False), died(True)], Verdict.AGAIN),
+            ([died(False), busy], Verdict.AGAIN),
+            ([died(False), busy, died(False)], Verdict.ERROR),
+            ([died(True), busy, died(False)], Verdict.ERROR),  # one panic is no finding
+            ([busy, died(True), died(True)], Verdict.HANG)):
+        kept: list[GuestLost] = []
+        got = [slot.lost(lost, kept) for lost in losses]
+        assert got[-1] is verdict and kept == losses, losses
+        assert all(v is Verdict.AGAIN for v in got[:-1])

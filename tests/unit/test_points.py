@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from crashcases.crash.points import (
+    Strategy,
     Variant,
+    Variants,
     build_state,
     distinct_marks,
     enumerate_points,
-    parse_strategy,
     plan_states,
 )
 from crashcases.vocabulary import CrashPointKind, VariantKind
@@ -35,7 +36,7 @@ MARKS = ["pc-0", "pc-1"]
 
 
 def test_mark_points_follow_the_workload_marks_only():
-    points = enumerate_points(ENTRIES, "marks", workload_marks=MARKS)
+    points = enumerate_points(ENTRIES, Strategy.parse("marks"), workload_marks=MARKS)
     assert [(p.index, p.last_mark, p.last_barrier) for p in points] == [(6, "pc-0", 5), (12, "pc-1", 11)]
 
 
@@ -51,17 +52,18 @@ def test_distinct_checks_a_packed_setup_once_and_every_new_window():
     assert [i for _, i in marks] == [3, 5, 9, 11, 14]
     assert distinct_marks(ops, marks) == ["pc-0", "pc-1", "pc-3", "pc-4"]
     # The strategy keeps the marks given and the points' last marks.
-    points = enumerate_points(ENTRIES, "distinct", workload_marks=MARKS, only=["pc-1"])
+    points = enumerate_points(ENTRIES, Strategy.parse("distinct"), workload_marks=MARKS, only=["pc-1"])
     assert [(p.index, p.last_mark) for p in points] == [(12, "pc-1")]
-    assert parse_strategy("distinct") == parse_strategy("marks")
+    assert Strategy.parse("distinct").kind is Strategy.parse("marks").kind
+    assert Strategy.parse("distinct").distinct and not Strategy.parse("marks").distinct
 
 
 def test_flush_fua_every_and_sample_start_after_mkfs():
-    assert [p.index for p in enumerate_points(ENTRIES, "flush", workload_marks=MARKS)] == [5, 11]
-    assert [p.index for p in enumerate_points(ENTRIES, "fua", workload_marks=MARKS)] == [8]
-    assert [p.index for p in enumerate_points(ENTRIES, "every:4", workload_marks=MARKS)] == [2, 6, 10]
-    a = enumerate_points(ENTRIES, "sample:5", workload_marks=MARKS, seed=3)
-    assert a == enumerate_points(ENTRIES, "sample:5", workload_marks=MARKS, seed=3)
+    assert [p.index for p in enumerate_points(ENTRIES, Strategy.parse("flush"), workload_marks=MARKS)] == [5, 11]
+    assert [p.index for p in enumerate_points(ENTRIES, Strategy.parse("fua"), workload_marks=MARKS)] == [8]
+    assert [p.index for p in enumerate_points(ENTRIES, Strategy.parse("every:4"), workload_marks=MARKS)] == [2, 6, 10]
+    a = enumerate_points(ENTRIES, Strategy.parse("sample:5"), workload_marks=MARKS, seed=3)
+    assert a == enumerate_points(ENTRIES, Strategy.parse("sample:5"), workload_marks=MARKS, seed=3)
     assert len(a) == 5 and all(2 <= p.index < 14 for p in a)
     assert all(p.kind is CrashPointKind.SAMPLE for p in a)
 
@@ -69,14 +71,14 @@ def test_flush_fua_every_and_sample_start_after_mkfs():
 @pytest.mark.parametrize("bad", ["every", "every:0", "sample:x", "marks:3", "nope"])
 def test_bad_strategies_are_one_line_errors(bad):
     with pytest.raises(ConfigError, match="--points"):
-        parse_strategy(bad)
+        Strategy.parse(bad)
 
 
 def test_prefix_subset_torn_and_lying_states():
-    point = enumerate_points(ENTRIES, "every:1", workload_marks=MARKS)
+    point = enumerate_points(ENTRIES, Strategy.parse("every:1"), workload_marks=MARKS)
     at10 = next(p for p in point if p.index == 10)
     assert at10.last_barrier == 8  # the FUA write is a barrier
-    states = plan_states(ENTRIES, [at10], ["prefix", "subset", "torn", "lying"],
+    states = plan_states(ENTRIES, [at10], Variants.parse(["prefix", "subset", "torn", "lying"]),
                          workload_marks=MARKS, seed=1, per_point=4)
     kinds = {s.variant.kind for s in states}
     assert VariantKind.PREFIX in kinds and VariantKind.SUBSET in kinds and VariantKind.TORN in kinds
@@ -93,9 +95,9 @@ def test_prefix_subset_torn_and_lying_states():
 
 
 def test_states_rebuild_from_their_key():
-    points = enumerate_points(ENTRIES, "every:1", workload_marks=MARKS)
-    states = plan_states(ENTRIES, points, ["prefix", "subset", "torn", "lying"], workload_marks=MARKS,
-                         seed=9)
+    points = enumerate_points(ENTRIES, Strategy.parse("every:1"), workload_marks=MARKS)
+    states = plan_states(ENTRIES, points, Variants.parse(["prefix", "subset", "torn", "lying"]),
+                         workload_marks=MARKS, seed=9)
     assert len({s.key for s in states}) == len(states)
     for s in states:
         again = build_state(ENTRIES, s.point, Variant.parse(s.key.split("/")[1]), MARKS)
@@ -108,7 +110,7 @@ def test_variant_specs_parse_or_fail_clearly():
     with pytest.raises(ConfigError, match="variant 'half:3'"):
         Variant.parse("half:3")
     with pytest.raises(ConfigError, match="--variants"):
-        plan_states(ENTRIES, [], ["bogus"], workload_marks=MARKS)
+        Variants.parse(["bogus"])
 
 
 # A two-disk recording: both logs carry every mark, the data log a second NAME.j mark
@@ -133,8 +135,9 @@ MARKS3 = ["pc-0", "pc-1", "pc-2"]
 
 def two_disk(points: str, variants: list[str]):
     from crashcases.crash.points import plan_two_disk_states
-    pts = enumerate_points(DATA, points, workload_marks=MARKS3)
-    return plan_two_disk_states(DATA, JOURNAL, pts, variants, workload_marks=MARKS3, seed=5,
+    pts = enumerate_points(DATA, Strategy.parse(points), workload_marks=MARKS3)
+    return plan_two_disk_states(DATA, JOURNAL, pts, Variants.parse(variants),
+                                workload_marks=MARKS3, seed=5,
                                 per_point=1)
 
 
@@ -174,12 +177,18 @@ def test_journal_variants_move_only_the_journal_disk_and_rebuild_from_their_key(
 
 
 def test_journal_variant_names_parse_and_need_a_kind():
-    from crashcases.crash.points import parse_variants
     assert Variant.parse("journal-lying:4") == Variant(VariantKind.LYING, 4, on_journal=True)
     assert Variant.parse("journal-lying:4").spec == "journal-lying:4"
-    assert parse_variants(["prefix", "journal-lying"]) == [VariantKind.PREFIX]
-    assert parse_variants(["prefix", "journal-lying"], journal=True) == [VariantKind.LYING]
+    both = Variants.parse(["prefix", "journal-lying"])
+    assert (both.data, both.journal) == ((VariantKind.PREFIX,), (VariantKind.LYING,))
+    assert both.on_journal == ("journal-lying",)
     with pytest.raises(ConfigError, match="journal-prefix"):
-        parse_variants(["journal-prefix"])
+        Variants.parse(["journal-prefix"])
     with pytest.raises(ConfigError, match="journal-half"):
-        parse_variants(["journal-half"])
+        Variants.parse(["journal-half"])
+
+
+@pytest.mark.parametrize("text", ["marks", "distinct", "fua", "flush", "every:25", "sample:150"])
+def test_a_strategy_reads_back_as_it_was_given(text: str) -> None:
+    """plan.json keeps --points as given: the parsed strategy writes the same words."""
+    assert Strategy.parse(text).spec == text

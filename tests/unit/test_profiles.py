@@ -16,7 +16,13 @@ from recovery.profiles import (
     get_profile,
     parse_profile_option,
 )
-from recovery.targets import DISK_ROLES, Target, get_target, load_target_file, with_profiles
+from recovery.targets import (
+    DISK_ROLES,
+    get_target,
+    load_target_file,
+    target_from_dict,
+    with_profiles,
+)
 
 MiB = 1 << 20
 
@@ -66,7 +72,7 @@ def test_with_profiles_sets_and_carries_the_definitions() -> None:
     target = with_profiles(get_target("ext4/logdev"), {"data": "hdd", "journal": "ram"})
     assert target.disk_profiles == (("data", "hdd"), ("journal", "ram"))
     assert target.delays("data") == (8, 4, 12) and target.delays("journal") is None
-    again = Target.from_dict(target.to_dict())  # as a plan or the store gives it back
+    again = target_from_dict(target.to_dict())  # as a plan or the store gives it back
     assert again == target and again.profile("data") == get_profile("hdd")
 
 
@@ -100,7 +106,7 @@ def test_user_profiles_in_a_targets_file(tmp_path: Path) -> None:
     assert profiles["slow-sd"].delays == (2, 10, 40)
     sd = targets["sd"]
     assert sd.profile("data") == profiles["slow-sd"]
-    assert Target.from_dict(sd.to_dict()) == sd  # carried without the file
+    assert target_from_dict(sd.to_dict()) == sd  # carried without the file
     # --profile may name a user profile on a built-in target too
     assert with_profiles(get_target("ext2"), {"data": "slow-sd"}, profiles).delays("data") \
         == (2, 10, 40)
@@ -127,7 +133,7 @@ def test_bad_user_profiles_are_one_line_naming_file_and_key(tmp_path: Path, body
 
 def test_disks_per_throttle_and_one_disk_when_all_agree() -> None:
     ram = with_profiles(get_target("ext4/logdev"), {"journal": "ram"})
-    usb = Target.from_dict({**with_profiles(get_target("ext4/logdev"),
+    usb = target_from_dict({**with_profiles(get_target("ext4/logdev"),
                                             {"journal": "usb-flash"}).to_dict(), "name": "usb"})
     plan = plan_disks([ram, usb], data_bytes=64 * MiB)
     assert [(s.name, s.bandwidth_bytes_s, s.iops) for s in plan.specs] == [

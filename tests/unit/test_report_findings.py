@@ -5,15 +5,16 @@ compare says which findings are new, gone and still there."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from crashcases.check import CheckResult
-from crashcases.crash.engine import CrashEngine, StoreSink, group_findings
+from crashcases.crash.engine import CrashEngine
 from crashcases.crash.plan import CrashPlan, CrashRunResult, validate_plan
 from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.crash.run import StoreSink, group_findings
+from crashcases.crash.rundir import CrashRunDir
 from crashcases.execute import execute
 from crashcases.group import Grouper
 from crashcases.oracle.finding import Broken, Finding, FindingKind
@@ -147,7 +148,7 @@ def planted_flaky(tmp_path: Path) -> tuple[Path, int]:
 
         engine = CrashEngine.__new__(CrashEngine)
         engine.plan, engine.target = PLAN, get_target("ext4/ordered")
-        engine.run_dir, engine.sizes, engine.fstypes = tmp_path, {}, ("ext4",)
+        engine.files, engine.sizes, engine.fstypes = CrashRunDir(tmp_path), {}, ("ext4",)
         engine.factory = lambda *a: (_ for _ in ()).throw(AssertionError("no guest boots"))
         engine.two_disks = False
 
@@ -227,12 +228,12 @@ def test_states_stored_without_signatures_are_signed_from_the_run_directory_or_b
     """A database from before signatures: while the run directory has its plan and oracle
     the states are signed as crash signs them; without it, by kind alone, and it says so."""
     plan = CrashPlan(target="ext4/ordered", case="hand:write-fsync-rename")
-    _, w = validate_plan(plan)
+    w = validate_plan(plan).workload
     run_dir = tmp_path / "crash-run"
     (run_dir / "tree").mkdir(parents=True)
     oracle = execute(w, run_dir / "tree", lambda name: None)
     (run_dir / rundir.ORACLE).write_text(oracle.to_json())
-    (run_dir / rundir.PLAN).write_text(json.dumps(asdict(plan)))
+    (run_dir / rundir.PLAN).write_text(json.dumps(plan.to_dict()))
     mark = OracleLog.load(run_dir / rundir.ORACLE).mark_records[0]
     db = tmp_path / "r.db"
     with Store(db) as store:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from crashcases.check import CheckResult
 from crashcases.crash.plan import CrashPlan, CrashRunResult, load_plan
-from crashcases.crash.points import CrashPoint, CrashState, Variant
+from crashcases.crash.points import CrashPoint, CrashState, Variant, Variants
 from crashcases.findings.shrink import (
     Shrinker,
     Signature,
@@ -174,8 +173,9 @@ def fake_run(tmp_path: Path, workload: Workload | None = None, *, state: str = "
     case_file.write_text((workload or planted_workload()).to_json())
     run_dir = tmp_path / "crash-1"
     run_dir.mkdir()
-    plan = CrashPlan(target="ext4/nobarrier", case=f"file:{case_file}", variants=("prefix", "subset"))
-    (run_dir / "plan.json").write_text(json.dumps(asdict(plan)))
+    plan = CrashPlan(target="ext4/nobarrier", case=f"file:{case_file}",
+                     variants=Variants.parse(("prefix", "subset")))
+    (run_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
     states = [{"key": state, "result": result(outcome, *findings)},
               {"key": "111/prefix", "result": result("ok")},
               {"key": "112/prefix", "result": None}]
@@ -205,9 +205,9 @@ class FakeShrinker(Shrinker):
         self.calls = getattr(self, "calls", 0) + 1
         if self.calls == getattr(self, "interrupt_at", 0):
             raise KeyboardInterrupt
-        assert plan.variants == ("prefix",) and plan.jobs == 1  # the signature's kind only
+        assert plan.variants.names == ("prefix",) and plan.jobs == 1  # the signature's kind only
         assert load_case(plan.case, seed=99) == workload  # the plan names the workload file
-        (run_dir / "plan.json").write_text(json.dumps(asdict(plan)))
+        (run_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
         state = CrashState(CrashPoint(9, CrashPointKind.MARK, "pc-0", -1), Variant(VariantKind.PREFIX), 9)
         findings = nobarrier(workload)
         check = CheckResult(state.key, Outcome.DATA_LOSS if findings else Outcome.OK, findings=findings)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,16 @@ def fill_crash(store: Store, run_id: int, target: str, *, points: int, seed: int
 
 def metrics(n: int, scale: float = 1.0) -> list[Metric]:
     return [Metric(f"m{i}", scale * (i + 1), "MB/s", True) for i in range(n)]
+
+
+def outcome_counts(store: Store, run_id: int, *, target: str | None = None) -> Counter[str]:
+    return Counter(c.outcome for c in store.checks(run_id) if target in (None, c.target))
+
+
+def bench_keys(store: Store, run_id: int) -> set[tuple[str, str, int]]:
+    """(target, workload, repetition) of every stored benchmark repetition."""
+    return {(s.target, s.workload, s.repetition)
+            for s in store.bench_samples(run_id, include_warmup=True)}
 
 
 def test_schema_is_created_and_versioned(tmp_path: Path) -> None:
@@ -83,14 +94,14 @@ def test_run_lifecycle(tmp_path: Path) -> None:
         store.finish_run(run_id, "finished")
         run = store.run(run_id)
         assert run.status is RunStatus.FINISHED and run.finished_at is not None
-        assert store.run_by_uuid(run.uuid) == run
+        assert store.resolve(run.uuid) == run
         with pytest.raises(StoreError, match="no run with id 99"):
             store.finish_run(99, RunStatus.FAILED)
         with pytest.raises(ValueError):
             store.finish_run(run_id, "exploded")
 
 
-def test_check_round_trip_and_outcome_counts(tmp_path: Path) -> None:
+def test_check_round_trip(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         run_id = store.start_run(command_line="c", study="s")
         store.add_target(run_id, "ext4/ordered", {"mkfs": ["-t", "ext4"]})
@@ -114,9 +125,9 @@ def test_check_round_trip_and_outcome_counts(tmp_path: Path) -> None:
         first = checks[0]
         assert first.last_mark == "fsync-0" and first.fsck_verdicts == {"readonly": 0}
         assert first.reproducer == "powercut log replay --entry 0"
-        assert store.outcome_counts(run_id) == {Outcome.OK: 3, Outcome.RECOVERED: 2,
+        assert outcome_counts(store, run_id) == {Outcome.OK: 3, Outcome.RECOVERED: 2,
                                                 Outcome.DATA_LOSS: 1}
-        assert store.outcome_counts(run_id, target="xfs") == {Outcome.DATA_LOSS: 1}
+        assert outcome_counts(store, run_id, target="xfs") == {Outcome.DATA_LOSS: 1}
         assert store.targets(run_id) == {"ext4/ordered": {"mkfs": ["-t", "ext4"]}, "xfs": {}}
 
 
@@ -127,8 +138,8 @@ def test_bench_and_recovery_round_trip(tmp_path: Path) -> None:
                                 metrics=metrics(2, 9.0))
         store.add_bench_samples(run_id, "ext4", "fio-oltp-8k", repetition=1, trial_order=3,
                                 metrics=metrics(2))
-        store.add_bench_sample(run_id, "ext4", "bonnie", repetition=1,
-                               metric=Metric("block_read", None, "KiB/s", True))
+        store.add_bench_samples(run_id, "ext4", "bonnie", repetition=1,
+                                metrics=[Metric("block_read", None, "KiB/s", True)])
         samples = store.bench_samples(run_id, workload="fio-oltp-8k")
         assert [(s.repetition, s.trial_order, s.metric, s.value) for s in samples] == [
             (1, 3, "m0", 1.0), (1, 3, "m1", 2.0)]
@@ -150,7 +161,7 @@ def test_bench_and_recovery_round_trip(tmp_path: Path) -> None:
         assert store.artifacts(run_id)[0].kind == "log"
 
 
-def test_done_keys_let_a_resumed_run_skip_finished_work(tmp_path: Path) -> None:
+def test_a_resumed_run_keeps_its_results(tmp_path: Path) -> None:
     path = tmp_path / "r.db"
     with Store(path) as store:
         run_id = store.start_run(command_line="c", study="s")
@@ -161,15 +172,14 @@ def test_done_keys_let_a_resumed_run_skip_finished_work(tmp_path: Path) -> None:
     with Store(path) as store:  # a new process resumes
         (run,) = store.runs()
         store.resume_run(run.id)
-        done = store.done_keys(run.id)
-        assert done.checks == {("ext4", "fsync-append", 1, i * 10, "mark", "prefix", 0)
-                               for i in range(3)}
-        assert done.bench == {("ext4", "dbench", 0)}
-        assert done.recoveries == {("ext4", 4)}
+        assert {(c.target, c.case_spec, c.seed, c.entry_index, c.kind, c.variant, c.variant_seed)
+                for c in store.checks(run.id)} == {
+            ("ext4", "fsync-append", 1, i * 10, "mark", "prefix", 0) for i in range(3)}
+        assert bench_keys(store, run.id) == {("ext4", "dbench", 0)}
+        assert {(r.target, r.trial) for r in store.recoveries(run.id)} == {("ext4", 4)}
         # Re-recording the same case and point reuses rows instead of duplicating.
         fill_crash(store, run.id, "ext4", points=4)
         assert len(store.checks(run.id)) == 4
-        assert len(store.done_keys(run.id).checks) == 4
 
 
 def test_an_exception_inside_a_result_keeps_earlier_results(tmp_path: Path) -> None:
@@ -185,7 +195,7 @@ def test_an_exception_inside_a_result_keeps_earlier_results(tmp_path: Path) -> N
             store.add_bench_samples(run_id, "ext4", "fsmark", repetition=1,
                                     metrics=broken())  # type: ignore[arg-type]
         # No half repetition: repetition 1 is absent, so a resume redoes it whole.
-        assert store.done_keys(run_id).bench == {("ext4", "fsmark", 0)}
+        assert bench_keys(store, run_id) == {("ext4", "fsmark", 0)}
         assert len(store.bench_samples(run_id)) == 2
         store.add_bench_samples(run_id, "ext4", "fsmark", repetition=1, metrics=metrics(2))
         assert len(store.bench_samples(run_id)) == 4
@@ -215,7 +225,7 @@ def test_a_killed_writer_loses_only_its_open_transaction(tmp_path: Path) -> None
     with Store(path) as store:
         (run,) = store.runs()
         assert run.status is RunStatus.RUNNING  # the open transaction is gone
-        assert store.done_keys(run.id).bench == {("ext4", "w", r) for r in range(3)}
+        assert bench_keys(store, run.id) == {("ext4", "w", r) for r in range(3)}
         assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -331,13 +341,13 @@ def test_merge_of_shards(tmp_path: Path) -> None:
         assert ci.status is RunStatus.FAILED  # as bad as its worst shard
         assert set(store.targets(ci.id)) == {"ext4", "xfs"}
         assert len(store.checks(ci.id)) == 4
-        assert store.outcome_counts(ci.id) == {Outcome.OK: 2, Outcome.RECOVERED: 2}
+        assert outcome_counts(store, ci.id) == {Outcome.OK: 2, Outcome.RECOVERED: 2}
         assert len(store.bench_samples(ci.id)) == 4
         assert {r.target for r in store.recoveries(ci.id)} == {"ext4", "xfs"}
         assert {x.path for x in store.artifacts(ci.id)} == {"logs/ext4.log", "logs/xfs.log"}
         other = runs["other"]
         assert [c.target for c in store.checks(other.id)] == ["btrfs", "btrfs"]
-        assert store.done_keys(other.id).bench == {("btrfs", "dbench", 0)}
+        assert bench_keys(store, other.id) == {("btrfs", "dbench", 0)}
     with pytest.raises(StoreError, match="missing.db: no such results database"):
         merge(into, [tmp_path / "missing.db"])
 

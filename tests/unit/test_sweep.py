@@ -342,3 +342,44 @@ def test_a_target_with_device_profiles_is_refused_not_run_on_plain_disks() -> No
     profiled = replace(get_target("ext4/ordered"), name="ext4/hdd", disk_profiles=(("data", "hdd"),))
     with pytest.raises(ConfigError, match="does not apply device profiles"):
         validate_sweep_plan(SweepPlan(("ext4/hdd",), user_targets=(profiled,)))
+
+
+def test_a_point_follows_the_one_guest_policy(tmp_path: Path) -> None:
+    """A device that stays busy, or a guest killed under a point, costs that guest: the
+    point is measured again on a fresh one, up to three guests (as crash and cut do)."""
+    import json
+    from typing import Any
+
+    from crashcases.sweep.engine import SweepEngine, design_points
+    from framework.core import agent
+    from framework.core.errors import DeviceBusy, GuestDied
+    from framework.core.machine.fake import FakeMachine
+
+    losses: list[Exception] = []  # what the next tries meet, one entry per lost guest
+
+    def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+        raw = json.loads(text or "{}")
+        raw.pop("task")
+        req = PointRequest.from_dict(raw)
+        if losses:
+            raise losses.pop(0)
+        result = _result(0.001 * req.dirty_mib, 0.5)
+        return 0, agent.frame({"result": result.to_dict()}), ""
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        rundir.mkdir(parents=True, exist_ok=True)
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.sweepguest", respond=guest)
+
+    plan = SweepPlan(("ext4/ordered",))
+    targets = [get_target("ext4/ordered")]
+    engine = SweepEngine(plan, tmp_path, factory, targets, guest_module="framework.cli.sweepguest")
+    point = design_points(plan, targets)[0]
+    try:
+        losses[:] = [DeviceBusy("/dev/vda: still open (python, pid 7)")]
+        assert engine.run_point(point).outcome == Outcome.OK.value
+        losses[:] = [GuestDied("qemu exited"), DeviceBusy("still open"), GuestDied("qemu exited")]
+        row = engine.run_point(point)
+        assert row.outcome == ERROR and "qemu exited" in row.notes[0]
+        assert not losses and engine.replacements == 4
+    finally:
+        engine.close()

@@ -9,8 +9,10 @@ import pytest
 
 from framework.core.errors import ConfigError
 from framework.core.machine.build import APPLIED, config_sha256
+from framework.zoo import steps as crash_steps
 from framework.zoo.entry import KEYS, entries_dir, load_entries, parse_entry
 from framework.zoo.kernels import revert, zoo_tree
+from framework.zoo.plans import WorkloadPlan
 from framework.zoo.recall import RecallPlan, table
 
 
@@ -32,7 +34,7 @@ targets = ["ext4/fast_commit"]
 fix = "0123456789ab"
 subject = "ext4: fix something"
 fixed_in = "v6.1"
-stable_in_612 = ""
+stable_in = ""
 patch = "x.patch"
 hand_port = false
 port_notes = ""
@@ -60,7 +62,7 @@ def test_a_bad_entry_is_one_line_naming_the_file(tmp_path: Path, change, message
         parse_entry(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
     assert set(KEYS) == {"name", "filesystem", "targets", "fix", "subject", "fixed_in",
-                         "stable_in_612", "patch", "hand_port", "port_notes", "fstests",
+                         "stable_in", "patch", "hand_port", "port_notes", "fstests",
                          "thread", "symptom"}
 
 
@@ -82,7 +84,7 @@ def test_a_revert_that_only_removes_code_is_not_taken_for_applied(tmp_path: Path
     (entries / "x.toml").write_text(ENTRY.format(name="x"))
     entry = parse_entry(entries / "x.toml")
     said: list[str] = []
-    kt = zoo_tree(tmp_path, say=said.append)
+    kt = zoo_tree(tmp_path, "6.12", say=said.append)
     (tree / APPLIED).write_text("x")  # killed between the marker and the patch
     kt.prepare([revert(entry)])
     assert (tree / "fs/x.c").read_text() == source and not (tree / APPLIED).exists()
@@ -96,6 +98,10 @@ def test_a_revert_that_only_removes_code_is_not_taken_for_applied(tmp_path: Path
         "zoo: taking out x, left in by an interrupted build"]
 
 
+CONFIRMED = {"state": "1/prefix", "ops": 12, "confirmed": True, "false_alarm": False,
+             "zoo": {"failing": 2, "states": 5}, "fixed": {"failing": 0, "states": 5}}
+
+
 def test_the_report_says_recall_and_false_alarms() -> None:
     def row(name: str, detected: bool, t: float | None) -> dict:
         return {"name": name, "fix": "0123456789abcdef", "filesystem": "btrfs",
@@ -103,12 +109,14 @@ def test_the_report_says_recall_and_false_alarms() -> None:
                 "states": 40, "failing_states": 3 if detected else 0,
                 "findings": 1 if detected else 0, "steps": [],
                 "fstests": "generic/782", "fstests_verdict": "fails on the zoo kernel, passes "
-                                                              "on the fixed one"}
+                                                              "on the fixed one",
+                **({"confirm": CONFIRMED} if detected else {})}
     report = {"entries": [row("a", True, 95.0), row("b", False, None)],
               "recall": {"detected": 1, "entries": 2, "share": 0.5}, "false_alarms": 0,
               "budget_s": 900.0, "wall_s": 3600.0, "shares": True, "jobs": 2}
     text = table(report)
-    assert ("| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | - | generic/782: fails on "
+    assert ("| a | 0123456789ab | btrfs | yes | 95 s | 40 | 3 | 1 | confirmed, 12 ops: 2 "
+            "failing on the zoo kernel, 0 of 5 on the fixed one | generic/782: fails on "
             "the zoo kernel") in text
     assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 | - | generic/782: fails" in text
     assert "recall: 1/2 (50%); false alarms on the fixed kernel: 0" in text
@@ -129,16 +137,66 @@ def test_a_detection_whose_sequence_fails_on_the_fixed_kernel_too_is_not_recall(
     from framework.zoo import recall
 
     report = recall.totals({"entries": [row("mine", 0), row("shared", 2)],
-                            "fixed": {"ext4/fast_commit": [{"failing": 1}, {"failing": 0}]},
+                            "fixed": {"ext4/fast_commit": [step("gen:seq1", 1, 30),
+                                                           step("gen:burst", 0, 20)]},
                             "budget_s": 360.0, "wall_s": 600.0, "shares": True, "jobs": 2})
-    assert report["recall"] == {"detected": 1, "entries": 2, "share": 0.5}
+    assert report["recall"] == {"detected": 1, "entries": 2, "share": 0.5, "unconfirmed": 0}
     assert report["false_alarms"] == 1 and report["fixed_failing_in_confirmations"] == 2
     text = table(report)
     assert "| mine | 0123456789ab | ext4 | yes | 50 s |" in text
     assert ("| shared | 0123456789ab | ext4 | no: its failing sequence fails on the fixed "
             "kernel too, a bug both have | 50 s |") in text
-    assert ("false alarms on the fixed kernel: 1 (and 2 failing states of detections' "
-            "sequences alone on it)") in text
+    assert ("false alarms on the fixed kernel: 1 in 50 states (and 2 failing states of "
+            "detections' sequences alone on it)") in text
+
+
+def step(case: str, failing: int, states: int, error: str = "") -> dict:
+    return {"kernel": "fixed", "target": "ext4/fast_commit", "case": case, "argv": [],
+            "run_dir": "", "wall_s": 60.0, "states": states, "failing": failing, "known": 0,
+            "findings": 0, "first_failure": "", "representative": "", "interrupted": False,
+            "error": error}
+
+
+@pytest.mark.parametrize("confirm, words", [
+    ({"state": "1/prefix", "error": "state 1/prefix: its sequence could not be cut out",
+      "confirmed": False, "false_alarm": False},
+     "unconfirmed, not counted: its confirmation could not run (state 1/prefix: its sequence "
+     "could not be cut out)"),
+    (None, "unconfirmed, not counted: its sequence was not run alone on both kernels"),
+])
+def test_an_unconfirmed_detection_is_shown_as_such_and_not_counted(confirm, words) -> None:
+    """A detection whose confirmation raised an error has no verdict on the fixed kernel:
+    it was counted as found; it is shown as unconfirmed and counted apart."""
+    from framework.zoo import recall
+
+    row = {"name": "e", "fix": "0123456789abcdef", "filesystem": "ext4", "detected": True,
+           "time_to_first_failure_s": 50.0, "states": 40, "failing_states": 2, "findings": 1,
+           "steps": [], "fstests": "", **({"confirm": confirm} if confirm else {})}
+    report = recall.totals({"entries": [row], "fixed": {}, "budget_s": 360.0, "wall_s": 60.0})
+    assert report["recall"] == {"detected": 0, "entries": 1, "share": 0.0, "unconfirmed": 1}
+    text = table(report)
+    assert f"| e | 0123456789ab | ext4 | {words} | 50 s |" in text
+    assert "recall: 0/1 (0%) (and 1 detected but unconfirmed, not counted)" in text
+
+
+def test_a_fixed_kernel_workload_that_errored_or_checked_nothing_is_not_measured() -> None:
+    """False alarms: 0 said nothing of a workload that checked no state there."""
+    from framework.zoo import recall
+
+    report = recall.totals({
+        "entries": [], "budget_s": 600.0, "wall_s": 60.0,
+        "workloads": [{"case": c, "options": []} for c in
+                      ("gen:seq1", "gen:burst", "stress:400", "ranges:600")],
+        "fixed": {"btrfs": [step("gen:seq1", 0, 80), step("gen:burst", 0, 0),
+                            step("stress:400", 0, 3, error="twice: exit 2: powercut: boot")]}})
+    assert report["false_alarms"] == 0 and report["false_alarm_states"] == 83
+    assert report["false_alarms_not_measured"] == [
+        "btrfs gen:burst: checked no state",
+        "btrfs stress:400: error (twice: exit 2: powercut: boot)",
+        "btrfs ranges:600: not run (the budget ended first)"]
+    text = table(report)
+    assert "false alarms on the fixed kernel: 0 in 83 states" in text
+    assert "false alarms not measured: btrfs ranges:600: not run (the budget ended first)" in text
 
 
 def test_each_workload_gets_an_equal_share_of_what_is_left() -> None:
@@ -169,7 +227,7 @@ def test_a_detection_is_confirmed_by_its_sequence_alone_on_both_kernels(tmp_path
         step.states = 4
         step.failing = 2 if step.kernel == "zoo" else fixed_failing
 
-    monkeypatch.setattr(recall, "_run_step", fake_step)
+    monkeypatch.setattr(crash_steps, "run_step", fake_step)
     kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
     fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
     for fixed_failing, confirmed, alarm in ((0, True, False), (1, False, True)):
@@ -199,7 +257,7 @@ def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
     def fake_step(step, results, timeout_s, say):  # the sequence alone passes on both
         step.states, step.failing = 4, 0
 
-    monkeypatch.setattr(recall, "_run_step", fake_step)
+    monkeypatch.setattr(crash_steps, "run_step", fake_step)
     exits: dict[str, int] = {}
     argvs: list[list[str]] = []
 
@@ -231,7 +289,7 @@ def test_a_sequence_that_passes_alone_is_confirmed_by_its_image_on_both_kernels(
                               tmp_path / "c-last", 0, said.append)
     assert recall.counts_as_detected({"confirm": got, "detected": True})
     # A sequence that fails alone is decided by its runs alone: no recheck.
-    monkeypatch.setattr(recall, "_run_step",
+    monkeypatch.setattr(crash_steps, "run_step",
                         lambda step, *a: setattr(step, "failing", 1) or setattr(step, "states", 4))
     before = len(argvs)
     got = confirm_mod.confirm(run_dir, "110/prefix", "ext4/ordered", kernel, fixed,
@@ -288,7 +346,7 @@ def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypat
             raise KeyboardInterrupt  # the kill, while the second entry's kernel runs
         return {"name": entry.name, "detected": True, "steps": [], "fix": entry.fix,
                 "filesystem": entry.filesystem, "time_to_first_failure_s": 9.0, "states": 3,
-                "failing_states": 1, "findings": 1, "fstests": ""}
+                "failing_states": 1, "findings": 1, "fstests": "", "confirm": CONFIRMED}
 
     monkeypatch.setattr(recall, "_entry_row", entry_row)
     with pytest.raises(KeyboardInterrupt):
@@ -297,7 +355,8 @@ def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypat
     kept = json.loads(out.read_text())
     assert kept["complete"] is False
     assert [r["name"] for r in kept["entries"]] == [entries[0].name]
-    assert kept["recall"] == {"detected": 1, "entries": 1, "share": 1.0}
+    assert kept["recall"] == {"detected": 1, "entries": 1, "share": 1.0, "unconfirmed": 0}
+    assert kept["plan"]["version"] == "w8"  # the frozen plan the figure was measured with
     assert seen and all(s["complete"] is False for s in seen)
     assert "unfinished: the run stopped with 1 entries" in table(kept)
 
@@ -305,7 +364,7 @@ def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypat
 def test_a_workloads_share_counts_from_the_end_of_its_recording(tmp_path) -> None:
     import sys
 
-    from framework.zoo.recall import Step, _run_step
+    from framework.zoo.steps import Step, run_step
 
     # A stand-in for 'powercut crash': its recording takes 1.5 s, then it checks forever.
     script = ("import os, sys, time; d = os.path.join(sys.argv[1], 'crash-1'); os.makedirs(d); "
@@ -316,7 +375,7 @@ def test_a_workloads_share_counts_from_the_end_of_its_recording(tmp_path) -> Non
         results.mkdir()
         step = Step("k", "ext4/ordered", "gen:seq1",
                     [sys.executable, "-c", script, str(results)])
-        _run_step(step, results, 1.0, lambda _: None, left_s=left_s)
+        run_step(step, results, 1.0, lambda _: None, left_s=left_s)
         # A 1 s share after a 1.5 s recording; what is left of the budget bounds it all.
         assert step.interrupted and least <= step.wall_s <= most, (left_s, step.wall_s)
         assert step.run_dir.endswith("crash-1") and step.states == 0
@@ -342,7 +401,7 @@ def test_a_stopped_recall_stops_its_running_steps_and_keeps_no_half_kernel(tmp_p
     def entry_row(entry, *args):  # type: ignore[no-untyped-def]
         step = recall.Step(entry.name, "btrfs", "gen:seq1",
                            [sys.executable, "-c", "import time; time.sleep(120)"])
-        recall._run_step(step, tmp_path, 600.0, lambda _: None)
+        crash_steps.run_step(step, tmp_path, 600.0, lambda _: None)
         return {"name": entry.name, "detected": False, "steps": [step.to_dict()]}
 
     monkeypatch.setattr(recall, "run_kernel", fixed_kernel)
@@ -419,8 +478,8 @@ def test_a_crash_command_that_fails_is_tried_again_then_recorded_and_the_recall_
     from framework.zoo import recall
     from framework.zoo.kernels import Kernel
 
-    monkeypatch.setattr(recall, "WORKLOADS", (("gen:seq1", ()),))
     kernel = Kernel("k", tmp_path / "k", "6.12.117", "", "y", 0.0)
+    one = WorkloadPlan("t", (("gen:seq1", ()),), 120.0, True, "entry", (), "")
     ran = tmp_path / "ran"  # a line per run of the stand-in crash command
 
     def argv(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -429,8 +488,9 @@ def test_a_crash_command_that_fails_is_tried_again_then_recorded_and_the_recall_
                 "print('powercut: qemu exited during boot; Kernel panic', file=sys.stderr); "
                 "sys.exit(2)"]
 
-    monkeypatch.setattr(recall, "_crash_argv", argv)
-    steps = recall.run_kernel(kernel, "xfs", tmp_path / "r", RecallPlan(budget_s=120.0),
+    monkeypatch.setattr(crash_steps, "crash_argv", argv)
+    steps = recall.run_kernel(kernel, "xfs", tmp_path / "r",
+                              RecallPlan(budget_s=120.0, workloads=one),
                               stop_at_detection=True, say=lambda _: None)
     assert len(ran.read_text().splitlines()) == 2 and len(steps) == 1
     assert steps[0].error.startswith("twice: exit 2: powercut: qemu exited during boot")
@@ -530,7 +590,7 @@ def test_known_behaviour_does_not_hide_a_zoo_kernels_failure(tmp_path, monkeypat
         step.states = 3
         step.failing = 1 if step.kernel == "zoo" else fixed_failing.pop(0)
 
-    monkeypatch.setattr(recall, "_run_step", fake_step)
+    monkeypatch.setattr(crash_steps, "run_step", fake_step)
     kernel = Kernel("zoo", tmp_path / "zoo", "6.12.117", "x", "y", 0.0)
     fixed = Kernel("fixed", tmp_path / "fixed", "6.12.117", "", "y", 0.0)
     row = {"name": "f2fs-x", "fix": "0123456789abcdef", "filesystem": "f2fs", "detected": False,
@@ -596,3 +656,46 @@ def test_the_second_look_tries_first_the_workload_that_fails_more_than_on_the_fi
     fixed_steps["f2fs"][1]["known"] = 3
     assert [c["case"] for c in masked.candidates(steps, fixed_steps)] == ["gen:seq1",
                                                                           "gen:chain"]
+
+
+def test_the_confirmation_and_the_second_look_need_no_recall_to_run_their_steps() -> None:
+    """A step (its command, running it, reading its run) is framework.zoo.steps: the recall,
+    its confirmations and its second look all import it, and neither confirm nor masked
+    imports the recall back (no import circle, not even inside a function)."""
+    import grimp
+
+    graph = grimp.build_graph("framework", cache_dir=None)
+    for module in ("framework.zoo.confirm", "framework.zoo.masked", "framework.zoo.steps"):
+        assert graph.find_shortest_chain(importer=module,
+                                         imported="framework.zoo.recall") is None, module
+    for module in ("framework.zoo.recall", "framework.zoo.confirm", "framework.zoo.masked"):
+        assert graph.find_shortest_chain(importer=module,
+                                         imported="framework.zoo.steps") is not None, module
+
+
+def test_every_fstests_option_takes_only_a_built_checkout(tmp_path, monkeypatch) -> None:
+    from framework.cli.ci_reports import checkout_of
+    from framework.zoo.fstests import built_checkout, check_built
+
+    monkeypatch.delenv("POWERCUT_XFSTESTS", raising=False)
+    checkout = tmp_path / "xfstests"
+    checkout.mkdir()
+    (checkout / "check").write_text("#!/bin/bash\n")
+    # A clone that was never built has `check` but not fstests' built helpers.
+    for call in (lambda: check_built(checkout, "--run-fstests"),
+                 lambda: built_checkout(str(checkout), "--fstests"),
+                 lambda: checkout_of(str(checkout))):
+        with pytest.raises(ConfigError, match=r"not a built fstests checkout \(no ltp/fsx"):
+            call()
+    with pytest.raises(ConfigError, match="^--fstests .*run make in it"):
+        built_checkout(str(checkout), "--fstests")
+    (checkout / "ltp").mkdir()
+    (checkout / "ltp" / "fsx").write_text("")
+    assert check_built(checkout, "--run-fstests") == checkout
+    assert checkout_of(str(checkout)) == checkout
+    assert built_checkout(None, "--fstests") is None
+    with pytest.raises(ConfigError, match="--report needs a built fstests checkout"):
+        checkout_of(None)
+    monkeypatch.setenv("POWERCUT_XFSTESTS", str(checkout))
+    assert built_checkout(None, "--fstests") == checkout
+    assert checkout_of(None) == checkout

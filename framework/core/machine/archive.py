@@ -40,6 +40,7 @@ from pathlib import Path
 from framework.core import clock
 from framework.core.command import run
 from framework.core.errors import CommandError, ConfigError, MissingPrerequisite
+from framework.core.files import write_atomic
 from framework.core.machine.kernel import (
     KERNEL_FILE,
     CachedKernel,
@@ -469,9 +470,7 @@ def _write_if_changed(path: Path, text: str) -> None:
             return
     except OSError:
         pass
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def check_spec(spec: str) -> str:

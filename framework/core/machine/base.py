@@ -8,10 +8,9 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from framework.core.command import Argv, CommandResult
+from framework.core.handle import Handle
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +26,7 @@ class DiskSpec:
     iops: int | None = None
 
 
-class Machine(abc.ABC):
+class Machine(Handle):
     """A Linux kernel with device-mapper, reached through ``run()``.
 
     ``rundir`` is a directory that the host and the machine both see at the
@@ -66,19 +65,8 @@ class Machine(abc.ABC):
         """Environment facts for the results store (kernel, accelerator...)."""
         return {"machine": self.name}
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release everything the machine holds."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def project_root() -> Path:

@@ -31,6 +31,7 @@ from pathlib import Path
 from framework.core import clock
 from framework.core.command import CommandResult, run
 from framework.core.errors import CommandError, ConfigError, MissingPrerequisite
+from framework.core.files import write_atomic
 from framework.core.machine.kernel import KernelSpec, source_tarball
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class SourceTree:
         if patch is None:
             marker.unlink(missing_ok=True)
         else:
-            marker.write_text(patch.name)
+            write_atomic(marker, patch.name)
 
     def _configure(self) -> None:
         want = config_sha256()
@@ -203,11 +204,20 @@ class SourceTree:
         for line in GUEST_CONFIG.read_text().splitlines():
             if line.startswith("CONFIG_") and line.endswith("=y") and line not in config:
                 raise ConfigError(f"{GUEST_CONFIG}: {line} did not take in the kernel's .config")
-        stamp.write_text(want)
+        write_atomic(stamp, want)
 
-    def _make(self, *targets: str, timeout_s: float = 600.0) -> None:
+    def local_version(self, name: str) -> str:
+        """The build's LOCALVERSION: its name without the series, so that every build of one
+        source reports a release of its own (``uname -r``: 7.3.4-unpatched, 7.3.4-fix-0123...):
+        runs on two builds of 7.3.4 are told apart by the kernel they say they ran on."""
+        tag = name.removeprefix(f"{self.series}-")
+        return "-" + (re.sub(r"[^A-Za-z0-9._+-]", "-", tag) or "build")
+
+    def _make(self, *targets: str, timeout_s: float = 600.0, local: str = "") -> None:
+        extra = [f"LOCALVERSION={local}"] if local else []
         try:
-            run(["make", "-s", f"-j{JOBS}", *targets], cwd=self.tree, timeout_s=timeout_s)
+            run(["make", "-s", f"-j{JOBS}", *extra, *targets], cwd=self.tree,
+                timeout_s=timeout_s)
         except CommandError as exc:
             result = exc.result
             text = (getattr(result, "stderr", "") or "") + "\n" + (getattr(result, "stdout", "") or "")
@@ -248,8 +258,9 @@ class SourceTree:
         ``name``; an up-to-date installed kernel is kept unless ``force``."""
         have = built(self.kernels, name)
         sha = patch.sha256 if patch is not None else ""
+        local = self.local_version(name)
         if (have is not None and not force and have.patch_sha256 == sha
-                and have.config_sha256 == config_sha256()):
+                and have.config_sha256 == config_sha256() and have.release.endswith(local)):
             self.say(f"{self.prefix}: {name}: up to date ({have.release}, built in "
                      f"{have.build_s:.0f} s)")
             return have
@@ -268,13 +279,13 @@ class SourceTree:
         target = self.kernels / name
         staging = target.with_name(f".{name}.tmp")
         try:
-            self._make("bzImage", "modules", timeout_s=BUILD_TIMEOUT_S)
-            release = run(["make", "-s", "kernelrelease"], cwd=self.tree,
-                          timeout_s=120).stdout.strip()
+            self._make("bzImage", "modules", timeout_s=BUILD_TIMEOUT_S, local=local)
+            release = run(["make", "-s", f"LOCALVERSION={local}", "kernelrelease"],
+                          cwd=self.tree, timeout_s=120).stdout.strip()
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
-            run(["make", "-s", "modules_install", f"INSTALL_MOD_PATH={staging}"], cwd=self.tree,
-                timeout_s=1800)
+            run(["make", "-s", f"LOCALVERSION={local}", "modules_install",
+                 f"INSTALL_MOD_PATH={staging}"], cwd=self.tree, timeout_s=1800)
             shutil.copy(self.tree / "arch/x86/boot/bzImage", staging / "bzImage")
             shutil.copy(self.tree / ".config", staging / f"config-{release}")
         finally:

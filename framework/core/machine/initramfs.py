@@ -22,6 +22,7 @@ from pathlib import Path
 
 from framework.core import command
 from framework.core.errors import MissingPrerequisite
+from framework.core.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -315,8 +316,6 @@ def initramfs(modules: Sequence[KernelModule], *, busybox: Path = BUSYBOX,
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(build_cpio(modules, busybox, unsigned=unsigned, unpack=unpack))
-    os.replace(tmp, path)
+    write_atomic(path, build_cpio(modules, busybox, unsigned=unsigned, unpack=unpack))
     log.info("built initramfs %s (%d modules)", path, len(modules))
     return path

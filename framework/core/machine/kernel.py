@@ -15,6 +15,7 @@ from pathlib import Path
 
 from framework.core import command
 from framework.core.errors import ConfigError, MissingPrerequisite
+from framework.core.files import write_atomic
 from framework.core.machine.initramfs import cache_dir
 
 log = logging.getLogger(__name__)
@@ -408,7 +409,5 @@ def boot_image(image: Path, cache: Path) -> Path:
     if elf is None or not has_pvh_entry(elf):
         marker.touch()
         return image
-    tmp = out.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(elf)
-    os.replace(tmp, out)
+    write_atomic(out, elf)
     return out

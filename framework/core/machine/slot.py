@@ -2,12 +2,20 @@
 
 Crash, cut and sweep engines all drive a guest the same way: boot it on the
 first task, hand it task after task, and when a task hangs, the guest stops
-answering or a device in it stays busy, give that guest up and boot a fresh
-one for what remains. What happens to the task that was in flight is the
-engine's call (a hang is a finding; a harness error is checked again); the
-slot only knows the guest. Tasks go through ``perform``: the errors that
+answering, dies or a device in it stays busy, give that guest up and boot a
+fresh one for what remains. Tasks go through ``perform``: the errors that
 mean "this guest cannot go on" come back as ``GuestLost``, after the guest
 is already gone.
+
+What the task in flight comes to is one policy for every engine
+(``GuestPolicy``, ``DEFAULT_POLICY``): a hang (a step past its deadline, a
+guest that stopped answering) is the task's finding at once. A guest that
+died under the task (qemu exited: its kernel panicked, or it was killed from
+outside) or was given up for a harness error (a device that stayed busy) is
+a *death*: the task is tried again on a fresh guest, until its guest's
+kernel has panicked twice under it (a finding, ``hang``: the task brings the
+kernel down) or it has lost its guest three times (a harness error, not a
+verdict on the filesystem).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from framework.core import agent
@@ -46,6 +56,40 @@ class GuestLost(PowercutError):
         self.died = died
 
 
+class Verdict(StrEnum):
+    """What a task whose guest was lost comes to (the outcome words of the same name)."""
+
+    AGAIN = "again"  # try it again on a fresh guest
+    HANG = "hang"  # a finding: the task hangs, or brings the guest's kernel down
+    ERROR = "error"  # a harness error: the guest was lost too often for other reasons
+
+
+@dataclass(frozen=True, slots=True)
+class GuestPolicy:
+    """The limits of the module docstring's policy."""
+
+    #: Panics of the guest kernel under one task that make it a finding (``hang``).
+    panics_before_hang: int = 2
+    #: Guests one task may lose (deaths and harness errors, panics among them) before it is
+    #: a harness error.
+    deaths_before_error: int = 3
+
+    def verdict(self, losses: Sequence[GuestLost]) -> Verdict:
+        """What a task comes to that lost its guest ``losses`` times, the last just now."""
+        if losses and losses[-1].hung:
+            return Verdict.HANG
+        panics = sum(1 for lost in losses if lost.died is not None and lost.died.panicked)
+        if panics >= self.panics_before_hang:
+            return Verdict.HANG
+        if len(losses) >= self.deaths_before_error:
+            return Verdict.ERROR
+        return Verdict.AGAIN
+
+
+#: The policy crash, cut and sweep use.
+DEFAULT_POLICY = GuestPolicy()
+
+
 M = TypeVar("M", bound=Machine)
 
 
@@ -64,12 +108,20 @@ class GuestSlot:
     """The guest an engine (or one shard of it) works in."""
 
     def __init__(self, start: Callable[[], Machine], *, name: str = "guest",
-                 on_start: Callable[[Machine], None] | None = None) -> None:
+                 on_start: Callable[[Machine], None] | None = None,
+                 policy: GuestPolicy = DEFAULT_POLICY) -> None:
         """``start`` boots a guest; ``on_start`` prepares each new one (files it expects)."""
         self._start, self._on_start = start, on_start
         self.name = name
+        self.policy = policy
         self.current: Machine | None = None
         self.replacements = 0
+
+    def lost(self, lost: GuestLost, losses: list[GuestLost]) -> Verdict:
+        """Count ``lost`` among one task's ``losses`` (kept by the caller, one list per task
+        and attempt series); what the task comes to by the policy."""
+        losses.append(lost)
+        return self.policy.verdict(losses)
 
     def machine(self) -> Machine:
         """The guest, booted now if there is none. A boot that fails is tried once more (a
