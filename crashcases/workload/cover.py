@@ -72,9 +72,7 @@ SECONDS_NS = 1_600_000_000 * 10**9
 NANOSECONDS_NS = 1_700_000_000 * 10**9 + 123_456_789
 WINDOW_MAX = 8  # operations in one window before its durability op
 TOP_ROWS = 6  # rows whose makers are asked for candidates, per choice
-import os as _os
-_MEAN = _os.environ.get("PCM", "0") == "1"
-FIRST_ROWS = int(_os.environ.get("PCF", "6"))  # rows, the neediest, a window's first op is drawn from
+FIRST_ROWS = 6  # rows, the neediest, a window's first op is drawn from
 PER_ROW = 24  # candidates a row's maker gives, at most (a seeded sample of them)
 
 Maker = Callable[["_Gen"], Iterator[list[Op]]]
@@ -142,12 +140,10 @@ class _Gen:
         return 1.0 / (1 + self.counts[cell]) ** 2
 
     def row_weight(self, row: str) -> float:
-        """How rare a row's offered cells are, on average: a row of few cells is as much in
-        need as one of many when as few of its cells were produced."""
+        """How much a row's offered cells are still needed: the sum of their weights."""
         if row not in self._row_weights:
             cells = [c for c in ROWS[row].cells() if c in self.offered]
-            total = sum(self.weight(c) for c in cells)
-            self._row_weights[row] = total / max(len(cells), 1) if _MEAN else total
+            self._row_weights[row] = sum(self.weight(c) for c in cells)
         return self._row_weights[row]
 
     def valid(self, ops: Sequence[Op]) -> bool:

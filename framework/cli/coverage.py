@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from crashcases.crash.plan import CrashPlan, validate_plan
-from crashcases.crash.points import distinct_marks
+from crashcases.crash.points import Strategy, distinct_marks
 from crashcases.execute import mark_name
 from crashcases.vocabulary import DURABILITY_OPS
 from crashcases.workload import coverage
@@ -33,9 +33,8 @@ from framework.core.errors import ConfigError
 from recovery.filesystems import adapter_for
 from recovery.targets import Target
 
-#: The plans ``--plan`` names: (case, the options powercut crash gets) in order. ``zoo`` is
-#: the zoo's recall plan (framework.zoo.recall.WORKLOADS, read when asked for); ``widened``
-#: puts cover:N, the coverage-directed workload, first, in the same budget.
+#: A draft beside the zoo's frozen plans (``--plan w8``): cover:N, the coverage-directed
+#: workload, in the place of gen:seq1, in the same budget.
 WIDENED: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cover:600", ()),
     ("gen:burst", ("--points", "distinct")),
@@ -47,13 +46,13 @@ MIN_STEP_S = 60.0  # framework.zoo.recall.MIN_STEP_S: no step gets less while th
 
 
 def plan_named(name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    if name == "zoo":
-        from framework.zoo.recall import WORKLOADS
-
-        return WORKLOADS
+    """A zoo workload plan's workloads by its version (framework.zoo.plans), or the
+    ``widened`` draft."""
     if name == "widened":
         return WIDENED
-    raise ConfigError(f"--plan {name!r}: expected zoo or widened")
+    from framework.zoo.plans import plan_named as zoo_plan
+
+    return zoo_plan(name).workloads
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +158,9 @@ def read_timings(results: Path) -> Timings:
 
 
 def validate_target(name: str, plan: dict[str, Any]) -> Target:
-    from recovery.targets import resolve
+    from recovery.targets import resolve, target_from_dict
 
-    users = tuple(Target.from_dict(t) for t in plan.get("user_targets", ()))
+    users = tuple(target_from_dict(t) for t in plan.get("user_targets", ()))
     return resolve(name, users)
 
 
@@ -218,8 +217,8 @@ def build_step(target: str, user: tuple[Target, ...], case: str, options: Sequen
         raise ConfigError(f"case {case}: --points {opts.points}: coverage follows mark points "
                           "(marks, distinct)")
     plan = CrashPlan(target=target, user_targets=user, case=case, seed=seed,
-                     points=opts.points, max_sequences=opts.max_sequences, ops=ops)
-    _, workload = validate_plan(plan)
+                     points=Strategy.parse(opts.points), max_sequences=opts.max_sequences, ops=ops)
+    workload = validate_plan(plan).workload
     marks = [(mark_name(n), i) for n, i in enumerate(
         i for i, op in enumerate(workload.ops) if op.kind in DURABILITY_OPS)]
     if opts.points == "distinct":
@@ -383,7 +382,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         plans.append(("cases", tuple((c, options) for c in args.cases)))
     plans += [(name, plan_named(name)) for name in args.plan or ()]
     if not plans:
-        raise ConfigError("name cases (CASE...) or a plan (--plan zoo|widened)")
+        raise ConfigError("name cases (CASE...) or a plan (--plan VERSION or widened)")
     budget = (args.budget_min * 60.0 if args.budget_min is not None else args.budget_s)
     timings = read_timings(Path(args.timings)) if args.timings else Timings()
     results = [(name, measure(extra.get(t) or get_target(t), user, plan, args.seed, budget,
@@ -404,7 +403,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 EPILOG = """\
 examples:
   powercut coverage gen:burst ranges:600 --target ext4/ordered
-  powercut coverage --plan zoo --plan widened --target ext4/ordered,btrfs,xfs,f2fs \\
+  powercut coverage --plan w8 --plan widened --target ext4/ordered,btrfs,xfs,f2fs \\
       --budget-min 6 --figure coverage.png
   powercut coverage cover:600 --target xfs --rows --missing
 """
@@ -425,9 +424,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("cases", nargs="*", metavar="CASE",
                    help="workloads, as powercut crash --case names them")
     add_target_options(p, what="filesystem configurations, e.g. ext4/ordered")
-    p.add_argument("--plan", action="append", choices=("zoo", "widened"),
-                   help="a named plan of workloads with their options (repeatable): zoo, the "
-                        "zoo's recall plan; widened, the same with cover:600 first")
+    p.add_argument("--plan", action="append", metavar="VERSION",
+                   help="a zoo workload plan by version, e.g. w8 (framework/zoo/plans.py), "
+                        "or widened, a draft with cover:600 in gen:seq1's place; repeatable")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
     p.add_argument("--max-sequences", type=int, metavar="N", help="for CASEs: gen:* sample size")
     p.add_argument("--points", default="marks", choices=("marks", "distinct"),

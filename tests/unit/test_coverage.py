@@ -13,8 +13,8 @@ import pytest
 from crashcases.execute import execute
 from crashcases.workload import coverage as C
 from crashcases.workload.cases import load_case
-from crashcases.workload.coverage import THEN, Cell, classify, offered, workload_cells
 from crashcases.workload.cover import COVER_ONLY_KINDS, cover_ops
+from crashcases.workload.coverage import THEN, Cell, classify, offered, workload_cells
 from crashcases.workload.kinds import FallocMode
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
