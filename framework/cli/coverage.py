@@ -132,7 +132,7 @@ def read_timings(results: Path) -> Timings:
     import json
 
     out = Timings()
-    for run in sorted(results.glob("crash-*")):
+    for run in sorted(results.glob("**/crash-*")):
         try:
             plan = json.loads((run / "plan.json").read_text())
             record = json.loads((run / "record.json").read_text())
@@ -438,7 +438,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     budget.add_argument("--budget-min", type=float, metavar="M", help="the same in minutes")
     p.add_argument("--timings", metavar="RESULTS_DIR",
                    help="estimate the budget's reach from the crash runs in this results "
-                        "directory (their recording and checking times, by target and case); "
+                        "directory or under it, as a zoo run's --results keeps them (their "
+                        "recording and checking times, by target and case); "
                         "without it, rough figures of a run under TCG on two cores")
     p.add_argument("--rows", action="store_true", help="a line per syscall row, not per group")
     p.add_argument("--missing", action="store_true", help="list the cells not covered")
