@@ -154,21 +154,20 @@ def main() -> int:
         for name in names:
             print(f"recording {args.files} fsyncs on {name} ...", file=sys.stderr, flush=True)
             got = fsyncs(record(name, case, results, args), args.skip)
+            # Requests are the log's entries: writes, data-less flushes, discards.
+            requests = median([i.entries for i in got])
+            flushes = median([i.flushes for i in got])
             row: dict[str, object] = {
-                "target": name, "fsyncs": len(got),
+                "target": name, "fsyncs": len(got), "requests": requests,
                 "writes": median([i.writes for i in got]),
                 "kib": median([i.payload_bytes for i in got]) / 1024,
                 "runs": median([i.runs for i in got]),
-                # A data-less flush is a request of its own; a flush with data is a write.
-                "flushes": median([i.flushes for i in got]),
+                "flushes": flushes,  # with data or without: each waits flush_ms
                 "fuas": median([i.fuas for i in got]),
-                "requests": median([i.entries for i in got]),
             }
             for pr in profiles:
-                requests = float(row["requests"])  # type: ignore[arg-type]
-                row[f"{pr.name}_iops_ms"] = (1000.0 * requests / pr.iops if pr.iops
-                                             else 0.0)
-                row[f"{pr.name}_flush_ms"] = float(row["flushes"]) * pr.flush_ms  # type: ignore[arg-type]
+                row[f"{pr.name}_iops_ms"] = 1000.0 * requests / pr.iops if pr.iops else 0.0
+                row[f"{pr.name}_flush_ms"] = flushes * pr.flush_ms
             rows.append(row)
     total_s = clock.monotonic() - start
     if args.json:
