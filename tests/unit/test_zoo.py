@@ -699,3 +699,21 @@ def test_every_fstests_option_takes_only_a_built_checkout(tmp_path, monkeypatch)
     monkeypatch.setenv("POWERCUT_XFSTESTS", str(checkout))
     assert built_checkout(None, "--fstests") == checkout
     assert checkout_of(None) == checkout
+
+
+def test_the_readmes_held_out_figure_is_the_kept_zoo_json() -> None:
+    import json
+
+    from framework.zoo.recall import load_report, totals
+
+    root = Path(__file__).resolve().parents[2]
+    kept = root / "docs" / "measurements" / "data" / "2026-11-29-zoo-7.3-w8.json"
+    report = totals(load_report(kept))
+    assert report["plan"]["version"] == "w8"
+    row = next(line for line in (root / "README.md").read_text().splitlines()
+               if line.startswith("| zoo-7.3 (7.3.4) | w8"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[3:5] == [str(report["recall"]["entries"]), str(report["recall"]["detected"])]
+    assert cells[5].startswith(f"{report['false_alarms']} in {report['false_alarm_states']:,} states")
+    # No path of the machine it ran on.
+    assert "/root/" not in json.dumps(json.loads(kept.read_text()))
