@@ -462,6 +462,8 @@ class LogSummary:
     discard_bytes: int
     marks: tuple[tuple[int, str], ...] = field(default=())
     """(entry index, mark text) in log order."""
+    #: What each mark closes, when asked for (summarize(per_mark=True)).
+    intervals: tuple[MarkInterval, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -477,14 +479,22 @@ class LogSummary:
         }
 
 
-def summarize(reader: LogReader) -> LogSummary:
-    """Counts over the whole log (reads every header, no payload)."""
+def summarize(reader: LogReader, *, per_mark: bool = False) -> LogSummary:
+    """Counts over the whole log (reads every header, no payload), in one pass; with
+    ``per_mark``, also what each mark closes (``intervals``, see by_mark)."""
     counts = _Counts()
+    interval = _Counts()
     marks: list[tuple[int, str]] = []
+    intervals: list[MarkInterval] = []
     for entry in reader:
         counts.add(entry)
         if entry.mark is not None:
             marks.append((entry.index, entry.mark))
+            if per_mark:
+                intervals.append(interval.closed_by(entry))
+                interval = _Counts()
+        elif per_mark:
+            interval.add(entry)
     return LogSummary(
         sectorsize=reader.sectorsize,
         entries=counts.entries,
@@ -495,6 +505,7 @@ def summarize(reader: LogReader) -> LogSummary:
         payload_bytes=counts.payload,
         discard_bytes=counts.discarded,
         marks=tuple(marks),
+        intervals=tuple(intervals),
     )
 
 
@@ -527,6 +538,10 @@ class _Counts:
             self.discards += 1
             self.discarded += entry.byte_length
 
+    def closed_by(self, mark: LogEntry) -> MarkInterval:
+        return MarkInterval(mark.mark or "", mark.index, self.entries, self.writes,
+                            self.flushes, self.fuas, self.payload, self.runs)
+
 
 @dataclass(frozen=True, slots=True)
 class MarkInterval:
@@ -553,19 +568,10 @@ class MarkInterval:
                 "payload_bytes": self.payload_bytes, "runs": self.runs}
 
 
-def by_mark(reader: LogReader | Iterable[LogEntry]) -> list[MarkInterval]:
+def by_mark(reader: LogReader) -> list[MarkInterval]:
     """The log cut at its marks: one interval per mark, in log order (entries after the
     last mark, if any, are left out: no mark closes them)."""
-    out: list[MarkInterval] = []
-    counts = _Counts()
-    for entry in reader:
-        if entry.mark is not None:
-            out.append(MarkInterval(entry.mark, entry.index, counts.entries, counts.writes,
-                                    counts.flushes, counts.fuas, counts.payload, counts.runs))
-            counts = _Counts()
-        else:
-            counts.add(entry)
-    return out
+    return list(summarize(reader, per_mark=True).intervals)
 
 
 # -- writing -----------------------------------------------------------------

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from devicemapper.logformat import LogEntry, LogFlag, LogReader, by_mark, flags_str, summarize
+from devicemapper.logformat import LogEntry, LogFlag, LogReader, flags_str, summarize
 from devicemapper.replay import Replayer, require_unused
 from framework.core.errors import PowercutError
 
@@ -68,9 +68,9 @@ def _non_negative(text: str) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     """Summarise a log: entries, marks, flushes, FUAs, discards, payload."""
     with LogReader(args.log) as reader:
-        summary = summarize(reader)
+        summary = summarize(reader, per_mark=args.per_mark)
         size_bytes = reader.size_bytes
-        intervals = by_mark(reader) if args.per_mark else []
+    intervals = summary.intervals
     if args.json:
         data = summary.to_dict()
         data["log"] = args.log
