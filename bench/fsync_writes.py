@@ -41,6 +41,7 @@ sys.path.insert(0, os.fspath(Path(__file__).resolve().parent.parent))
 from crashcases.execute import ORDER_SUFFIX
 from devicemapper.logformat import LogReader, MarkInterval, by_mark
 from framework.core import clock, rundir
+from framework.core.errors import ConfigError
 from recovery.profiles import get_profile
 from recovery.targets import load_targets
 
@@ -192,4 +193,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except ConfigError as exc:  # a bad --targets-file, target or profile: one line
+        raise SystemExit(f"bench/fsync_writes.py: {exc}") from None
