@@ -704,7 +704,7 @@ def test_every_fstests_option_takes_only_a_built_checkout(tmp_path, monkeypatch)
 def test_the_readmes_held_out_figure_is_the_kept_zoo_json() -> None:
     import json
 
-    from framework.zoo.recall import load_report, totals
+    from framework.zoo.recall import counts_as_detected, load_report, totals
 
     root = Path(__file__).resolve().parents[2]
     kept = root / "docs" / "measurements" / "data" / "2026-11-29-zoo-7.3-w8.json"
@@ -717,3 +717,17 @@ def test_the_readmes_held_out_figure_is_the_kept_zoo_json() -> None:
     assert cells[5].startswith(f"{report['false_alarms']} in {report['false_alarm_states']:,} states")
     # No path of the machine it ran on.
     assert "/root/" not in json.dumps(json.loads(kept.read_text()))
+
+    # The row after the mkfs flush: the held-out run's detected entries, with those of the
+    # entries run again replaced by the second run's verdicts.
+    again = load_report(kept.with_name("2026-11-29-zoo-7.3-w8-logdev-again.json"))
+    assert again["plan"]["version"] == "w8"
+    verdicts = {e["name"]: counts_as_detected(e) for e in load_report(kept)["entries"]}
+    verdicts.update({e["name"]: counts_as_detected(e) for e in again["entries"]})
+    second = totals(again)
+    row = next(line for line in (root / "README.md").read_text().splitlines()
+               if line.startswith("| zoo-7.3 (7.3.4), after the mkfs flush |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[3:5] == [str(len(verdicts)), str(sum(verdicts.values()))]
+    assert cells[5].startswith(f"{second['false_alarms']} in {second['false_alarm_states']:,} states")
+    assert "/root/" not in json.dumps(again)
