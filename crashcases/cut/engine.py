@@ -428,8 +428,14 @@ def run_cut(valid: ValidatedCutPlan, run: Run, factory: MachineFactory, *,
         m.judge(trial_key(tr), tr.outcome, tr.check)
         return m.known_ids(trial_key(tr))
 
+    started = threading.Lock()
+
     def booted(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
-        return run.started(factory(disks, rundir, fstypes))
+        machine = factory(disks, rundir, fstypes)  # with --jobs, the lanes boot at once
+        # The first guest's facts go to the store, from whichever lane boots first; the lock
+        # makes that the one write a lane's thread does, before any trial can end.
+        with started:
+            return run.started(machine)
 
     engines: list[CutEngine] = []
     order = {pair: i for i, pair in enumerate(plan.trial_order())}

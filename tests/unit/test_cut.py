@@ -600,6 +600,7 @@ def test_two_jobs_run_every_trial_once_in_two_guests_and_save_them_in_the_plans_
         with run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
             result = cut.run_cut(valid, run, factory)
         rows = store.recoveries(run.run_id or 0)
+        assert "guest" in store.run(run.run_id or 0).environment  # the first lane's facts
     keys = [k for _, task, k in seen if task == "cut-trial"]
     assert sorted(keys) == sorted(f"{t}#{n}" for t in targets for n in range(4))
     assert {d for d, task, _ in seen if task == "cut-trial"} == {"vm", "vm-1"}
