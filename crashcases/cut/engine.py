@@ -438,7 +438,8 @@ def run_cut(valid: ValidatedCutPlan, run: Run, factory: MachineFactory, *,
             return run.started(machine)
 
     engines: list[CutEngine] = []
-    order = {pair: i for i, pair in enumerate(plan.trial_order())}
+    pairs = plan.trial_order()
+    order = {pair: i for i, pair in enumerate(pairs)}
 
     def finished(tr: TrialResult) -> None:
         result.trials.append(tr)
@@ -451,8 +452,8 @@ def run_cut(valid: ValidatedCutPlan, run: Run, factory: MachineFactory, *,
     try:
         engines = [CutEngine(valid, run.run_dir, booted, store=run.store, run_id=run.run_id,
                              lane=lane) for lane in range(plan.jobs)]
-        todo = [pair for pair in plan.trial_order() if pair not in earlier]
-        for pair in plan.trial_order():
+        todo = [pair for pair in pairs if pair not in earlier]
+        for pair in pairs:
             if pair in earlier:
                 finished(earlier[pair])
         if plan.jobs == 1:
