@@ -1,7 +1,7 @@
 # powercut: one-command set-up, main job and tests.
 #   make run    install what is missing, then run the default study (quick)
-#   make test   install what is missing, then run lint, types, import contracts, the docs build
-#               and the tests
+#   make test   install what is missing, then run the tests, and beside them lint, types,
+#               import contracts and the docs build
 #   make image  the container image localhost/powercut:bookworm (needs podman and debootstrap)
 # Set-up is idempotent: a second call only checks (about a second).
 
@@ -95,8 +95,15 @@ docs: $(STAMPS)/venv
 # Two workers: a guest under TCG leaves a core idle much of the time. worksteal: a worker
 # that runs out takes tests from the other, so the longest tests (started first, see
 # tests/integration/conftest.py) do not leave one worker alone at the end.
-test: setup lint docs
-	$(BIN)/pytest -q -n 2 --dist worksteal --durations=15
+# Lint, types, import contracts and the docs build (about 25 s of one core) run beside the
+# tests, their output held until the tests end; either failing fails the target.
+test: setup
+	@checks=$$(mktemp); trap 'rm -f "$$checks"' EXIT; \
+	{ $(MAKE) -k --no-print-directory lint docs > "$$checks" 2>&1; echo $$? >> "$$checks"; } & \
+	$(BIN)/pytest -q -n 2 --dist worksteal --durations=15; tests=$$?; \
+	wait; static=$$(tail -n 1 "$$checks"); \
+	echo "---- make lint docs (beside the tests): exit $$static"; sed '$$d' "$$checks"; \
+	[ "$$tests" = 0 ] && [ "$$static" = 0 ]
 
 unit: $(STAMPS)/venv
 	$(BIN)/pytest -q tests/unit

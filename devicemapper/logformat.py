@@ -462,6 +462,8 @@ class LogSummary:
     discard_bytes: int
     marks: tuple[tuple[int, str], ...] = field(default=())
     """(entry index, mark text) in log order."""
+    #: What each mark closes, when asked for (summarize(per_mark=True)).
+    intervals: tuple[MarkInterval, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -477,35 +479,99 @@ class LogSummary:
         }
 
 
-def summarize(reader: LogReader) -> LogSummary:
-    """Counts over the whole log (reads every header, no payload)."""
-    entries = writes = flushes = fuas = discards = payload = discarded = 0
+def summarize(reader: LogReader, *, per_mark: bool = False) -> LogSummary:
+    """Counts over the whole log (reads every header, no payload), in one pass; with
+    ``per_mark``, also what each mark closes (``intervals``, see by_mark)."""
+    counts = _Counts()
+    interval = _Counts()
     marks: list[tuple[int, str]] = []
+    intervals: list[MarkInterval] = []
     for entry in reader:
-        entries += 1
-        if entry.is_write:
-            writes += 1
-            payload += entry.payload_length
-        if entry.is_flush:
-            flushes += 1
-        if entry.is_fua:
-            fuas += 1
-        if entry.is_discard:
-            discards += 1
-            discarded += entry.byte_length
+        counts.add(entry)
         if entry.mark is not None:
             marks.append((entry.index, entry.mark))
+            if per_mark:
+                intervals.append(interval.closed_by(entry))
+                interval = _Counts()
+        elif per_mark:
+            interval.add(entry)
     return LogSummary(
         sectorsize=reader.sectorsize,
-        entries=entries,
-        writes=writes,
-        flushes=flushes,
-        fuas=fuas,
-        discards=discards,
-        payload_bytes=payload,
-        discard_bytes=discarded,
+        entries=counts.entries,
+        writes=counts.writes,
+        flushes=counts.flushes,
+        fuas=counts.fuas,
+        discards=counts.discards,
+        payload_bytes=counts.payload,
+        discard_bytes=counts.discarded,
         marks=tuple(marks),
+        intervals=tuple(intervals),
     )
+
+
+@dataclass(slots=True)
+class _Counts:
+    entries: int = 0
+    writes: int = 0
+    flushes: int = 0
+    fuas: int = 0
+    discards: int = 0
+    payload: int = 0
+    discarded: int = 0
+    #: Writes that do not start where the write before them ended: each begins a new run.
+    runs: int = 0
+    _end: int | None = None
+
+    def add(self, entry: LogEntry) -> None:
+        self.entries += 1
+        if entry.is_write:
+            self.writes += 1
+            self.payload += entry.payload_length
+            if entry.byte_offset != self._end:
+                self.runs += 1
+            self._end = entry.byte_offset + entry.byte_length
+        if entry.is_flush:
+            self.flushes += 1
+        if entry.is_fua:
+            self.fuas += 1
+        if entry.is_discard:
+            self.discards += 1
+            self.discarded += entry.byte_length
+
+    def closed_by(self, mark: LogEntry) -> MarkInterval:
+        return MarkInterval(mark.mark or "", mark.index, self.entries, self.writes,
+                            self.flushes, self.fuas, self.payload, self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkInterval:
+    """What reached the device between one mark and the next: the entries after the mark
+    before (or the log's start) up to and including the mark ``mark`` at ``index``.
+
+    The log holds writes in the order they completed, so ``runs`` (writes that do not
+    start where the write completed before them ended) counts discontiguous places
+    written, not the device's seeks: the block layer may have merged or reordered them.
+    """
+
+    mark: str
+    index: int
+    entries: int
+    writes: int
+    flushes: int
+    fuas: int
+    payload_bytes: int
+    runs: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"mark": self.mark, "index": self.index, "entries": self.entries,
+                "writes": self.writes, "flushes": self.flushes, "fuas": self.fuas,
+                "payload_bytes": self.payload_bytes, "runs": self.runs}
+
+
+def by_mark(reader: LogReader) -> list[MarkInterval]:
+    """The log cut at its marks: one interval per mark, in log order (entries after the
+    last mark, if any, are left out: no mark closes them)."""
+    return list(summarize(reader, per_mark=True).intervals)
 
 
 # -- writing -----------------------------------------------------------------

@@ -76,14 +76,33 @@ def mkfs(
     size_bytes: int | None = None,
     timeout_s: float = MKFS_TIMEOUT_S,
 ) -> CommandResult:
-    """Make ``target``'s filesystem on ``dev`` (formatting its journal device first)."""
+    """Make ``target``'s filesystem on ``dev`` (formatting its journal device first),
+    then flush every device it wrote: the made filesystem is on stable storage when
+    this returns.
+
+    The flush is not a formality. mke2fs 1.47 records the filesystem in an external
+    journal's superblock (``s_nr_users``, ``s_users``: ``ext2fs_add_journal_device()``
+    in lib/ext2fs/mkjournal.c) with a plain write and never fsyncs the journal
+    device, and nothing the workload does before its first journal commit flushes
+    that device either (``ext4_sync_fs()``, fs/ext4/super.c, 7.3, flushes only the
+    filesystem's own device). dm-log-writes logs an unflushed write only at the next
+    flush (``normal_end_io()``, drivers/md/dm-log-writes.c), so without this flush
+    every crash state before that commit holds a journal with no user, which does
+    not mount ("External journal has more than one user - 0"): a fact about mkfs,
+    not about the filesystem under test. ``sync FILE`` fsyncs each device, and
+    fsync on a block device sends a cache flush (``blkdev_fsync()``, block/fops.c).
+    """
     adapter = adapter_for(target.fstype)
     argv = adapter.mkfs_argv(target, dev, journal_dev=journal_dev, size_bytes=size_bytes)
+    devices = [dev]
     if journal_dev is not None:
         journal_argv = adapter.journal_mkfs_argv(target, journal_dev)
         if journal_argv is not None:
             runner.run(journal_argv, timeout_s=timeout_s, env=C_LOCALE)
-    return runner.run(argv, timeout_s=timeout_s, env=C_LOCALE)
+        devices.append(journal_dev)
+    result = runner.run(argv, timeout_s=timeout_s, env=C_LOCALE)
+    runner.run(["sync", *devices], timeout_s=timeout_s, env=C_LOCALE)
+    return result
 
 
 def _records(dmesg_text: str) -> list[tuple[float | None, str]]:

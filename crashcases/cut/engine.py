@@ -4,8 +4,11 @@ A run boots one guest, has it execute the workload once without a cut per
 target (``cut-oracle``: the promises a trial is checked against), then
 runs each trial (``cut-trial``, see ``crashcases.cut.guest``) at its own
 seeded cut point. Every trial is stored as soon as it is known; a trial
-that hangs is recorded as ``hang`` and the guest is replaced. Summaries
-per target are in ``crashcases.cut.summary``.
+that hangs is recorded as ``hang`` and the guest is replaced. With
+``jobs`` above 1, that many guests take the trials from one queue in the
+plan's order, each with disks, oracles and a run subdirectory of its own
+(``vm``, ``vm-1``, ...); the host stores them as they come and saves them
+in the plan's order. Summaries per target are in ``crashcases.cut.summary``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,6 +123,10 @@ class CutPlan:
     reruns: int = 0
     #: ... for at most this many trials.
     max_reruns: int = 10
+    #: Guests running trials at once. Each trial's cut point and workload are the same
+    #: whatever the number; the seconds are measured with the other guests running beside
+    #: it (under TCG each guest keeps a core busy, so more jobs than host cores slow all).
+    jobs: int = 1
 
     def spec(self, name: str) -> Target:
         return resolve(name, self.user_targets)
@@ -206,6 +215,8 @@ def validate_cut_plan(plan: CutPlan) -> ValidatedCutPlan:
     """Fail on bad options before anything is created or a guest boots."""
     if plan.trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {plan.trials}")
+    if plan.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {plan.jobs}")
     if plan.continue_syncs < 0:
         raise ConfigError(f"continue_syncs must not be negative, got {plan.continue_syncs}")
     if plan.reruns < 0 or plan.max_reruns < 0:
@@ -225,13 +236,13 @@ class CutEngine:
 
     def __init__(self, valid: ValidatedCutPlan, run_dir: Path, factory: MachineFactory, *,
                  store: Store | None = None, run_id: int | None = None,
-                 progress: Callable[[TrialResult], None] | None = None) -> None:
+                 lane: int = 0) -> None:
         self.plan, self.run_dir, self.factory = valid.plan, run_dir, factory
-        self.store, self.run_id, self.progress = store, run_id, progress
+        self.store, self.run_id = store, run_id
         self.targets, self.workload = valid.targets, valid.workload
         # Requests carry the whole target: a user-defined one exists only here.
         self.by_name = {t.name: t for t in self.targets}
-        self.vm_dir = run_dir / "vm"
+        self.vm_dir = run_dir / ("vm" if lane == 0 else f"vm-{lane}")
         # A target with an external journal gets a journal disk; the trial cuts both.
         # Device profiles that throttle a disk differently give their targets disks of their own.
         data_mib = self.plan.data_mib
@@ -417,31 +428,98 @@ def run_cut(valid: ValidatedCutPlan, run: Run, factory: MachineFactory, *,
         m.judge(trial_key(tr), tr.outcome, tr.check)
         return m.known_ids(trial_key(tr))
 
-    def booted(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
-        return run.started(factory(disks, rundir, fstypes))
+    started = threading.Lock()
 
-    engine: CutEngine | None = None
+    def booted(disks: Sequence[DiskSpec], rundir: Path, fstypes: tuple[str, ...]) -> Machine:
+        machine = factory(disks, rundir, fstypes)  # with --jobs, the lanes boot at once
+        # The first guest's facts go to the store, from whichever lane boots first; the lock
+        # makes that the one write a lane's thread does, before any trial can end.
+        with started:
+            return run.started(machine)
+
+    engines: list[CutEngine] = []
+    pairs = plan.trial_order()
+    order = {pair: i for i, pair in enumerate(pairs)}
+
+    def finished(tr: TrialResult) -> None:
+        result.trials.append(tr)
+        result.trials.sort(key=lambda t: order[(t.target, t.trial)])
+        engines[0].store_trial(tr, known=judged(tr))
+        run.save_results(result.to_dict())
+        if progress is not None:
+            progress(tr)
+
     try:
-        engine = CutEngine(valid, run.run_dir, booted, store=run.store, run_id=run.run_id,
-                           progress=progress)
-        for target, trial in plan.trial_order():
-            tr = earlier.get((target, trial)) or engine.run_trial(target, trial)
-            result.trials.append(tr)
-            engine.store_trial(tr, known=judged(tr))
-            run.save_results(result.to_dict())
-            if progress is not None:
-                progress(tr)
+        engines = [CutEngine(valid, run.run_dir, booted, store=run.store, run_id=run.run_id,
+                             lane=lane) for lane in range(plan.jobs)]
+        todo = [pair for pair in pairs if pair not in earlier]
+        for pair in pairs:
+            if pair in earlier:
+                finished(earlier[pair])
+        if plan.jobs == 1:
+            for target, trial in todo:
+                finished(engines[0].run_trial(target, trial))
+        else:
+            _run_in_parallel(engines, todo, finished)
         if plan.reruns > 0:
             again = [t for t in result.trials if result.failing(t) and t.rate is None]
             for tr in again[:plan.max_reruns]:
-                engine.rerun_trial(tr)
+                engines[0].rerun_trial(tr)
                 run.save_results(result.to_dict())
         return result
     finally:
-        if engine is not None:
-            result.replacements = engine.replacements
-            result.journal_evidence = dict(engine.journal_evidence)
+        for engine in engines:
+            result.replacements += engine.replacements
+            result.journal_evidence.update(engine.journal_evidence)
             engine.close()
         result.wall_s = clock.monotonic() - start
         with contextlib.suppress(PowercutError, OSError):
             run.save_results(result.to_dict())
+
+
+def _run_in_parallel(engines: Sequence[CutEngine], todo: Sequence[tuple[str, int]],
+                     finished: Callable[[TrialResult], None]) -> None:
+    """Each engine's guest takes the next trial of ``todo`` until none is left; ``finished``
+    runs here, in the calling thread (the store's connection is this thread's), for each
+    trial as it ends. An error in a guest's thread stops the others taking trials and is
+    raised here once they have ended theirs."""
+    pending: queue.SimpleQueue[tuple[str, int]] = queue.SimpleQueue()
+    for pair in todo:
+        pending.put(pair)
+    done: queue.SimpleQueue[TrialResult | BaseException | None] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def work(engine: CutEngine) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    target, trial = pending.get_nowait()
+                except queue.Empty:
+                    break
+                done.put(engine.run_trial(target, trial))
+        except BaseException as exc:  # handed to the calling thread, which raises it
+            stop.set()
+            done.put(exc)
+        finally:
+            done.put(None)
+
+    threads = [threading.Thread(target=work, args=(e,), name=f"cut-{lane}", daemon=True)
+               for lane, e in enumerate(engines)]
+    for t in threads:
+        t.start()
+    error: BaseException | None = None
+    try:
+        running = len(threads)
+        while running:
+            item = done.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                error = error or item
+            elif error is None:
+                finished(item)
+    except BaseException:
+        stop.set()  # interrupted: the caller closes the guests, which ends the threads
+        raise
+    if error is not None:
+        raise error

@@ -140,10 +140,6 @@ def load_export_state(run_dir: Path, key: str) -> ExportState:
     result = row.result.to_dict()
     valid = validate_plan(plan)
     target, workload = valid.target, valid.workload
-    if target.needs_journal_disk:
-        raise ExportError(f"state {key!r}: {target.name} keeps its journal on a second disk; "
-                          "reproducers replay one disk (use powercut recheck, or the two images "
-                          "the run kept)")
     try:
         outcome = Outcome(result["outcome"])
     except (KeyError, ValueError):

@@ -42,6 +42,7 @@ from crashcases.workload.ops import (
     needs_data,
 )
 from framework.core.files import write_atomic
+from recovery.disks import disk_bytes
 from recovery.filesystems import adapter_for
 
 log = logging.getLogger(__name__)
@@ -282,10 +283,11 @@ FSTESTS_OPS: dict[OpKind, Callable[[Op, OpContext], Step]] = {
 
 def translate_ops(workload: Workload, oracle: OracleLog, last: int,
                   table: dict[OpKind, Callable[[Op, OpContext], Step]] | None = None,
-                  *, marks: bool = True) -> tuple[list[str], list[str]]:
+                  *, marks: bool = True, mark_command: str = "_log_writes_mark",
+                  ) -> tuple[list[str], list[str]]:
     """The workload's ops 0..last as fstests shell lines, with (``marks``) a dm-log-writes
-    mark after every durability op, and the preamble lines they require. An op kind
-    without a translation: ExportError."""
+    mark after every durability op (``mark_command NAME``), and the preamble lines they
+    require. An op kind without a translation: ExportError."""
     table = FSTESTS_OPS if table is None else table
     lines: list[str] = []
     requires: list[str] = []
@@ -309,7 +311,7 @@ def translate_ops(workload: Workload, oracle: OracleLog, last: int,
         model.apply(op, pattern_data(index, op) if needs_data(op) else b"")
         if op.kind in DURABILITY_OPS:
             if marks:
-                lines.append(f"_log_writes_mark {mark_name(placed)}")
+                lines.append(f"{mark_command} {mark_name(placed)}")
             placed += 1
     return lines, requires
 
@@ -343,6 +345,13 @@ def check_fstests_state(state: ExportState, form: str = "log-writes") -> None:
         raise ExportError(
             f"state {state.key!r}: its crash point is a {state.point_kind or 'unknown'} point "
             "(a log entry, not a mark), and fstests replays to marks; export it with --script")
+    if state.target.needs_journal_disk and form == "flakey":
+        # fstests' dm-flakey can drop the writes of both disks (SCRATCH_LOGDEV too), but it
+        # keeps every write a disk completed: what a missing flush loses, it never loses.
+        raise ExportError(
+            f"state {state.key!r}: {state.target.name} keeps its journal on a second disk, and "
+            "a dm-flakey cut keeps writes completed without a flush; the dm-log-writes form "
+            "records both disks")
     if state.target.journalled and fsck_first(state.target):
         # A journal only the checker replays (JFS): mounting the replayed log as fstests
         # does would meet a dirty volume. Without a journal the mount works as it is; the
@@ -377,7 +386,9 @@ def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
     replay_to = state.last_mark or "mkfs"
     # dm-flakey runs the workload only up to the durability op of the state's mark.
     end = state.mark_op if flakey else state.window_end
-    ops, requires = translate_ops(state.workload, state.oracle, end, marks=not flakey)
+    two_disks = target.needs_journal_disk
+    ops, requires = translate_ops(state.workload, state.oracle, end, marks=not flakey,
+                                  mark_command="pc_mark" if two_disks else "_log_writes_mark")
     mount_opts = ",".join(adapter.mount_options(target))
     for tool in sorted({t for c in checks for t in c.tools}):
         requires += [r for r in CHECK_TOOL_REQUIRES.get(tool, ()) if r not in requires]
@@ -404,9 +415,52 @@ def fstests_text(state: ExportState, checks: Sequence[Check], seq: str,
         end=end, ops=ops, last_mark=state.last_mark, replay_to=replay_to,
         promise=state.durability_words(replay_to) if state.last_mark else "mkfs",
         root_var=ROOT_VAR, functions=check_functions(checks, state.oracle.block_bytes),
-        checks=[c.render() for c in checks])
+        checks=[c.render() for c in checks], two_disks=two_disks,
+        **(two_disk_commands(state) if two_disks else {}))
     golden = "\n".join([f"QA output created by {seq}", *(f"ok: {c.what}" for c in checks), ""])
     return text, golden
+
+
+#: Shell variables of the two-disk form: the devices mkfs and mount are given while the
+#: workload is recorded, and those the replayed state is checked on.
+_RECORDING = {"@DATA@": "LOGWRITES_DMDEV", "@JOURNAL@": "pc_jdev"}
+_REPLAYED = {"@DATA@": "DMTHIN_VOL_DEV", "@JOURNAL@": "SCRATCH_LOGDEV"}
+
+
+def _shell(argv: Sequence[str], devices: dict[str, str]) -> str:
+    """``argv`` as one shell line: a word naming a device in double quotes, the device as
+    its variable; every other word quoted as shlex quotes it."""
+    words = []
+    for arg in argv:
+        if not any(p in arg for p in devices):
+            words.append(shlex.quote(arg))
+            continue
+        text = re.sub(r'(["\\$`])', r"\\\1", arg)
+        for placeholder, var in devices.items():
+            text = text.replace(placeholder, "${" + var + "}")
+        words.append(f'"{text}"')
+    return " ".join(words)
+
+
+def two_disk_commands(state: ExportState) -> dict[str, object]:
+    """What the two-disk form runs: both disks' mkfs, the mount options while recording and
+    after the replay, the read-only fsck of the replayed state, the journal disk's size:
+    the commands of powercut's own check (recovery.filesystems), with fstests' devices."""
+    target = state.target
+    adapter = adapter_for(target.fstype)
+    journal_mkfs = adapter.journal_mkfs_argv(target, "@JOURNAL@")
+    return {
+        "journal_mkfs": _shell(journal_mkfs, _RECORDING) if journal_mkfs else None,
+        "data_mkfs": _shell(adapter.mkfs_argv(target, "@DATA@", journal_dev="@JOURNAL@"),
+                            _RECORDING),
+        "recording_mount": _shell([",".join(adapter.mount_options(
+            target, journal_dev="@JOURNAL@"))], _RECORDING),
+        "replayed_mount": _shell([",".join(adapter.mount_options(
+            target, journal_dev="@JOURNAL@"))], _REPLAYED),
+        "fsck": _shell(adapter.fsck_argv("@DATA@", repair=False, journal_dev="@JOURNAL@"),
+                       _REPLAYED),
+        "journal_mib": disk_bytes([target])["journal"] // (1 << 20),
+    }
 
 
 def case_name(case: str) -> str:

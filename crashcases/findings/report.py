@@ -259,7 +259,9 @@ def report_text(state: ExportState, kernels: Sequence[KernelResult], *, cause: s
             lines.append(f"- `tests/{name}`: {how}.")
         lines += ["", "Copy `tests/` into an fstests checkout and run `./check "
                   + " ".join(n for n, _ in tests) + "` (SCRATCH_DEV, and LOGWRITES_DEV for the "
-                  "dm-log-writes form, in local.config).", ""]
+                  "dm-log-writes form, in local.config"
+                  + (", and SCRATCH_LOGDEV with USE_EXTERNAL=yes for the journal's disk"
+                     if target.needs_journal_disk else "") + ").", ""]
     if runs:
         lines += ["| test | form | kernel | verdict |", "|---|---|---|---|"]
         lines += [f"| {r.test} | {r.form} | {r.kernel} | {r.verdict} |" for r in runs]

@@ -279,6 +279,10 @@ def _state_image(state: ExportState, out: Path) -> None:
 
 def write_script(state: ExportState, out: Path, *, force: bool = False) -> tuple[Path, Path]:
     """Write the standalone reproducer ``out`` and the image beside it; returns both paths."""
+    if state.target.needs_journal_disk:
+        raise ExportError(f"state {state.key!r}: {state.target.name} keeps its journal on a "
+                          "second disk, and the script recovers one disk's image; --fstests "
+                          "writes a test that records and replays both")
     out = out.resolve()
     image = image_file_for(out)
     _fresh(out, force)

@@ -50,10 +50,14 @@ written if the input is bad):
                   crash tests use is written as the next test number: the
                   workload runs on dm-flakey up to the mark's durability
                   operation, _flakey_drop_and_remount loses every write
-                  after it, and the same checks run. It cannot express a
-                  state of two disks (an external journal). A dm-flakey
-                  cut drops writes issued after it; writes completed but
-                  not yet flushed stay, as on a disk without a write cache.
+                  after it, and the same checks run. A dm-flakey cut drops
+                  writes issued after it; writes completed but not yet
+                  flushed stay, as on a disk without a write cache.
+                  A target with its journal on a disk of its own (ext4/logdev,
+                  xfs/logdev) is written in the dm-log-writes form only, with
+                  both disks recorded: LOGWRITES_DEV split in two logs, the
+                  journal on SCRATCH_LOGDEV (USE_EXTERNAL=yes); the script
+                  and the dm-flakey form cannot express such a state.
 
 The state's image comes from the run (state-*.img.gz) or is rebuilt from
 its log.img. A state that passed, is not in the run, or whose image cannot
@@ -102,8 +106,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             written.append(names[form])
             print(f"wrote {test} ({form})")
             print(f"  and {out} (the golden output)")
+        journal = (", and SCRATCH_LOGDEV with USE_EXTERNAL=yes for the journal's disk"
+                   if state.target.needs_journal_disk else "")
         print(f"run: cd {_shown(where.resolve())} && ./check {' '.join(written)}   "
-              "(needs SCRATCH_DEV, and LOGWRITES_DEV for the dm-log-writes form, in "
+              f"(needs SCRATCH_DEV, and LOGWRITES_DEV for the dm-log-writes form{journal}, in "
               "local.config)")
     return 0
 

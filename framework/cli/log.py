@@ -68,13 +68,16 @@ def _non_negative(text: str) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     """Summarise a log: entries, marks, flushes, FUAs, discards, payload."""
     with LogReader(args.log) as reader:
-        summary = summarize(reader)
+        summary = summarize(reader, per_mark=args.per_mark)
         size_bytes = reader.size_bytes
+    intervals = summary.intervals
     if args.json:
         data = summary.to_dict()
         data["log"] = args.log
         data["log_bytes"] = size_bytes
         data["marks"] = [{"index": i, "mark": _printable(m)} for i, m in summary.marks]
+        if args.per_mark:
+            data["per_mark"] = [{**i.to_dict(), "mark": _printable(i.mark)} for i in intervals]
         print(_json_text(data))
         return 0
     print(f"log:           {args.log} ({size_bytes} bytes)")
@@ -86,8 +89,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"FUAs:          {summary.fuas}")
     print(f"discards:      {summary.discards} ({summary.discard_bytes} bytes)")
     print(f"marks:         {len(summary.marks)}")
-    for index, mark in summary.marks:
-        print(f"  {index:>10}  {_printable(mark)}")
+    if not args.per_mark:
+        for index, mark in summary.marks:
+            print(f"  {index:>10}  {_printable(mark)}")
+        return 0
+    print(f"  {'index':>10}  {'writes':>6} {'KiB':>8} {'runs':>5} {'flushes':>7} {'FUAs':>5}  "
+          "mark (what reached the device since the mark before)")
+    for i in intervals:
+        print(f"  {i.index:>10}  {i.writes:>6} {i.payload_bytes / 1024:>8.1f} {i.runs:>5} "
+              f"{i.flushes:>7} {i.fuas:>5}  {_printable(i.mark)}")
     return 0
 
 
@@ -225,6 +235,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     info = verbs.add_parser("info", help="summarise a log", description=cmd_info.__doc__)
     info.add_argument("log", metavar="LOG", help="log file or device")
     info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument("--per-mark", action="store_true",
+                      help="also count what reached the device between each mark and the one "
+                           "before: writes, payload, runs (writes not contiguous with the write "
+                           "completed before them), flushes, FUAs; a crash run's log has a mark "
+                           "after each durability op, so this is what each one cost")
     info.set_defaults(func=cmd_info)
 
     lst = verbs.add_parser("list", help="list the entries of a log", description=cmd_list.__doc__)

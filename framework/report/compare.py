@@ -577,7 +577,7 @@ def trade_off_moves(a: Results, b: Results) -> list[TradeOffMove]:
     from framework.report.html import build
 
     def points(r: Results) -> dict[tuple[str, str], dict[str, Any]]:
-        data = build(r).data.get("trade_off") or {}
+        data = build(r, draw=False).data.get("trade_off") or {}
         return {(panel["profile"], p["name"]): p for panel in data.get("panels", [])
                 for p in panel["points"]}
 

@@ -11,7 +11,9 @@ import base64
 import math
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from typing import Any
 
@@ -39,6 +41,11 @@ class Report:
 
     data: dict[str, Any]
     figures: dict[str, bytes] = field(default_factory=dict)
+    draw: bool = True  # False: the data only (compare reads it), no figure rendered
+
+    def figure(self, name: str, render: Callable[[], bytes]) -> None:
+        if self.draw:
+            self.figures[name] = render()
 
 
 def _label(results: Results, target: str) -> str:
@@ -79,14 +86,15 @@ def crash_verdicts(r: Results) -> dict[str, str]:
     return out
 
 
-def build(r: Results) -> Report:
+def build(r: Results, *, draw: bool = True) -> Report:
+    """The report's data and, unless draw is False, its figures."""
     report = Report({"run": {"id": r.top.id, "uuid": r.top.uuid, "kind": r.top.kind or "run",
                              "study": r.study, "status": r.top.status.value,
                              "started_at": r.top.started_at, "finished_at": r.top.finished_at,
                              "command_line": r.top.command_line,
                              "steps": [{"id": x.id, "kind": x.kind, "title": x.study,
                                         "status": x.status.value} for x in r.runs]},
-                     "missing": []})
+                     "missing": []}, draw=draw)
     _crash(r, report)
     _cut(r, report)
     _bench(r, report)
@@ -144,8 +152,8 @@ def _crash(r: Results, report: Report) -> None:
                             "times": times}
     mounts = {_label(r, str(t)): list(rows["mount_s"].dropna())
               for t, rows in c.groupby("target", sort=False)}
-    report.figures["crash_times"] = figures.distributions(
-        mounts, title="Mount time of every crash state (journal replay)", ylabel="mount, s")
+    report.figure("crash_times", lambda: figures.distributions(
+        mounts, title="Mount time of every crash state (journal replay)", ylabel="mount, s"))
 
 
 def _cut(r: Results, report: Report) -> None:
@@ -175,16 +183,16 @@ def _cut(r: Results, report: Report) -> None:
     for target, rows in v.groupby("target", sort=False):
         groups[f"{_label(r, str(target))}\nmount"] = list(rows["mount_s"].dropna())
         groups[f"{_label(r, str(target))}\nfsck"] = list(rows["fsck_s"].dropna())
-    report.figures["cut_times"] = figures.distributions(
+    report.figure("cut_times", lambda: figures.distributions(
         groups, title="Recovery after live power cuts: mount (journal replay) and fsck",
-        ylabel="seconds")
+        ylabel="seconds"))
     flight = v.dropna(subset=["in_flight_bytes", "recovery_s"])
     if not flight.empty:
-        report.figures["in_flight"] = figures.scatter(
+        report.figure("in_flight", lambda: figures.scatter(
             {_label(r, str(t)): list(zip(rows["in_flight_bytes"] / 2**20, rows["recovery_s"]))
              for t, rows in flight.groupby("target", sort=False)},
             title="Recovery time against data in flight at the cut",
-            xlabel="written and not yet durable at the cut, MiB", ylabel="mount + fsck, s")
+            xlabel="written and not yet durable at the cut, MiB", ylabel="mount + fsck, s"))
 
 
 def _bench(r: Results, report: Report) -> None:
@@ -238,9 +246,9 @@ def _bench(r: Results, report: Report) -> None:
                     "anova_note": why or f"{reps} repetitions per target"})
         drawn = [(c["target"], c["mean"], c["low"], c["high"]) for c in cells if "mean" in c]
         if drawn:
-            report.figures[f"throughput_{plan.run_id}"] = figures.means(
-                drawn, title=f"{plan.workload}: {metric} per target ({100 * plan.level:g}% "
-                             "intervals)", ylabel=f"{metric}, {unit}")
+            title = f"{plan.workload}: {metric} per target ({100 * plan.level:g}% intervals)"
+            report.figure(f"throughput_{plan.run_id}", partial(
+                figures.means, drawn, title=title, ylabel=f"{metric}, {unit}"))
     report.data["bench"] = out
 
 
@@ -295,7 +303,7 @@ def _trade_off(r: Results, report: Report) -> None:
     report.data["trade_off"] = {"metric": metric, "workload": workload, "panels": panels,
                                 "left_out": missing}
     if panels and metric is not None:
-        report.figures["trade_off"] = figures.trade_off(panels, metric)
+        report.figure("trade_off", lambda: figures.trade_off(panels, metric))
     else:
         report.data["missing"].append(
             "the trade-off figure: it needs a bench step and a cut step over the same targets"

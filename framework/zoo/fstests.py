@@ -6,7 +6,8 @@ fstests (xfstests) is not packaged; a checkout built with its own ``make``
 runs from a copy in the guest's run directory, with a ``local.config``
 that names three scratch disks: the test device (made with the target's
 filesystem first), the scratch device and the log-writes device the
-dm-log-writes tests need. There is no udevd in powercut's guests:
+dm-log-writes tests need; a target with its journal on a disk of its own
+gets a fourth, SCRATCH_LOGDEV (with USE_EXTERNAL=yes). There is no udevd in powercut's guests:
 libdevmapper makes the device nodes itself. The verdict is fstests' own:
 ``./check`` says the test passed, failed, or was not run (and why).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from framework.core import clock
@@ -25,8 +26,10 @@ from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
 from framework.zoo.kernels import Kernel
+from recovery.disks import disk_bytes
 from recovery.filesystems import kernel_modules
 from recovery.mount import mkfs
+from recovery.target import JournalPlacement
 from recovery.targets import resolve
 
 MiB = 1 << 20
@@ -64,10 +67,13 @@ class Verdict:
                 "wall_s": round(self.wall_s, 1)}
 
 
-def local_config(fstype: str, mkfs_options: str) -> str:
+def local_config(fstype: str, mkfs_options: str, *, logdev: bool = False) -> str:
+    """fstests' local.config for the guest's disks; ``logdev``: a fourth disk as the scratch
+    filesystem's external journal (SCRATCH_LOGDEV, USE_EXTERNAL=yes)."""
     lines = [f"export FSTYP={fstype}", "export TEST_DEV=/dev/vda", "export TEST_DIR=/mnt/test",
              "export SCRATCH_DEV=/dev/vdb", "export SCRATCH_MNT=/mnt/scratch",
              "export LOGWRITES_DEV=/dev/vdc",
+             *(["export SCRATCH_LOGDEV=/dev/vdd", "export USE_EXTERNAL=yes"] if logdev else []),
              "# No udevd in powercut's guests: libdevmapper makes the /dev/mapper nodes itself.",
              "export DM_DISABLE_UDEV=1", "export UDEV_SETTLE_PROG=true", "unset UDEV_WAIT_PROG"]
     if mkfs_options:
@@ -112,14 +118,19 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
         prepare(copy)
     if not (copy / "tests" / test).is_file():
         return Verdict(test, label, "missing", f"{test} is not in {checkout}")
-    (copy / "local.config").write_text(local_config(target.fstype, " ".join(target.mkfs_options)))
+    logdev = target.needs_journal_disk
+    (copy / "local.config").write_text(local_config(target.fstype, " ".join(target.mkfs_options),
+                                                    logdev=logdev))
     disks = [DiskSpec("test", 1024 * MiB), DiskSpec("scratch", 2048 * MiB),
-             DiskSpec("logwrites", 2048 * MiB)]
+             DiskSpec("logwrites", 2048 * MiB),
+             *([DiskSpec("logdev", disk_bytes([target])["journal"])] if logdev else [])]
     modules = (*kernel_modules((target.fstype,)), "dm-thin-pool")
     with QemuMachine(kernel=spec, disks=disks, modules=modules, rundir=workdir,
                      missing_modules_ok=True) as guest:
         guest.start()
-        mkfs(guest, target, guest.disk("test"))
+        # The test device is only where fstests keeps its own files: its journal stays inside.
+        mkfs(guest, replace(target, journal=JournalPlacement.INTERNAL) if logdev else target,
+             guest.disk("test"))
         guest.run(["mkdir", "-p", "/mnt/test", "/mnt/scratch"], timeout_s=60)
         ran = guest.run(["sh", "-c", f"cd {os.fspath(copy)} && ./check {test}"],
                         timeout_s=CHECK_TIMEOUT_S, ok_status=None)

@@ -18,6 +18,7 @@ from crashcases.crash.plan import CrashPlan, validate_plan
 from crashcases.crash.points import Strategy, Variants
 from crashcases.crash.run import recheck, run_crash, run_spec
 from crashcases.vocabulary import Outcome
+from devicemapper.replay import Replayer
 from framework.core.lifecycle import run_lifecycle
 from framework.core.machine.base import DiskSpec, Machine
 from framework.core.machine.qemu import GUEST_CPUS_VARIABLE, QemuMachine
@@ -93,6 +94,36 @@ def test_two_disks_a_lying_journal_disk_fires_and_prefix_states_keep_every_promi
     lied = next(k for k, o in outcomes(result).items() if "journal-lying" in k and o is not Outcome.OK)
     assert recheck(result.run_dir, lied, factory)[1].outcome is result.results[lied].outcome
     assert list(result.run_dir.glob("state-*-journal.img.gz"))
+
+
+def test_an_external_journal_made_by_mkfs_is_durable_at_the_mkfs_mark(tmp_path):
+    """ext4 with its journal on a disk of its own and a workload whose first marks come
+    before any journal commit (two syncs on an empty filesystem). mke2fs writes the
+    journal's user list without flushing the journal disk, and dm-log-writes logs a write
+    only at the flush after it: unless mkfs is followed by a flush, the journal log at the
+    mkfs mark holds a journal with no user and the first states do not mount (with the
+    flush taken out of recovery.mount.mkfs, the states at both syncs are unmountable)."""
+    ops = [{"kind": "sync"}, {"kind": "sync"}, {"kind": "mkdir", "path": "d"},
+           {"kind": "creat", "path": "d/f"}, {"kind": "fsync", "path": "d/f"}]
+    workload = tmp_path / "syncs.json"
+    workload.write_text(json.dumps({"name": "syncs first", "seed": 0, "ops": ops}))
+    result = crash(tmp_path, target="ext4/logdev", case=f"file:{workload}")
+    assert set(outcomes(result).values()) == {Outcome.OK}, {
+        k: (r.outcome, r.findings[:1]) for k, r in result.results.items()}
+    journal = tmp_path / "journal-at-mkfs.img"
+    journal.write_bytes(b"")
+    journal_log = result.run_dir / "journal-log.img"
+    with open(journal, "r+b") as f:
+        f.truncate(64 << 20)
+    with Replayer(journal_log, journal) as rp:
+        rp.replay_to_mark("mkfs")
+    # The jbd2 superblock in the block after the first 4 KiB: s_nr_users at byte 64,
+    # big-endian (include/linux/jbd2.h, journal_superblock_t).
+    with open(journal, "rb") as f:
+        f.seek(4096)
+        jsb = f.read(1024)
+    assert int.from_bytes(jsb[:4], "big") == 0xC03B3998
+    assert int.from_bytes(jsb[64:68], "big") == 1
 
 
 def test_ext2_states_need_fsck_repair_and_recheck_agrees(tmp_path):

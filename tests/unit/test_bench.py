@@ -354,7 +354,7 @@ def test_repetition_runs_mkfs_mount_workload_umount_in_order(monkeypatch, tmp_pa
                             mountpoint=str(tmp_path / "mnt"))
     res = benchtask.run_repetition(fake, req)
     tools = [c[0] if c[0] != "env" else c[3] for c in fake.calls if c[0] != "dmesg"]
-    assert tools == ["mke2fs", "mount", "mkdir", "fs_mark", "umount"]
+    assert tools == ["mke2fs", "sync", "mount", "mkdir", "fs_mark", "umount"]
     mount = next(c for c in fake.calls if c[0] == "mount")
     assert "data=journal" in mount[mount.index("-o") + 1]
     assert res.metric("files").value == pytest.approx(1234.5)

@@ -58,6 +58,24 @@ def test_info_text_and_json(small_log: Path, capsys: pytest.CaptureFixture[str])
     ]
 
 
+def test_info_per_mark_says_what_each_mark_closes(small_log: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["log", "info", str(small_log), "--per-mark", "--json"]) == 0
+    per = {m["mark"]: m for m in json.loads(capsys.readouterr().out)["per_mark"]}
+    assert per["mkfs"] | {"index": 0} == {"mark": "mkfs", "index": 0, "entries": 2, "writes": 1,
+                                          "flushes": 1, "fuas": 0, "payload_bytes": 1024,
+                                          "runs": 1}
+    # sector 4 (FUA) and sector 8: two places; the discard is an entry, not a write.
+    assert (per["fsync-1"]["writes"], per["fsync-1"]["runs"], per["fsync-1"]["entries"],
+            per["fsync-1"]["fuas"], per["fsync-1"]["flushes"]) == (2, 2, 4, 1, 1)
+    assert per["dm-log-writes-end"]["entries"] == 0
+    assert run_cli(["log", "info", str(small_log), "--per-mark"]) == 0
+    out = capsys.readouterr().out
+    assert "runs flushes  FUAs" in out
+    assert [line.split()[-1] for line in out.splitlines()[-3:]] == [
+        "mkfs", "fsync-1", "dm-log-writes-end"]
+
+
 def test_list_text_json_and_window(small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["log", "list", str(small_log)]) == 0
     lines = capsys.readouterr().out.splitlines()

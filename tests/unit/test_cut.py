@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import xml.etree.ElementTree as ET
@@ -553,3 +554,95 @@ def test_a_flaky_failing_trial_is_run_again_and_reported_as_f_of_t(tmp_path: Pat
     (row,) = report.data["cut"]
     assert row["rates"] == ["#0 data-loss: fails 2/3, flaky 66%", "#1 data-loss: fails 3/3, reliable"]
     assert "<br>#0 data-loss: fails 2/3, flaky 66%" in page
+
+
+def test_two_jobs_run_every_trial_once_in_two_guests_and_save_them_in_the_plans_order(
+        tmp_path: Path) -> None:
+    """--jobs 2: two guests (each with its own run subdirectory and oracle) take the trials
+    of one random order; each trial runs once, at the same cut point as with one job, is
+    stored once, and results.json and the result list them in the plan's order."""
+    import threading
+
+    from framework.core.lifecycle import run_lifecycle
+
+    workload = small_workload()
+    seen: list[tuple[str, str, str]] = []  # (guest's rundir, task, key)
+    lock = threading.Lock()
+    both_busy = threading.Barrier(2, timeout=10)
+
+    def factory(disks: Any, rundir: Path, fstypes: Any) -> FakeMachine:
+        rundir.mkdir(parents=True, exist_ok=True)
+
+        def guest(argv: tuple[str, ...], text: str | None) -> tuple[int, str, str]:
+            raw = json.loads(text or "{}")
+            task = raw.pop("task")
+            if task == "cut-oracle":
+                with lock:
+                    seen.append((rundir.name, task, ""))
+                both_busy.wait()  # the second guest is up while the first one works
+                return 0, agent.frame({"result": OracleResult(4, len(workload.ops), 0.1).to_dict()}), ""
+            trial = TrialRequest.from_dict(raw)
+            with lock:
+                seen.append((rundir.name, task, trial.key))
+            drive = _trial(trial.target.name, 0, Outcome.OK, 0.2, 0.3).drive
+            assert drive is not None
+            outcome = TrialOutcome(drive, CheckResult(key=trial.key, mount_s=0.2), "pc-1")
+            return 0, agent.frame({"result": outcome.to_dict()}), ""
+
+        return FakeMachine(rundir=rundir).on("* -m framework.cli.guest", respond=guest)
+
+    targets = ("ext4/ordered", "xfs")
+    plan = cut.CutPlan(targets=targets, case="random:10", trials=4, cut_after_ops=2,
+                       order="random", jobs=2)
+    one_job = dataclasses.replace(plan, jobs=1)
+    valid = cut.ValidatedCutPlan(plan, tuple(get_target(t) for t in targets), workload)
+    with Store(tmp_path / "db.sqlite") as store:
+        with run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
+            result = cut.run_cut(valid, run, factory)
+        rows = store.recoveries(run.run_id or 0)
+        assert "guest" in store.run(run.run_id or 0).environment  # the first lane's facts
+    keys = [k for _, task, k in seen if task == "cut-trial"]
+    assert sorted(keys) == sorted(f"{t}#{n}" for t in targets for n in range(4))
+    assert {d for d, task, _ in seen if task == "cut-trial"} == {"vm", "vm-1"}
+    assert sorted(d for d, task, _ in seen if task == "cut-oracle") == ["vm", "vm", "vm-1", "vm-1"]
+    order = plan.trial_order()
+    assert [(t.target, t.trial) for t in result.trials] == order
+    assert sorted((r.target, r.trial) for r in rows) == sorted(order)  # each stored once
+    on_disk = json.loads((run.run_dir / "results.json").read_text())
+    assert [(t["target"], t["trial"]) for t in on_disk["trials"]] == order
+    engine = cut.CutEngine(cut.ValidatedCutPlan(one_job, valid.targets, workload), tmp_path / "one",
+                           factory)
+    assert all(t.point == engine.point_for(t.target, t.trial) for t in result.trials)
+    engine.close()
+
+
+def test_an_error_in_one_jobs_guest_stops_the_run_and_is_raised(tmp_path: Path) -> None:
+    """A harness error in one guest's thread (here: a bug) is raised by run_cut once the other
+    guest has ended its trial, and no trial is started after it."""
+    from framework.core.lifecycle import run_lifecycle
+
+    started: list[int] = []
+
+    def run_trial(self: cut.CutEngine, target: str, n: int) -> TrialResult:
+        started.append(n)
+        if n == 1:
+            raise RuntimeError("planted: the engine broke")
+        return _trial(target, n, Outcome.OK, 0.1, 0.2)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(cut.CutEngine, "run_trial", run_trial)
+    plan = cut.CutPlan(targets=("ext4/ordered",), case="random:10", trials=50, jobs=2)
+    try:
+        with Store(tmp_path / "db.sqlite") as store, \
+                pytest.raises(RuntimeError, match="planted"), \
+                run_lifecycle(cut.run_spec(plan), tmp_path, store) as run:
+            cut.run_cut(cut.ValidatedCutPlan(plan, (get_target("ext4/ordered"),),
+                                             small_workload()), run, lambda *a: FakeMachine())
+    finally:
+        mp.undo()
+    assert 1 in started and len(started) < 50
+
+
+def test_jobs_must_be_at_least_one() -> None:
+    with pytest.raises(ConfigError, match="--jobs must be at least 1, got 0"):
+        cut.validate_cut_plan(cut.CutPlan(targets=("ext4/ordered",), case="random:10", jobs=0))

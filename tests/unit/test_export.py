@@ -665,10 +665,40 @@ def test_the_flakey_form_runs_to_the_marks_durability_op_then_cuts_and_checks(tm
     assert subprocess.run(["bash", "-n", str(test)], capture_output=True).returncode == 0
 
 
-def test_no_form_takes_a_two_disk_state_and_the_flakey_form_no_variant(tmp_path):
+def test_a_two_disk_state_is_a_log_writes_test_of_both_disks_and_no_other_form(tmp_path):
+    """ext4 with its journal on a disk of its own: the fstests test records both disks, a
+    mark on both logs after each durability op, replays both to the state's mark and mounts
+    the journal by path; the script (one image) and the dm-flakey form (which keeps writes
+    completed without a flush) refuse it."""
     run = make_run(tmp_path, planted_workload(), one_finding(), target="ext4/logdev")
-    with pytest.raises(ExportError, match="keeps its journal on a second disk"):
-        load_export_state(run, "40/prefix")
+    state = load_export_state(run, "40/prefix")
+    fst = tmp_path / "fst2"
+    fst.mkdir()
+    test, _ = write_fstests(state, fst, "generic/997")
+    text = test.read_text()
+    for needed in ("_require_logdev", "_require_log_writes", "_require_dm_target linear",
+                   "LOGWRITES_DEV=/dev/mapper/pc-log-data",
+                   'mke2fs -F -q -O journal_dev -b 4096 "${pc_jdev}"',
+                   '-J "device=${pc_jdev}" "${LOGWRITES_DMDEV}"',
+                   "sync $LOGWRITES_DMDEV $pc_jdev\npc_mark mkfs",
+                   "-o \"data=ordered,journal_path=${pc_jdev}\" $LOGWRITES_DMDEV",
+                   f"_log_writes_replay_log {MARK} $DMTHIN_VOL_DEV\npc_zero_journal",
+                   f"--end-mark {MARK}",
+                   "-o \"data=ordered,journal_path=${SCRATCH_LOGDEV}\" $DMTHIN_VOL_DEV",
+                   'e2fsck -f -n -j "${SCRATCH_LOGDEV}" "${DMTHIN_VOL_DEV}"',
+                   "count=128 oflag=direct"):
+        assert needed in text, needed
+    assert "pc_mark pc-0" in text and "_log_writes_mark pc-" not in text
+    assert "_require_no_logdev" not in text and "_log_writes_mkfs" not in text
+    assert subprocess.run(["bash", "-n", str(test)], capture_output=True).returncode == 0
+    with pytest.raises(ExportError, match="keeps writes completed without a flush"):
+        write_fstests(state, fst, "generic/996", form="flakey")
+    with pytest.raises(ExportError, match="the script recovers one disk's image"):
+        write_script(state, tmp_path / "r.sh")
+    assert not (tmp_path / "r.sh").exists()
+
+
+def test_the_flakey_form_takes_no_subset_state(tmp_path):
     (tmp_path / "subset").mkdir()
     run = make_run(tmp_path / "subset", planted_workload(), one_finding(), key="40/subset:7")
     (tmp_path / "fst").mkdir()

@@ -362,9 +362,13 @@ def test_run_fsck_timeout_propagates(make_fake: Callable[..., FakeMachine]) -> N
 def test_mkfs_runs_journal_then_filesystem(make_fake: Callable[..., FakeMachine]) -> None:
     fake = make_fake(strict=True)
     fake.on("mke2fs *", status=0)
+    fake.on("sync *", status=0)
     mkfs(fake, get_target("ext4/logdev"), "/dev/vdb", journal_dev="/dev/vdc")
-    assert [c[-1] for c in fake.calls] == ["/dev/vdc", "/dev/vdb"]
+    assert [c[-1] for c in fake.calls[:2]] == ["/dev/vdc", "/dev/vdb"]
     assert "journal_dev" in fake.calls[0]
+    # Then both devices are flushed: mke2fs leaves the journal's user list unflushed.
+    assert list(fake.calls[2]) == ["sync", "/dev/vdb", "/dev/vdc"]
+    assert len(fake.calls) == 3
 
 
 def test_mkfs_failure_raises(make_fake: Callable[..., FakeMachine]) -> None:

@@ -20,6 +20,7 @@ from devicemapper.logformat import (
     LogFlag,
     LogReader,
     LogWriter,
+    by_mark,
     find_mark,
     flags_str,
     max_mark_bytes,
@@ -467,3 +468,34 @@ def test_io_error_is_a_log_format_error_naming_the_place(
             LogFormatError, match=rf"entry 0 at byte {S}: read failed: Input/output"
         ):
             list(reader)
+
+
+def test_by_mark_counts_what_each_mark_closes(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    block = b"\xab" * 4096
+    with LogWriter(path, sectorsize=512) as w:
+        w.write(0, block)           # setup
+        w.mark("setup")
+        w.write(800, block)         # a run of two contiguous writes ...
+        w.write(808, block)
+        w.write(8, block)           # ... a second place ...
+        w.flush()
+        w.fua_write(100, block)     # ... and a third, with FUA
+        w.mark("fsync-1")
+        w.flush()                   # a mark with nothing but a flush before it
+        w.mark("fsync-2")
+        w.write(200, block)         # after the last mark: no mark closes it
+    with LogReader(path) as reader:
+        got = [(i.mark, i.writes, i.runs, i.flushes, i.fuas, i.payload_bytes)
+               for i in by_mark(reader)]
+    # The end mark closes the last write: it is an interval of its own.
+    assert got == [("setup", 1, 1, 0, 0, 4096), ("fsync-1", 4, 3, 1, 1, 4 * 4096),
+                   ("fsync-2", 0, 0, 1, 0, 0), (END_MARK, 1, 1, 0, 0, 4096)]
+    # The control: one write moved next to the one before it makes one run fewer.
+    with LogWriter(tmp_path / "log2", sectorsize=512, end_mark=False) as w:
+        w.write(800, block)
+        w.write(808, block)
+        w.write(816, block)
+        w.mark("m")
+    with LogReader(tmp_path / "log2") as reader:
+        assert [i.runs for i in by_mark(reader)] == [1]

@@ -86,6 +86,24 @@ def images(html: str) -> dict[str, bytes]:
     return {name: base64.b64decode(data) for name, data in found}
 
 
+def test_the_data_without_figures_is_the_same_data(tmp_path: Path) -> None:
+    """compare reads a report's data only: built with draw=False it renders no figure and
+    says exactly what the drawn report says."""
+    from framework.report.html import build
+    from framework.report.results import load
+
+    db = tmp_path / "r.db"
+    top = make_study(db, tmp_path / "study-run")
+    with Store(db) as store:
+        drawn, bare = build(load(store, str(top))), build(load(store, str(top)), draw=False)
+    assert set(drawn.figures) == {"trade_off", "cut_times", "in_flight", "crash_times"} | {
+        k for k in drawn.figures if k.startswith("throughput_")}
+    assert any(k.startswith("throughput_") for k in drawn.figures)
+    assert bare.figures == {}
+    assert json.dumps(bare.data, sort_keys=True, default=str) == json.dumps(
+        drawn.data, sort_keys=True, default=str)
+
+
 def test_the_report_has_every_section_and_inline_figures(tmp_path: Path, capsys) -> None:
     db = tmp_path / "r.db"
     top = make_study(db, tmp_path / "study-run")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -699,3 +700,90 @@ def test_every_fstests_option_takes_only_a_built_checkout(tmp_path, monkeypatch)
     monkeypatch.setenv("POWERCUT_XFSTESTS", str(checkout))
     assert built_checkout(None, "--fstests") == checkout
     assert checkout_of(None) == checkout
+
+
+def test_the_readmes_held_out_figure_is_the_kept_zoo_json() -> None:
+    import json
+
+    from framework.zoo.recall import counts_as_detected, load_report, totals
+
+    root = Path(__file__).resolve().parents[2]
+    kept = root / "docs" / "measurements" / "data" / "2026-11-29-zoo-7.3-w8.json"
+    report = totals(load_report(kept))
+    assert report["plan"]["version"] == "w8"
+    row = next(line for line in (root / "README.md").read_text().splitlines()
+               if line.startswith("| zoo-7.3 (7.3.4) | w8"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[3:5] == [str(report["recall"]["entries"]), str(report["recall"]["detected"])]
+    assert cells[5].startswith(f"{report['false_alarms']} in {report['false_alarm_states']:,} states")
+    # No path of the machine it ran on.
+    assert "/root/" not in json.dumps(json.loads(kept.read_text()))
+
+    # The row after the mkfs flush: the held-out run's detected entries, with those of the
+    # entries run again replaced by the second run's verdicts.
+    again = load_report(kept.with_name("2026-11-29-zoo-7.3-w8-logdev-again.json"))
+    assert again["plan"]["version"] == "w8"
+    verdicts = {e["name"]: counts_as_detected(e) for e in load_report(kept)["entries"]}
+    verdicts.update({e["name"]: counts_as_detected(e) for e in again["entries"]})
+    second = totals(again)
+    row = next(line for line in (root / "README.md").read_text().splitlines()
+               if line.startswith("| zoo-7.3 (7.3.4), after the mkfs flush |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[3:5] == [str(len(verdicts)), str(sum(verdicts.values()))]
+    assert cells[5].startswith(f"{second['false_alarms']} in {second['false_alarm_states']:,} states")
+    assert "/root/" not in json.dumps(again) and "/work/" not in json.dumps(again)
+
+
+def test_a_two_disk_target_gets_the_journal_disk_and_a_test_device_without_it(
+        tmp_path, monkeypatch) -> None:
+    """run_test for ext4/logdev: a fourth disk of the journal disk's size, named in
+    local.config as SCRATCH_LOGDEV with USE_EXTERNAL=yes; the test device made with its
+    journal inside (no journal disk is needed there). ext4/ordered: three disks, neither
+    line. The guest is a fake that keeps what it was given."""
+    from framework.core.machine.kernel import KernelSpec
+    from framework.zoo import fstests as zoo_fstests
+
+    seen: list[dict] = []
+
+    class Guest:
+        def __init__(self, **kwargs) -> None:
+            seen.append({"disks": [(d.name, d.size_bytes) for d in kwargs["disks"]],
+                         "runs": []})
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def start(self) -> None:
+            pass
+
+        def disk(self, name: str) -> str:
+            return f"/dev/disk-{name}"
+
+        def run(self, argv, **kwargs):
+            seen[-1]["runs"].append(list(argv))
+            return subprocess.CompletedProcess(argv, 0, "Ran: generic/997\nPassed all 1 tests\n",
+                                               "")
+
+    monkeypatch.setattr(zoo_fstests, "QemuMachine", Guest)
+    checkout = tmp_path / "xfstests"
+    (checkout / "tests" / "generic").mkdir(parents=True)
+    (checkout / "tests" / "generic" / "997").write_text("#!/bin/bash\n")
+    spec = KernelSpec(tmp_path / "vmlinuz", "7.3.4-test", tmp_path)
+    configs = {}
+    for target in ("ext4/logdev", "ext4/ordered"):
+        verdict = zoo_fstests.run_test(checkout, "generic/997", target, spec,
+                                       tmp_path / target.replace("/", "-"))
+        assert verdict.verdict == "passed", verdict
+        configs[target] = (tmp_path / target.replace("/", "-") / "xfstests" /
+                           "local.config").read_text()
+    two, one = seen
+    assert [n for n, _ in two["disks"]] == ["test", "scratch", "logwrites", "logdev"]
+    assert two["disks"][3][1] == 128 << 20
+    assert [n for n, _ in one["disks"]] == ["test", "scratch", "logwrites"]
+    assert "export SCRATCH_LOGDEV=/dev/vdd\nexport USE_EXTERNAL=yes\n" in configs["ext4/logdev"]
+    assert "SCRATCH_LOGDEV" not in configs["ext4/ordered"]
+    mkfs_test = next(r for r in two["runs"] if r[0] == "mke2fs")
+    assert mkfs_test[-1] == "/dev/disk-test" and not any("device=" in a for a in mkfs_test)
