@@ -29,14 +29,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from crashcases.oracle.log import NodeKind
 from crashcases.vocabulary import DURABILITY_OPS, OpKind
-from crashcases.workload.coverage import (
-    ROWS,
-    THEN,
-    Cell,
-    Tracker,
-    offered,
-    row_of,
-)
+from crashcases.workload.cells import ROWS, THEN, Cell, offered, row_of
+from crashcases.workload.coverage import Tracker
 from crashcases.workload.kinds import (
     FS_APPEND_FL,
     FS_IMMUTABLE_FL,
@@ -63,8 +57,11 @@ DIRS = ("d0", "d1", "d0/e", "big")
 PLACES = ("", "d0", "d1", "d0/e")
 FILES = tuple(f"{d}/{n}" if d else n for d in PLACES for n in ("f0", "f1", "f2"))
 LONG_FILES = tuple(f"d1/{LONG}{i:02d}" for i in range(2))
-#: Twenty long names in ``big``: 20 x 210 bytes of entries, more than a 4 KiB block.
-BIG = tuple(f"big/{LONG}{i:02d}" for i in range(20))
+#: Long names in ``big``: 210 bytes of entries each. The first BIG_FIRST of them are made
+#: at the start, 3,990 bytes: one name more takes the directory past a 4 KiB block (the
+#: ``dir-size=blocks`` cells of every name op in ``big``), one fewer keeps it in one.
+BIG = tuple(f"big/{LONG}{i:02d}" for i in range(24))
+BIG_FIRST = 19
 OTHERS = tuple(f"{d}/{n}" if d else n for d in PLACES for n in ("s0", "p0", "w0"))
 XATTRS = ("user.a", "user.b")
 #: Explicit times for utimes: whole seconds, and nanoseconds.
@@ -307,9 +304,13 @@ def _name_makers() -> dict[str, Maker]:
     K = OpKind
 
     def new_names(g: _Gen) -> list[str]:
+        """Free names: four of the pool's, and a long one (``name=long``), in ``big``
+        where one is free (``dir-size=blocks``)."""
         free = g.free((*FILES, *LONG_FILES, *BIG, *OTHERS))
         g.rng.shuffle(free)
-        return free[:4] + [p for p in free if p.startswith("big/")][:1]
+        long = [p for p in free if p.startswith("big/")][:1] or [
+            p for p in free if p in LONG_FILES][:1]
+        return free[:4] + [p for p in long if p not in free[:4]]
 
     def creat(g: _Gen) -> Iterator[list[Op]]:
         for p in new_names(g) + g.files()[:3]:
@@ -348,16 +349,28 @@ def _name_makers() -> dict[str, Maker]:
             yield [Op(K.UNLINK, p)]
 
     def rmdir(g: _Gen) -> Iterator[list[Op]]:
-        for p in (*DIRS, *FILES, *OTHERS):
+        for p in (*DIRS, *FILES, *LONG_FILES, *BIG, *OTHERS):
             if g.kind(p) is NodeKind.DIR:
                 yield [Op(K.RMDIR, p)]
 
     def renames(kind: OpKind) -> Maker:
         def maker(g: _Gen) -> Iterator[list[Op]]:
-            names = [p for p in (*FILES, *LONG_FILES, *OTHERS, *DIRS) if g.kind(p) is not None]
+            # Not the pool's directories: renamed away (or over), they would take every
+            # name of the pool inside them out of the makers' reach. A directory mkdir
+            # made on a name of the pool holds no name of the pool, and is renamed.
+            names = [p for p in (*FILES, *LONG_FILES, *BIG, *OTHERS)
+                     if g.kind(p) is not None]
             g.rng.shuffle(names)
-            for src in names[:4]:
-                for dst in new_names(g) + names[:4]:
+            # A name of every kind there is (``what``, and each ``pair`` of an exchange),
+            # then the first of the shuffled rest.
+            by_kind: dict[NodeKind | None, list[str]] = {}
+            for p in names:
+                by_kind.setdefault(g.kind(p), []).append(p)
+            picked = [group[0] for group in by_kind.values()]
+            picked += [p for p in names if p not in picked][:max(0, 4 - len(picked))]
+            others = [group[-1] for group in by_kind.values()]
+            for src in picked:
+                for dst in dict.fromkeys(new_names(g) + others + names[:4]):
                     if src != dst:
                         yield [Op(kind, src, dst=dst)]
         return maker
@@ -510,6 +523,8 @@ def _start(g: _Gen) -> None:
     for f in ("f0", "d0/f0", "d1/f0", "d0/e/f0"):
         g.emit(Op(K.CREAT, f))
         g.emit(Op(K.PWRITE, f, offset=0, length=2 * B + 100))
+    for f in BIG[:BIG_FIRST]:
+        g.emit(Op(K.CREAT, f))
     g.emit(Op(K.SYNC))
 
 

@@ -26,7 +26,8 @@ from crashcases.crash.points import Strategy, distinct_marks
 from crashcases.execute import mark_name
 from crashcases.vocabulary import DURABILITY_OPS
 from crashcases.workload import coverage
-from crashcases.workload.coverage import GROUPS, ROWS, Cell, Tally
+from crashcases.workload.cells import GROUPS, ROWS, Cell, offered
+from crashcases.workload.coverage import Tally
 from crashcases.workload.ops import Workload
 from framework.cli import add_target_options, named_user_targets, print_json
 from framework.core.errors import ConfigError
@@ -256,7 +257,7 @@ def measure(target: Target, user: tuple[Target, ...], plan: Sequence[tuple[str, 
     steps = [build_step(target.name, user, case, options, seed) for case, options in plan]
     if budget_s is not None:
         spend(steps, target.name, timings or Timings(), budget_s)
-    out = TargetCoverage(target.name, coverage.offered(capabilities), steps)
+    out = TargetCoverage(target.name, offered(capabilities), steps)
     for step in steps:
         until = step.until
         out.tally.add(step.case, (cell for index, cell in coverage.workload_cells(step.workload.ops)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from crashcases.execute import execute
-from crashcases.workload import coverage as C
 from crashcases.workload.cases import load_case
+from crashcases.workload.cells import ROWS, THEN, Cell, offered
 from crashcases.workload.cover import COVER_ONLY_KINDS, cover_ops
-from crashcases.workload.coverage import THEN, Cell, classify, offered, workload_cells
+from crashcases.workload.coverage import classify, workload_cells
 from crashcases.workload.kinds import FallocMode
 from crashcases.workload.model import FsModel
 from crashcases.workload.ops import DURABILITY_OPS, Op, OpKind, Workload
@@ -78,7 +78,7 @@ def test_a_filesystem_offers_the_cells_of_what_it_has() -> None:
     assert {"clone", "dedupe_range", "fallocate:unshare-range"} <= {c.row for c in xfs}
     assert ext4 < offered(None)
     # Every cell of a row a filesystem offers, and every row has some.
-    assert all(list(row.cells()) for row in C.ROWS.values())
+    assert all(list(row.cells()) for row in ROWS.values())
 
 
 # -- a workload's cells ------------------------------------------------------
@@ -123,7 +123,8 @@ def test_cover_produces_nearly_every_offered_cell(fs: str) -> None:
     assert ops[-1].kind in DURABILITY_OPS
     want = offered(CAPS[fs])
     got = cells_of(*ops) & want
-    assert len(got) >= 0.9 * len(want), sorted(want - got)[:20]
+    # Over seeds 0 to 3 every filesystem reached 96.8% or more at 600 ops.
+    assert len(got) >= 0.95 * len(want), sorted(want - got)[:20]
     assert {op.kind for op in ops} >= COVER_ONLY_KINDS - {
         k for k in COVER_ONLY_KINDS if not OpSelection(CAPS[fs]).capable(Op(k))}
 
@@ -221,4 +222,4 @@ def test_the_command_prints_a_table_json_and_a_figure(tmp_path: Path,
 
 
 def test_every_fallocate_mode_has_a_row() -> None:
-    assert {f"fallocate:{m}" for m in FallocMode} <= set(C.ROWS)
+    assert {f"fallocate:{m}" for m in FallocMode} <= set(ROWS)
