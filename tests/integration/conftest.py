@@ -31,7 +31,7 @@ def guest_prerequisites() -> str | None:
 LONGEST = (
     "test_user_targets.py::test_a_study_runs_crash_cut_and_bench",
     "test_shrink.py::test_a_planted_fsync_failure",
-    "test_bench.py::test_bench_over_three_journal_modes",
+    "test_bench.py::test_bench_against_a_baseline_without_a_journal",
     "test_resume.py::test_a_study_killed_in_crash_and_in_bench",
     "test_crash.py::test_lying_disk_fires_and_neither",
     "test_faults.py::test_a_state_that_panics",
