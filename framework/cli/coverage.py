@@ -34,26 +34,17 @@ from framework.core.errors import ConfigError
 from recovery.filesystems import adapter_for
 from recovery.targets import Target
 
-#: A draft beside the zoo's frozen plans (``--plan w8``): cover:N, the coverage-directed
-#: workload, in the place of gen:seq1, in the same budget.
-WIDENED: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cover:600", ()),
-    ("gen:burst", ("--points", "distinct")),
-    ("gen:chain", ("--points", "distinct")),
-    ("stress:400", ()),
-    ("ranges:600", ()),
-)
-MIN_STEP_S = 60.0  # framework.zoo.recall.MIN_STEP_S: no step gets less while the budget lasts
+#: Workloads to follow, each a case and its options, and their weights in the budget's
+#: shares (None: equal).
+Plan = tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[float, ...] | None]
 
 
-def plan_named(name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """A zoo workload plan's workloads by its version (framework.zoo.plans), or the
-    ``widened`` draft."""
-    if name == "widened":
-        return WIDENED
+def plan_named(name: str) -> Plan:
+    """A zoo workload plan's workloads and weights by its version (framework.zoo.plans)."""
     from framework.zoo.plans import plan_named as zoo_plan
 
-    return zoo_plan(name).workloads
+    plan = zoo_plan(name)
+    return plan.workloads, plan.weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,18 +219,21 @@ def build_step(target: str, user: tuple[Target, ...], case: str, options: Sequen
     return Step(case, tuple(options), workload, [i for _, i in marks])
 
 
-def spend(steps: Sequence[Step], target: str, timings: Timings, budget_s: float) -> None:
+def spend(steps: Sequence[Step], target: str, timings: Timings, budget_s: float,
+          weights: Sequence[float] | None = None) -> None:
     """How far each step gets in ``budget_s``, as the zoo spends a budget on a plan: each
-    step may check for an equal share of what is left (at least MIN_STEP_S) counted from
-    the end of its recording, what it leaves passes on, and a step starts only with 30 s
-    left (framework.zoo.recall.run_kernel and RecallPlan.step_limit)."""
+    step may check for its share of what is left (framework.zoo.plans.step_share) counted
+    from the end of its recording, what it leaves passes on, and a step starts only with
+    30 s left (framework.zoo.recall.run_kernel)."""
+    from framework.zoo.plans import step_share
+
+    every = tuple(weights or (1.0,) * len(steps))
     left = budget_s
     for n, step in enumerate(steps):
-        remaining = len(steps) - n
         if left < 30:
             step.reached, step.seconds = 0, 0.0
             continue
-        share = left if remaining <= 1 else min(left, max(left / remaining, MIN_STEP_S))
+        share = step_share(left, every[n:])
         marks = sum(1 for op in step.workload.ops if op.kind in DURABILITY_OPS)
         record = timings.record_s(target, step.case, marks)
         first, each = timings.checking(target, step.case)
@@ -252,11 +246,12 @@ def spend(steps: Sequence[Step], target: str, timings: Timings, budget_s: float)
 
 
 def measure(target: Target, user: tuple[Target, ...], plan: Sequence[tuple[str, Sequence[str]]],
-            seed: int, budget_s: float | None, timings: Timings | None = None) -> TargetCoverage:
+            seed: int, budget_s: float | None, timings: Timings | None = None,
+            weights: Sequence[float] | None = None) -> TargetCoverage:
     capabilities = adapter_for(target.fstype).target_capabilities(target)
     steps = [build_step(target.name, user, case, options, seed) for case, options in plan]
     if budget_s is not None:
-        spend(steps, target.name, timings or Timings(), budget_s)
+        spend(steps, target.name, timings or Timings(), budget_s, weights)
     out = TargetCoverage(target.name, offered(capabilities), steps)
     for step in steps:
         until = step.until
@@ -376,19 +371,19 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from recovery.targets import get_target
 
     extra = {t.name: t for t in user}
-    plans: list[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = []
+    plans: list[tuple[str, Plan]] = []
     if args.cases:
         options = (*(("--max-sequences", str(args.max_sequences)) if args.max_sequences else ()),
                    "--points", args.points)
-        plans.append(("cases", tuple((c, options) for c in args.cases)))
+        plans.append(("cases", (tuple((c, options) for c in args.cases), None)))
     plans += [(name, plan_named(name)) for name in args.plan or ()]
     if not plans:
-        raise ConfigError("name cases (CASE...) or a plan (--plan VERSION or widened)")
+        raise ConfigError("name cases (CASE...) or a plan (--plan VERSION)")
     budget = (args.budget_min * 60.0 if args.budget_min is not None else args.budget_s)
     timings = read_timings(Path(args.timings)) if args.timings else Timings()
-    results = [(name, measure(extra.get(t) or get_target(t), user, plan, args.seed, budget,
-                              timings))
-               for t in args.target for name, plan in plans]
+    results = [(name, measure(extra.get(t) or get_target(t), user, workloads, args.seed,
+                              budget, timings, weights))
+               for t in args.target for name, (workloads, weights) in plans]
     if args.json:
         print_json(to_json(results, budget))
     else:
@@ -404,7 +399,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 EPILOG = """\
 examples:
   powercut coverage gen:burst ranges:600 --target ext4/ordered
-  powercut coverage --plan w8 --plan widened --target ext4/ordered,btrfs,xfs,f2fs \\
+  powercut coverage --plan w8 --plan w9 --target ext4/ordered,btrfs,xfs,f2fs \\
       --budget-min 6 --figure coverage.png
   powercut coverage cover:600 --target xfs --rows --missing
 """
@@ -426,8 +421,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="workloads, as powercut crash --case names them")
     add_target_options(p, what="filesystem configurations, e.g. ext4/ordered")
     p.add_argument("--plan", action="append", metavar="VERSION",
-                   help="a zoo workload plan by version, e.g. w8 (framework/zoo/plans.py), "
-                        "or widened, a draft with cover:600 in gen:seq1's place; repeatable")
+                   help="a zoo workload plan by version, e.g. w8 or w9 "
+                        "(framework/zoo/plans.py); repeatable")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
     p.add_argument("--max-sequences", type=int, metavar="N", help="for CASEs: gen:* sample size")
     p.add_argument("--points", default="marks", choices=("marks", "distinct"),
@@ -435,7 +430,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--budget-s", type=float, metavar="S",
                         help="count only the crash states a budget of S seconds per target "
-                             "reaches, the workloads run in order with the zoo's shares")
+                             "reaches, the workloads run in order with the plan's shares")
     budget.add_argument("--budget-min", type=float, metavar="M", help="the same in minutes")
     p.add_argument("--timings", metavar="RESULTS_DIR",
                    help="estimate the budget's reach from the crash runs in this results "

@@ -189,8 +189,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="kernels checked at once, each in a guest of its own (default: 1); "
                         "a guest under TCG keeps about one core busy")
     v.add_argument("--no-shares", action="store_true",
-                   help="let each workload use all that is left of the budget instead of an "
-                        "equal share of it (the first slow workload can then starve the rest)")
+                   help="let each workload use all that is left of the budget instead of its "
+                        "share of it (the first slow workload can then starve the rest)")
     v.add_argument("--results", default="results/zoo", metavar="DIR",
                    help="where the runs and zoo.json go (default: results/zoo)")
     v.add_argument("--fstests", metavar="DIR",

@@ -45,11 +45,8 @@ from framework.zoo.confirm import add_same_image, confirm, lacks_same_image
 from framework.zoo.entry import ZooEntry
 from framework.zoo.fstests import built_checkout
 from framework.zoo.kernels import FIXED, Kernel, installed
-from framework.zoo.plans import W8, WorkloadPlan, plan_named
+from framework.zoo.plans import W8, WorkloadPlan, plan_named, step_share
 from framework.zoo.steps import Step
-
-#: No step is given less than this while the budget lasts (a guest start and a recording).
-MIN_STEP_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,21 +56,19 @@ class RecallPlan:
     budget_s: float = W8.budget_s
     seed: int = 0
     fstests: str | None = None  # a built fstests checkout (None: POWERCUT_XFSTESTS or none)
-    #: Each workload may check for at most an equal share of what is left of the budget
-    #: (what it does not use passes on; the share counts from the end of its recording), so
-    #: one slow workload cannot starve the others; without shares a workload may use all
-    #: that is left.
+    #: Each workload may check for at most its share of what is left of the budget (equal,
+    #: or as the plan's weights say; what it does not use passes on; the share counts from
+    #: the end of its recording), so one slow workload cannot starve the others; without
+    #: shares a workload may use all that is left.
     shares: bool = True
     jobs: int = 1  # kernels checked at once, each in a guest of its own
     confirm: bool = True  # run each detection's sequence alone on both kernels (zoo.confirm)
     #: The frozen, versioned workloads (framework.zoo.plans).
     workloads: WorkloadPlan = W8
 
-    def step_limit(self, left: float, remaining: int) -> float:
-        """Seconds the next of ``remaining`` workloads may use, ``left`` seconds being left."""
-        if not self.shares or remaining <= 1:
-            return left
-        return min(left, max(left / remaining, MIN_STEP_S))
+    def step_limit(self, left: float, n: int) -> float:
+        """Seconds the ``n``-th workload may use, ``left`` seconds being left."""
+        return step_share(left, self.workloads.weights_from(n), self.shares)
 
 
 def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
@@ -90,14 +85,14 @@ def run_kernel(kernel: Kernel, target: str, results: Path, plan: RecallPlan, *,
             break
         step = Step(kernel.name, target, case,
                     crash_steps.crash_argv(kernel, target, case, options, plan.seed, results, db))
-        crash_steps.run_step(step, results, plan.step_limit(left, len(workloads) - n), say, left_s=left)
+        crash_steps.run_step(step, results, plan.step_limit(left, n), say, left_s=left)
         if step.error and not _STOP.event.is_set():
             # Once more, with what is left: a guest kernel that panicked at boot under TCG
             # booted the next time; a step that fails twice stays an error of this kernel.
             again = Step(kernel.name, target, case, step.argv)
             left = plan.budget_s - (clock.monotonic() - start)
             if left >= 30:
-                crash_steps.run_step(again, results, plan.step_limit(left, len(workloads) - n), say,
+                crash_steps.run_step(again, results, plan.step_limit(left, n), say,
                           left_s=left)
                 again.wall_s += step.wall_s
                 if again.error:
@@ -429,8 +424,10 @@ def table(report: dict[str, Any]) -> str:
             f"{checked} | {r['failing_states']} | {r['findings']} | {_confirmed(r)} | "
             f"{_fstests_cell(r)} |")
     rec = report["recall"]
-    rule = "" if not report.get("shares") else ", an equal share of what is left per workload"
     plan = report.get("plan") or {}
+    rule = ("" if not report.get("shares") else
+            ", a share of what is left per workload" + (" by the plan's weights"
+                                                         if plan.get("weights") else " (equal)"))
     lines.append("")
     unconfirmed = rec.get("unconfirmed", 0)
     lines.append(f"recall: {rec['detected']}/{rec['entries']} ({100 * rec['share']:.0f}%)"

@@ -184,6 +184,10 @@ def test_the_budget_is_spent_as_the_zoo_spends_it() -> None:
     more = [step(100), step(5)]
     cli.spend(more, "t", timings, 600.0)  # the control: a larger budget reaches further
     assert more[0].reached > steps[0].reached
+    weighted = [step(200), step(5)]
+    cli.spend(weighted, "t", timings, 300.0, weights=(3.0, 1.0))  # a plan's weights
+    # A share of 300 * 3/4 = 225 s from its recording's end: (225 - 20) / 2 states.
+    assert weighted[0].reached == 102
 
 
 def test_timings_are_read_from_crash_runs(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -121,7 +122,7 @@ def test_the_report_says_recall_and_false_alarms() -> None:
             "the zoo kernel") in text
     assert "| b | 0123456789ab | btrfs | no | - | 40 | 0 | 0 | - | generic/782: fails" in text
     assert "recall: 1/2 (50%); false alarms on the fixed kernel: 0" in text
-    assert "an equal share of what is left per workload; 2 at a time; wall 60 min" in text
+    assert "a share of what is left per workload (equal); 2 at a time; wall 60 min" in text
     assert entries_dir().is_dir()
 
 
@@ -201,13 +202,24 @@ def test_a_fixed_kernel_workload_that_errored_or_checked_nothing_is_not_measured
 
 
 def test_each_workload_gets_an_equal_share_of_what_is_left() -> None:
-    plan = RecallPlan(budget_s=900.0)
-    assert plan.step_limit(900.0, 5) == 180.0  # five workloads: a fifth each at first
-    assert plan.step_limit(800.0, 4) == 200.0  # what the first did not use passes on
-    assert plan.step_limit(90.0, 3) == 60.0  # never less than a guest start and a recording
-    assert plan.step_limit(40.0, 3) == 40.0  # ... unless less than that is left
-    assert plan.step_limit(300.0, 1) == 300.0  # the last takes all that is left
-    assert RecallPlan(shares=False).step_limit(900.0, 5) == 900.0
+    plan = RecallPlan(budget_s=900.0)  # w8: five workloads, equal shares
+    assert plan.step_limit(900.0, 0) == 180.0  # five workloads: a fifth each at first
+    assert plan.step_limit(800.0, 1) == 200.0  # what the first did not use passes on
+    assert plan.step_limit(90.0, 2) == 60.0  # never less than a guest start and a recording
+    assert plan.step_limit(40.0, 2) == 40.0  # ... unless less than that is left
+    assert plan.step_limit(300.0, 4) == 300.0  # the last takes all that is left
+    assert RecallPlan(shares=False).step_limit(900.0, 0) == 900.0
+
+
+def test_a_plans_weights_give_a_workload_a_larger_share() -> None:
+    from framework.zoo.plans import W9
+
+    plan = RecallPlan(budget_s=700.0, workloads=W9)  # weights 3, 1, 1, 1, 1
+    assert plan.step_limit(700.0, 0) == 300.0  # three sevenths
+    assert plan.step_limit(400.0, 1) == 100.0  # then a quarter of what is left each
+    assert plan.step_limit(400.0, 4) == 400.0
+    with pytest.raises(ValueError, match="one positive weight per workload"):
+        dataclasses.replace(W9, weights=(1.0, 2.0))
 
 
 def test_a_detection_is_confirmed_by_its_sequence_alone_on_both_kernels(tmp_path, monkeypatch):

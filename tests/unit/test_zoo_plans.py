@@ -16,7 +16,7 @@ from framework.zoo.plans import CURRENT, PLANS, W8, plan_named
 
 #: Each plan's digest (framework.zoo.plans.WorkloadPlan.digest): a figure was reported with
 #: it, so it never changes; a change is a new version with a digest of its own.
-FROZEN = {"w8": "f1d05d590307d7a9"}
+FROZEN = {"w8": "f1d05d590307d7a9", "w9": "123f74c32d260bf6"}
 
 
 def test_every_plan_is_frozen_at_its_digest() -> None:
@@ -30,11 +30,12 @@ def test_a_changed_plan_shows_in_its_digest() -> None:
                    {"workloads": W8.workloads[:-1]}, {"tuned_on": ()}):
         assert dataclasses.replace(W8, **change).digest() != W8.digest(), change
     assert dataclasses.replace(W8, origin="reworded").digest() == W8.digest()
+    assert dataclasses.replace(W8, weights=(2.0, 1.0, 1.0, 1.0, 1.0)).digest() != W8.digest()
 
 
 def test_an_unknown_plan_is_one_line() -> None:
     assert plan_named(None) is PLANS[CURRENT]
-    with pytest.raises(ConfigError, match=r"^--plan 'w99': no such workload plan \(versions: w8\)$"):
+    with pytest.raises(ConfigError, match=r"^--plan 'w99': no such workload plan \(versions: w8, w9\)$"):
         plan_named("w99")
 
 
