@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from crashcases.check import fsck_first
+from crashcases.crash.plan import disk_sizes
 from crashcases.execute import mark_name
 from crashcases.findings.checks import Check, check_functions, finding_lines
 from crashcases.findings.export import (
@@ -408,6 +409,8 @@ def two_disk_commands(state: ExportState) -> dict[str, object]:
         "fsck": _shell(adapter.fsck_argv("@DATA@", repair=False, journal_dev="@JOURNAL@"),
                        _REPLAYED),
         "journal_mib": disk_bytes([target])["journal"] // (1 << 20),
+        # The recording's own data disk size: the same block groups, so the same allocator.
+        "data_mib": disk_sizes(target, state.plan.data_mib)["data"] // (1 << 20),
     }
 
 
