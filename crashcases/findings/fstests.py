@@ -42,7 +42,6 @@ from crashcases.workload.ops import (
     needs_data,
 )
 from framework.core.files import write_atomic
-from recovery.disks import disk_bytes
 from recovery.filesystems import adapter_for
 
 log = logging.getLogger(__name__)
@@ -398,19 +397,19 @@ def two_disk_commands(state: ExportState) -> dict[str, object]:
     target = state.target
     adapter = adapter_for(target.fstype)
     journal_mkfs = adapter.journal_mkfs_argv(target, "@JOURNAL@")
+    mount = [",".join(adapter.mount_options(target, journal_dev="@JOURNAL@"))]
+    # The recording's own disk sizes: the same block groups, so the same allocator.
+    sizes = disk_sizes(target, state.plan.data_mib)
     return {
         "journal_mkfs": _shell(journal_mkfs, _RECORDING) if journal_mkfs else None,
         "data_mkfs": _shell(adapter.mkfs_argv(target, "@DATA@", journal_dev="@JOURNAL@"),
                             _RECORDING),
-        "recording_mount": _shell([",".join(adapter.mount_options(
-            target, journal_dev="@JOURNAL@"))], _RECORDING),
-        "replayed_mount": _shell([",".join(adapter.mount_options(
-            target, journal_dev="@JOURNAL@"))], _REPLAYED),
+        "recording_mount": _shell(mount, _RECORDING),
+        "replayed_mount": _shell(mount, _REPLAYED),
         "fsck": _shell(adapter.fsck_argv("@DATA@", repair=False, journal_dev="@JOURNAL@"),
                        _REPLAYED),
-        "journal_mib": disk_bytes([target])["journal"] // (1 << 20),
-        # The recording's own data disk size: the same block groups, so the same allocator.
-        "data_mib": disk_sizes(target, state.plan.data_mib)["data"] // (1 << 20),
+        "journal_mib": sizes["journal"] // (1 << 20),
+        "data_mib": sizes["data"] // (1 << 20),
     }
 
 
