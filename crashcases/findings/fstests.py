@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from crashcases.check import fsck_first
+from crashcases.crash.plan import disk_sizes
 from crashcases.execute import mark_name
 from crashcases.findings.checks import Check, check_functions, finding_lines
 from crashcases.findings.export import (
@@ -42,7 +43,6 @@ from crashcases.workload.ops import (
     needs_data,
 )
 from framework.core.files import write_atomic
-from recovery.disks import disk_bytes
 from recovery.filesystems import adapter_for
 
 log = logging.getLogger(__name__)
@@ -449,17 +449,19 @@ def two_disk_commands(state: ExportState) -> dict[str, object]:
     target = state.target
     adapter = adapter_for(target.fstype)
     journal_mkfs = adapter.journal_mkfs_argv(target, "@JOURNAL@")
+    mount = [",".join(adapter.mount_options(target, journal_dev="@JOURNAL@"))]
+    # The recording's own disk sizes: the same block groups, so the same allocator.
+    sizes = disk_sizes(target, state.plan.data_mib)
     return {
         "journal_mkfs": _shell(journal_mkfs, _RECORDING) if journal_mkfs else None,
         "data_mkfs": _shell(adapter.mkfs_argv(target, "@DATA@", journal_dev="@JOURNAL@"),
                             _RECORDING),
-        "recording_mount": _shell([",".join(adapter.mount_options(
-            target, journal_dev="@JOURNAL@"))], _RECORDING),
-        "replayed_mount": _shell([",".join(adapter.mount_options(
-            target, journal_dev="@JOURNAL@"))], _REPLAYED),
+        "recording_mount": _shell(mount, _RECORDING),
+        "replayed_mount": _shell(mount, _REPLAYED),
         "fsck": _shell(adapter.fsck_argv("@DATA@", repair=False, journal_dev="@JOURNAL@"),
                        _REPLAYED),
-        "journal_mib": disk_bytes([target])["journal"] // (1 << 20),
+        "journal_mib": sizes["journal"] // (1 << 20),
+        "data_mib": sizes["data"] // (1 << 20),
     }
 
 

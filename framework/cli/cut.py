@@ -252,7 +252,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "seconds are measured beside the others. Under TCG each vCPU keeps a "
                         "host core busy: keep N times the guest's vCPUs (2 by default) within "
                         "the host's cores; on a 2-core host two guests took 19%% longer than "
-                        "one and slowed each other's recovery 1.5 to 2 times (default: 1)")
+                        "one and slowed each other's recovery 1.4 to 2 times (default: 1)")
     p.add_argument("--order", choices=("targets", "random"), default="targets",
                    help="run every trial of one target before the next, or all trials in one "
                         "seeded random order (default: targets)")

@@ -686,7 +686,7 @@ def test_a_two_disk_state_is_a_log_writes_test_of_both_disks_and_no_other_form(t
                    f"--end-mark {MARK}",
                    "-o \"data=ordered,journal_path=${SCRATCH_LOGDEV}\" $DMTHIN_VOL_DEV",
                    'e2fsck -f -n -j "${SCRATCH_LOGDEV}" "${DMTHIN_VOL_DEV}"',
-                   "count=128 oflag=direct"):
+                   "count=128 oflag=direct", "\nsize=16\n"):
         assert needed in text, needed
     assert "pc_mark pc-0" in text and "_log_writes_mark pc-" not in text
     assert "_require_no_logdev" not in text and "_log_writes_mkfs" not in text
