@@ -797,9 +797,6 @@ class RenameWhiteout(Rename):
     kind = OpKind.RENAME_WHITEOUT
     capability = "rename-whiteout"
 
-    def describe(self, op: OpFields) -> str:
-        return f"{op.kind} {op.path} -> {op.dst}"
-
     def replace_problem(self, op: OpFields, tree: Tree, kind: NodeKind,
                         dst_kind: NodeKind | None) -> str | None:
         # The workloads move files and special files with it: a whiteout over a directory's

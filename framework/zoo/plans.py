@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from framework.core.errors import ConfigError
@@ -111,18 +111,10 @@ W8 = WorkloadPlan(
 
 #: The ninth plan (2026-11-29, "input coverage"): cover:600 in gen:seq1's place, first and
 #: with a larger share, the rest as in w8.
-W9 = WorkloadPlan(
+W9 = replace(
+    W8,
     version="w9",
-    workloads=(
-        ("cover:600", ()),
-        ("gen:burst", ("--points", "distinct")),
-        ("gen:chain", ("--points", "distinct")),
-        ("stress:400", ()),
-        ("ranges:600", ()),
-    ),
-    budget_s=600.0,
-    shares=True,
-    targets="entry",
+    workloads=(("cover:600", ()), *W8.workloads[1:]),
     tuned_on=("zoo-6.12", "zoo-7.3"),
     origin=(
         "w8 with one change, made from the input-coverage table alone (powercut coverage: "
