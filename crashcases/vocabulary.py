@@ -49,6 +49,10 @@ ALWAYS_FAILING = frozenset({Outcome.DATA_LOSS, Outcome.CORRUPT, Outcome.UNMOUNTA
 #: (crashcases.known). Not an Outcome: the raw outcome is kept beside it.
 KNOWN = "known"
 
+#: How the first note of a state begins when it failed only in the log's order and passed
+#: in the other order the log cannot rule out (crashcases.crash.points.order_alternate).
+OTHER_READING_PASSED = "not a finding: "
+
 
 def worst(*outcomes: Outcome) -> Outcome:
     return min(outcomes, key=SEVERITY.index)

@@ -37,7 +37,7 @@ from crashcases.crash.faults import NO_FAULTS, Faults
 from crashcases.crash.lanes import Baton, Flag, LaneProcess, raise_first
 from crashcases.oracle.log import OracleLog
 from crashcases.oracle.verify import prepare
-from crashcases.vocabulary import Outcome
+from crashcases.vocabulary import OTHER_READING_PASSED, Outcome, fails
 from devicemapper.logformat import LogEntry, LogReader
 from devicemapper.logindex import LogIndex
 from devicemapper.replay import Replayer, apply_entries, zero_target
@@ -194,23 +194,39 @@ class StateRecipe:
     extra: tuple[int, ...] = ()
     torn: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # entry -> sector range
     journal: DiskRecipe | None = None
+    #: The other reading of a state whose log cannot order a FUA write (points.order_alternate):
+    #: entries applied on top of the data disk's state, and why.
+    reorder: tuple[int, ...] = ()
+    reorder_note: str = ""
 
     @classmethod
     def of(cls, state: CrashState) -> StateRecipe:
         j = state.journal
         return cls(state.key, state.point.last_mark, state.base, tuple(state.extra),
-                   dict(state.torn), DiskRecipe(j.base, j.extra, dict(j.torn)) if j else None)
+                   dict(state.torn), DiskRecipe(j.base, j.extra, dict(j.torn)) if j else None,
+                   tuple(state.reorder), state.reorder_note)
+
+    @property
+    def data(self) -> DiskRecipe:
+        return DiskRecipe(self.base, self.extra, self.torn)
+
+    @property
+    def other_reading(self) -> DiskRecipe:
+        """The data disk as the other order has it (the same base: no replay backwards)."""
+        return DiskRecipe(self.base, (*self.extra, *self.reorder), self.torn)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "last_mark": self.last_mark,
-                **DiskRecipe(self.base, self.extra, self.torn).to_dict(),
-                "journal": self.journal.to_dict() if self.journal else None}
+        return {"key": self.key, "last_mark": self.last_mark, **self.data.to_dict(),
+                "journal": self.journal.to_dict() if self.journal else None,
+                **({"reorder": list(self.reorder), "reorder_note": self.reorder_note}
+                   if self.reorder else {})}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StateRecipe:
         data = DiskRecipe.from_dict(raw)
         journal = DiskRecipe.from_dict(raw["journal"]) if raw.get("journal") else None
-        return cls(str(raw["key"]), raw["last_mark"], data.base, data.extra, data.torn, journal)
+        return cls(str(raw["key"]), raw["last_mark"], data.base, data.extra, data.torn, journal,
+                   tuple(int(i) for i in raw.get("reorder", ())), str(raw.get("reorder_note", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +551,10 @@ def check(req: CheckRequest) -> CheckDone:
                                                rules=rules, timeouts=req.timeouts,
                                                journal_dev=journal_dev, quick_fsck=True)
                         t2 = clock.monotonic()
+                    if results[0].outcome is not Outcome.HANG:
+                        # Its disks released: the other reading takes the lane's snapshot.
+                        results = _other_readings(group, results, lane, check_other)
+                        t2 = clock.monotonic()
                 except DeviceBusy as exc:
                     # A mount or device that stays busy is the harness's problem, not the
                     # filesystem's: say so for this state and give up this guest, whose lane
@@ -563,6 +583,18 @@ def check(req: CheckRequest) -> CheckDone:
                     # Something in the kernel is stuck; nothing more here is trustworthy.
                     stop.set()
                     return
+
+        def check_other(lane: _Lane, recipe: StateRecipe,
+                        states: list[tuple[str, str | None]]) -> list[CheckResult]:
+            """``states`` (one content) checked on the other reading of ``recipe``."""
+            with contextlib.ExitStack() as disks:
+                dev = disks.enter_context(lane.data.state(recipe.other_reading))
+                journal_dev = (disks.enter_context(lane.journal.state(recipe.journal))
+                               if lane.journal is not None and recipe.journal is not None
+                               else None)
+                return check_states(runner, lane.target, dev, lane.mountpoint, oracle=oracle,
+                                    states=states, rules=rules, timeouts=req.timeouts,
+                                    journal_dev=journal_dev, quick_fsck=True)
 
         # A second copy of the filesystem mounted beside the first may need an option to be
         # mounted at all (xfs: nouuid); the first lane mounts the target as it is.
@@ -614,6 +646,42 @@ def check(req: CheckRequest) -> CheckDone:
         shared=int(counts["shared"]), setup_s=setup_s, prepare_s=counts["prepare_s"],
         check_s=counts["check_s"], oracle_load_s=oracle_load_s,
         wall_s=clock.monotonic() - start, **total["spent"]))
+
+
+def _other_readings(group: Sequence[StateRecipe], results: list[CheckResult], lane: _Lane,
+                    check_other: Callable[[_Lane, StateRecipe, list[tuple[str, str | None]]],
+                                          list[CheckResult]]) -> list[CheckResult]:
+    """``results`` of ``group``, each failing state that has another reading of its log
+    (``StateRecipe.reorder``) checked again on it. A state that passes there is not a
+    finding: the log cannot say which of its two orders the disk saw; its result is the
+    other reading's, with a note of the failure in the log's order. One that fails there
+    too keeps its result, with a note that the failure holds in both orders."""
+    recipes = {s.key: s for s in group}
+    failing = [r for r in results if recipes[r.key].reorder and fails(r.outcome, lane.target)]
+    by_reading: dict[tuple[int, ...], list[CheckResult]] = {}
+    for r in failing:
+        by_reading.setdefault(recipes[r.key].reorder, []).append(r)
+    if not by_reading:
+        return results
+    out = {r.key: r for r in results}
+    for reorder, firsts in by_reading.items():
+        recipe = recipes[firsts[0].key]
+        again = check_other(lane, recipe, [(r.key, recipes[r.key].last_mark) for r in firsts])
+        for first, other in zip(firsts, again):
+            if fails(other.outcome, lane.target):
+                first.notes.append(
+                    f"fails in both orders: {recipe.reorder_note}; with entries "
+                    f"{', '.join(map(str, reorder))} applied again on top it fails too "
+                    f"({other.outcome.value})")
+                continue
+            said = first.explanation or first.outcome.value
+            other.notes.insert(0, (
+                f"{OTHER_READING_PASSED}{recipe.reorder_note}. In the log's order this state fails "
+                f"({said}); with entries {', '.join(map(str, reorder))} applied again on "
+                f"top, the order the log cannot rule out, it is {other.outcome.value}."))
+            other.explanation = explain(other) if other.outcome is not Outcome.OK else ""
+            out[first.key] = other
+    return [out[r.key] for r in results]
 
 
 def _lane_report(tally: dict[str, float] | None, disks: Sequence[_Disk]) -> dict[str, Any]:

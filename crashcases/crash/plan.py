@@ -14,7 +14,7 @@ from crashcases.crash.faults import NO_FAULTS, Faults
 from crashcases.crash.points import MARKS, PREFIX_ONLY, CrashState, Strategy, Variants
 from crashcases.group import FindingGroup
 from crashcases.known import KnownMatcher
-from crashcases.vocabulary import Outcome
+from crashcases.vocabulary import OTHER_READING_PASSED, Outcome
 from crashcases.workload.cases import load_case
 from crashcases.workload.ops import ASSUMED_CAPABILITIES, Workload
 from framework.core import rundir
@@ -123,6 +123,11 @@ class CrashRunResult(EngineRun[CrashPlan]):
     def shared(self) -> int:
         """States checked on the mount and fsck of the state before them (the same bytes)."""
         return sum(1 for r in self.results.values() if r.same_as)
+
+    def passed_on_other_reading(self) -> list[str]:
+        """States that failed only in the log's order (their note says so), in key order."""
+        return sorted(k for k, r in self.results.items()
+                      if r.notes and r.notes[0].startswith(OTHER_READING_PASSED))
 
     def counts(self) -> dict[str, int]:
         out = {o.value: 0 for o in Outcome}

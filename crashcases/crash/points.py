@@ -5,7 +5,11 @@ entry p. At every point powercut can build several *variants*:
 
 - ``prefix``: entries 0..p in order, what an honest disk with a volatile
   cache is guaranteed to hold (dm-log-writes logs a plain write only once
-  a later flush has completed, so the prefix is always a legal state).
+  a later flush has completed). One order the log cannot keep: a FUA write
+  is logged when it completes, a plain write only at the next flush, so a
+  plain write over the same sectors that completed *before* the FUA write
+  was issued is logged after it (see ``unordered_fuas``). Such a state has
+  a second reading, ``reorder``, checked when the first fails.
 - ``subset:SEED``: the state at the last flush or FUA at or before p, plus
   a seeded subset of the writes logged after it: a disk may persist any of
   the writes still in its cache, in any order.
@@ -21,6 +25,7 @@ state key such as ``1234/subset:77`` rebuilds the same bytes anywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -100,6 +105,11 @@ class CrashState:
     torn: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: Two-disk runs: the journal disk's state (the fields above are the data disk's).
     journal: DiskState | None = None
+    #: The state's other reading when the log cannot order a FUA write against plain
+    #: writes over its sectors (``order_alternate``): these entries applied on top, in
+    #: order; empty when the log's order is the only one. ``reorder_note`` says which.
+    reorder: tuple[int, ...] = ()
+    reorder_note: str = ""
 
     @property
     def key(self) -> str:
@@ -116,6 +126,8 @@ class CrashState:
             "extra": list(self.extra),
             "torn": {str(k): list(v) for k, v in self.torn.items()},
             "journal": self.journal.to_dict() if self.journal is not None else None,
+            **({"reorder": list(self.reorder), "reorder_note": self.reorder_note}
+               if self.reorder else {}),
         }
 
 
@@ -327,6 +339,8 @@ def plan_states(entries: Sequence[LogEntry], points: Sequence[CrashPoint], varia
                 state = _variant_state(entries, point, kind, vseed, window, marks)
                 if state is not None and state.key not in {s.key for s in states}:
                     states.append(state)
+    unordered = unordered_fuas(entries)
+    states = [order_alternate(entries, s, unordered) for s in states]
     states.sort(key=lambda s: (s.base, s.point.index, s.variant.kind != VariantKind.PREFIX, s.key))
     return states
 
@@ -395,6 +409,7 @@ class TwoLogs:
         self.data_marks = _first_marks(entries)
         self.journal_marks = _first_marks(journal_entries)
         self._busy: dict[int, bool] = {}
+        self._fuas: dict[int, tuple[int, ...]] | None = None
 
     def state(self, point: CrashPoint, variant: Variant) -> tuple[CrashState | None, Unexplored | None]:
         """The two-disk state of ``variant`` at ``point`` (a data-log index), or None and
@@ -416,15 +431,20 @@ class TwoLogs:
             jstate = _variant_state(jlog, jpoint, variant.kind, variant.seed, jwindow, self.mark_set)
             if jstate is None:
                 return None, None
-            return CrashState(point, variant, point.index,
-                              journal=DiskState(jstate.base, jstate.extra, jstate.torn)), None
+            return order_alternate(self.entries, CrashState(
+                point, variant, point.index,
+                journal=DiskState(jstate.base, jstate.extra, jstate.torn)), self._unordered()), None
         if not at_mark and self._journal_busy(journal_at):
             return None, Unexplored.JOURNAL_BUSY
-        state = build_state(self.entries, point, variant, self.marks)
+        state = build_state(self.entries, point, variant, self.marks, self._unordered())
         if state is None:
             return None, None
-        return CrashState(state.point, state.variant, state.base, state.extra, state.torn,
-                          journal=DiskState(journal_at)), None
+        return dataclasses.replace(state, journal=DiskState(journal_at)), None
+
+    def _unordered(self) -> dict[int, tuple[int, ...]]:
+        if self._fuas is None:
+            self._fuas = unordered_fuas(self.entries)
+        return self._fuas
 
     def _journal_busy(self, start: int) -> bool:
         """Whether the journal log holds a write or flush after mark ``start``, before the
@@ -454,12 +474,17 @@ def _derive(seed: int, index: int, kind: VariantKind, n: int) -> int:
 
 
 def build_state(entries: Sequence[LogEntry], point: CrashPoint, variant: Variant,
-                workload_marks: Iterable[str]) -> CrashState | None:
-    """Rebuild a state from its point and variant spec (for reproducers)."""
+                workload_marks: Iterable[str],
+                unordered: dict[int, tuple[int, ...]] | None = None) -> CrashState | None:
+    """Rebuild a state from its point and variant spec (for reproducers); ``unordered``:
+    the log's ``unordered_fuas``, when the caller has them."""
+    if unordered is None:
+        unordered = unordered_fuas(entries)
     if variant.kind is VariantKind.PREFIX:
-        return CrashState(point, variant, point.index)
+        return order_alternate(entries, CrashState(point, variant, point.index), unordered)
     window = [e for e in entries[point.last_barrier + 1: point.index + 1] if _is_data(e)]
-    return _variant_state(entries, point, variant.kind, variant.seed, window, set(workload_marks))
+    state = _variant_state(entries, point, variant.kind, variant.seed, window, set(workload_marks))
+    return None if state is None else order_alternate(entries, state, unordered)
 
 
 def _variant_state(entries: Sequence[LogEntry], point: CrashPoint, kind: VariantKind, vseed: int,
@@ -492,3 +517,83 @@ def _variant_state(entries: Sequence[LogEntry], point: CrashPoint, kind: Variant
     if len(keep) == len(span):
         keep = keep[1:]
     return CrashState(point, variant, start, keep)
+
+
+# --- the order the log cannot keep --------------------------------------------------
+
+def unordered_fuas(entries: Sequence[LogEntry]) -> dict[int, tuple[int, ...]]:
+    """Each FUA write the log may have placed too early: its index, and the plain writes
+    and discards logged after it over its sectors that may have reached the disk first.
+
+    dm-log-writes logs a FUA write as soon as it completes, but a plain write only when
+    the next flush completes (drivers/md/dm-log-writes.c, normal_end_io, 7.3;
+    Documentation/admin-guide/device-mapper/log-writes.rst). A plain write over the same
+    sectors that completed before the FUA write was even issued (page-cache writeback
+    that a direct write on an O_DSYNC or FS_SYNC_FL file waits for, mm/filemap.c
+    kiocb_invalidate_pages, before iomap issues it with REQ_FUA, fs/iomap/direct-io.c)
+    is logged after it, and so is one issued after the FUA write completed: the log
+    holds both in one order. The candidates stop at the next flush (after it the log's
+    order is the disk's again) and at a later FUA write over the same sectors (FUA
+    writes are logged in completion order among themselves). A write with a preflush is
+    not a candidate: plain writes completed before it are logged before it.
+    """
+    out: dict[int, tuple[int, ...]] = {}
+    for pos, d in enumerate(entries):
+        if not (d.is_write and d.is_fua) or d.is_flush or d.is_mark:
+            continue
+        lo, hi = d.sector, d.sector + d.nr_sectors
+        later: list[int] = []
+        for e in entries[pos + 1:]:
+            if e.is_flush:
+                break
+            if not _is_data(e) or e.sector >= hi or e.sector + e.nr_sectors <= lo:
+                continue
+            if e.is_fua:
+                break
+            later.append(e.index)
+        if later:
+            out[d.index] = tuple(later)
+    return out
+
+
+def order_alternate(entries: Sequence[LogEntry], state: CrashState,
+                    unordered: dict[int, tuple[int, ...]]) -> CrashState:
+    """``state`` with its other reading attached when it applies a FUA write of
+    ``unordered`` before plain writes the log cannot order against it.
+
+    The other reading applies each such FUA write right after the last of those plain
+    writes the state holds. It is built as the state plus ``reorder``: the moved FUA
+    writes and every later entry over sectors they (or an entry already taken) touch,
+    in the new order, applied on top. A sector no taken entry writes keeps the state's
+    bytes; a sector one writes ends with its last writer in the new order, because any
+    later writer of it is taken too.
+    """
+    if not unordered:
+        return state
+    applied = set(state.extra)
+    held = [d for d in unordered if d <= state.base or d in applied]
+    moves = {d: [c for c in unordered[d] if c <= state.base or c in applied] for d in held}
+    moves = {d: cs for d, cs in moves.items() if cs}
+    if not moves:
+        return state
+    order = [e.index for e in entries[: state.base + 1] if _is_data(e)] + list(state.extra)
+    new = list(order)
+    for d, cs in sorted(moves.items()):
+        new.remove(d)
+        new.insert(new.index(cs[-1]) + 1, d)
+    first = next(i for i, (a, b) in enumerate(zip(order, new)) if a != b)
+    taken: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for k in new[first:]:
+        e = entries[k]
+        lo, hi = e.sector, e.sector + e.nr_sectors
+        if k in moves or any(lo < b and a < hi for a, b in spans):
+            taken.append(k)
+            spans.append((lo, hi))
+    pairs = "; ".join(f"FUA entry {d} against plain {'entries' if len(cs) > 1 else 'entry'} "
+                      f"{', '.join(map(str, cs))}" for d, cs in sorted(moves.items()))
+    note = (f"the log cannot order {pairs} over the same sectors: dm-log-writes logs a FUA "
+            "write when it completes and a plain write only at the next flush, so the plain "
+            "write may have reached the disk first (log-writes.rst; dm-log-writes.c "
+            "normal_end_io)")
+    return dataclasses.replace(state, reorder=tuple(taken), reorder_note=note)

@@ -307,6 +307,12 @@ def crash_one(args: argparse.Namespace, store: Store, valid: ValidatedPlan,
                   f"{again.outcome.value if again is not None else 'not yet'})")
     for why, n in result.unexplored.items():
         out.print(f"not explored: {n} states, {why} (see docs/explanation/two-disks.md)")
+    reread = result.passed_on_other_reading()
+    if reread:
+        out.print(f"{len(reread)} states failed only in the log's order ({', '.join(reread[:4])}"
+                  f"{', ...' if len(reread) > 4 else ''}): the log cannot order a FUA write "
+                  "against plain writes over its sectors, and in the other order they pass; "
+                  "not findings (their notes in results.json; docs/explanation/crash-model.md)")
     if result.shared():
         out.print(f"{result.shared()} states held the same bytes as the state checked before "
                   "them: each was checked against its own promises on that state's mount, and "
