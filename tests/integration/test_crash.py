@@ -126,6 +126,32 @@ def test_an_external_journal_made_by_mkfs_is_durable_at_the_mkfs_mark(tmp_path):
     assert int.from_bytes(jsb[64:68], "big") == 1
 
 
+def test_a_page_written_back_before_an_odsync_direct_write_is_not_a_finding(tmp_path):
+    """A file with the S attribute: a store through a shared mapping, then an O_DIRECT
+    write over the same block. The page's writeback completes before the direct write is
+    issued with FUA, but dm-log-writes logs the FUA write first and the page at the sync's
+    flush: in the log's order the final state holds the page's older bytes (the control:
+    that failure must be seen), in the other order it holds the direct write's, and the
+    state is no finding. A recheck of it from its key reaches the same verdict."""
+    ops = [{"kind": "mkdir", "path": "d"}, {"kind": "creat", "path": "d/f"}, {"kind": "sync"},
+           {"kind": "setflags", "path": "d/f", "flags": 8},
+           {"kind": "write", "path": "d/f", "length": 4096},
+           {"kind": "mmap_write", "path": "d/f", "offset": 0, "length": 4096},
+           {"kind": "direct_write", "path": "d/f", "offset": 0, "length": 4096},
+           {"kind": "sync"}]
+    workload = tmp_path / "dio.json"
+    workload.write_text(json.dumps({"name": "mapped page, then O_DSYNC O_DIRECT", "seed": 0,
+                                    "ops": ops}))
+    result = crash(tmp_path, target="ext4/ordered", case=f"file:{workload}")
+    assert set(outcomes(result).values()) == {Outcome.OK}, {
+        k: (r.outcome, r.notes[:1], r.findings[:1]) for k, r in result.results.items()}
+    reread = result.passed_on_other_reading()
+    assert reread, "the final state should have failed in the log's order"
+    note = result.results[reread[-1]].notes[0]
+    assert "In the log's order this state fails (wrong-content" in note, note
+    assert recheck(result.run_dir, reread[-1], factory)[1].outcome is Outcome.OK
+
+
 def test_ext2_states_need_fsck_repair_and_recheck_agrees(tmp_path):
     result = crash(tmp_path, target="ext2", points="every:4")
     got = outcomes(result)
