@@ -799,3 +799,49 @@ def test_a_two_disk_target_gets_the_journal_disk_and_a_test_device_without_it(
     assert "SCRATCH_LOGDEV" not in configs["ext4/ordered"]
     mkfs_test = next(r for r in two["runs"] if r[0] == "mke2fs")
     assert mkfs_test[-1] == "/dev/disk-test" and not any("device=" in a for a in mkfs_test)
+
+
+def test_an_fstests_guest_that_dies_while_booting_boots_once_more(tmp_path, monkeypatch) -> None:
+    """A panic while booting (seen once under emulation) costs one more boot, not the
+    test's verdict; a second failure in a row is the error."""
+    from framework.core.errors import BootError
+    from framework.core.machine.kernel import KernelSpec
+    from framework.zoo import fstests as zoo_fstests
+
+    boots: list[int] = []
+    fail_first = {"n": 1}
+
+    class Guest:
+        def __init__(self, **kwargs) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def start(self) -> None:
+            boots.append(1)
+            if len(boots) <= fail_first["n"]:
+                raise BootError("guest kernel panic while booting: Fatal exception in interrupt")
+
+        def disk(self, name: str) -> str:
+            return f"/dev/disk-{name}"
+
+        def run(self, argv, **kwargs):
+            return subprocess.CompletedProcess(argv, 0, "Ran: generic/997\nPassed all 1 tests\n",
+                                               "")
+
+    monkeypatch.setattr(zoo_fstests, "QemuMachine", Guest)
+    checkout = tmp_path / "xfstests"
+    (checkout / "tests" / "generic").mkdir(parents=True)
+    (checkout / "tests" / "generic" / "997").write_text("#!/bin/bash\n")
+    spec = KernelSpec(tmp_path / "vmlinuz", "7.3.4-test", tmp_path)
+    verdict = zoo_fstests.run_test(checkout, "generic/997", "ext4/ordered", spec, tmp_path / "a")
+    assert verdict.verdict == "passed" and len(boots) == 2
+    boots.clear()
+    fail_first["n"] = 2
+    with pytest.raises(BootError):
+        zoo_fstests.run_test(checkout, "generic/997", "ext4/ordered", spec, tmp_path / "b")
+    assert len(boots) == 2
