@@ -18,7 +18,8 @@ refuses, e.g. a write to a file the candidate never creates) or has no
 durability op is *unresolved* and costs no guest.
 
 The search: first the cheap cut (only the ops under the top-level
-directories the signature's paths name, plus ``sync``), then ddmin
+directories the signature's paths name and those a rename or link ties to
+them, plus ``sync``), then ddmin
 (Zeller and Hildebrandt, "Simplifying and Isolating Failure-Inducing
 Input", TSE 2002) over the op list: complements first, then subsets,
 doubling the granularity when neither reproduces. Results are cached by
@@ -179,14 +180,30 @@ def unresolved_reason(ops: Sequence[Op]) -> str | None:
 def cheap_cut(ops: Sequence[Op], signature: Signature) -> tuple[int, ...] | None:
     """Indices of the ops under the signature's top-level directories, plus every ``sync``.
 
+    A rename or link from one top-level directory to another ties the two: a file the
+    finding names may have been made, written and fsynced under another directory's name
+    before it moved, so the directories it came through are kept too (to a fixed point).
     None when the signature names no such directory or the cut would keep every op.
     """
-    tops = signature.top_dirs()
-    if tops is None:
+    found = signature.top_dirs()
+    if found is None:
         return None
+    tops = set(found)
+
+    def top(path: str) -> str:
+        return path.split("/")[0] if path else ""
+
+    grew = True
+    while grew:
+        grew = False
+        for op in ops:
+            ends = {top(op.path), top(op.dst)} - {""}
+            if len(ends) == 2 and ends & tops and not ends <= tops:
+                tops |= ends
+                grew = True
 
     def inside(path: str) -> bool:
-        return bool(path) and path.split("/")[0] in tops
+        return bool(path) and top(path) in tops
 
     kept = tuple(i for i, op in enumerate(ops)
                  if op.kind is OpKind.SYNC or inside(op.path) or inside(op.dst))

@@ -148,12 +148,17 @@ def test_the_cheap_cut_keeps_one_sequence_and_every_sync():
 
 def test_the_cheap_cut_follows_renames_across_directories_and_gives_up_on_the_root():
     ops = [Op(K.MKDIR, "a"), Op(K.MKDIR, "b"), Op(K.CREAT, "a/f"), Op(K.RENAME, "a/f", dst="b/f"),
-           Op(K.FSYNC_DIR, "b")]
+           Op(K.FSYNC_DIR, "b"), Op(K.MKDIR, "c"), Op(K.CREAT, "c/g"), Op(K.FSYNC, "c/g"),
+           Op(K.MKDIR, "e"), Op(K.CREAT, "e/h"), Op(K.RENAME, "e/h", dst="a/h")]
     sig = Signature.of("5/prefix", result("data-loss", ("data-loss", "b/f")))
-    assert cheap_cut(ops, sig) == (1, 3, 4)  # the rename names b; a/f's creation is not in b
+    # b/f came from a (the rename ties them), and a took e/h (ties e): c is cut. Without
+    # following renames the cut kept a rename of a file it never created: unresolved.
+    cut = cheap_cut(ops, sig)
+    assert cut == (0, 1, 2, 3, 4, 8, 9, 10)
+    assert unresolved_reason([ops[i] for i in cut]) is None
     assert cheap_cut(ops, Signature.of("5/prefix", result("data-loss", ("data-loss", "")))) is None
-    everything = Signature.of("5/prefix", result("data-loss", ("data-loss", "a"), ("data-loss", "b")))
-    assert cheap_cut(ops, everything) is None  # nothing to cut
+    everything = Signature.of("5/prefix", result("data-loss", ("data-loss", "a"), ("data-loss", "c")))
+    assert cheap_cut(ops, everything) is None  # a ties b and e: nothing to cut
 
 
 def test_invalid_candidates_and_candidates_without_a_promise_are_unresolved():
