@@ -25,6 +25,7 @@ state key such as ``1234/subset:77`` rebuilds the same bytes anywhere.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import random
 import re
@@ -409,7 +410,7 @@ class TwoLogs:
         self.data_marks = _first_marks(entries)
         self.journal_marks = _first_marks(journal_entries)
         self._busy: dict[int, bool] = {}
-        self._fuas: dict[int, tuple[int, ...]] | None = None
+        self._fuas: Unordered | None = None
 
     def state(self, point: CrashPoint, variant: Variant) -> tuple[CrashState | None, Unexplored | None]:
         """The two-disk state of ``variant`` at ``point`` (a data-log index), or None and
@@ -441,7 +442,7 @@ class TwoLogs:
             return None, None
         return dataclasses.replace(state, journal=DiskState(journal_at)), None
 
-    def _unordered(self) -> dict[int, tuple[int, ...]]:
+    def _unordered(self) -> Unordered:
         if self._fuas is None:
             self._fuas = unordered_fuas(self.entries)
         return self._fuas
@@ -475,7 +476,7 @@ def _derive(seed: int, index: int, kind: VariantKind, n: int) -> int:
 
 def build_state(entries: Sequence[LogEntry], point: CrashPoint, variant: Variant,
                 workload_marks: Iterable[str],
-                unordered: dict[int, tuple[int, ...]] | None = None) -> CrashState | None:
+                unordered: Unordered | None = None) -> CrashState | None:
     """Rebuild a state from its point and variant spec (for reproducers); ``unordered``:
     the log's ``unordered_fuas``, when the caller has them."""
     if unordered is None:
@@ -521,7 +522,38 @@ def _variant_state(entries: Sequence[LogEntry], point: CrashPoint, kind: Variant
 
 # --- the order the log cannot keep --------------------------------------------------
 
-def unordered_fuas(entries: Sequence[LogEntry]) -> dict[int, tuple[int, ...]]:
+class Unordered(dict[int, tuple[int, ...]]):
+    """FUA entry -> the plain entries the log cannot order against it (``unordered_fuas``),
+    with ``reach``: every entry that a state's other reading could ever apply again (the
+    FUA writes, and each later entry over sectors an entry already reached wrote)."""
+
+    reach: frozenset[int] = frozenset()
+    reach_sorted: tuple[int, ...] = ()
+
+
+class _Spans:
+    """Disjoint half-open sector ranges, sorted: overlap tests in O(log n)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def overlaps(self, lo: int, hi: int) -> bool:
+        i = bisect.bisect_right(self.starts, lo) - 1
+        if i >= 0 and self.ends[i] > lo:
+            return True
+        return i + 1 < len(self.starts) and self.starts[i + 1] < hi
+
+    def add(self, lo: int, hi: int) -> None:
+        i = bisect.bisect_left(self.ends, lo)  # the first range that ends at or after lo
+        j = bisect.bisect_right(self.starts, hi)  # ranges from i to j-1 touch [lo, hi)
+        if i < j:
+            lo, hi = min(lo, self.starts[i]), max(hi, self.ends[j - 1])
+        self.starts[i:j] = [lo]
+        self.ends[i:j] = [hi]
+
+
+def unordered_fuas(entries: Sequence[LogEntry]) -> Unordered:
     """Each FUA write the log may have placed too early: its index, and the plain writes
     and discards logged after it over its sectors that may have reached the disk first.
 
@@ -537,7 +569,7 @@ def unordered_fuas(entries: Sequence[LogEntry]) -> dict[int, tuple[int, ...]]:
     writes are logged in completion order among themselves). A write with a preflush is
     not a candidate: plain writes completed before it are logged before it.
     """
-    out: dict[int, tuple[int, ...]] = {}
+    out = Unordered()
     for pos, d in enumerate(entries):
         if not (d.is_write and d.is_fua) or d.is_flush or d.is_mark:
             continue
@@ -553,11 +585,25 @@ def unordered_fuas(entries: Sequence[LogEntry]) -> dict[int, tuple[int, ...]]:
             later.append(e.index)
         if later:
             out[d.index] = tuple(later)
+    if out:
+        # An entry a state's other reading applies again overlaps a moved FUA write or an
+        # entry applied again before it; moved writes only go later, so every such entry
+        # overlaps one of these, earlier in the log.
+        spans = _Spans()
+        reach: set[int] = set()
+        for e in entries[min(out):]:
+            if not _is_data(e):
+                continue
+            lo, hi = e.sector, e.sector + e.nr_sectors
+            if e.index in out or spans.overlaps(lo, hi):
+                reach.add(e.index)
+                spans.add(lo, hi)
+        out.reach, out.reach_sorted = frozenset(reach), tuple(sorted(reach))
     return out
 
 
 def order_alternate(entries: Sequence[LogEntry], state: CrashState,
-                    unordered: dict[int, tuple[int, ...]]) -> CrashState:
+                    unordered: Unordered) -> CrashState:
     """``state`` with its other reading attached when it applies a FUA write of
     ``unordered`` before plain writes the log cannot order against it.
 
@@ -566,7 +612,8 @@ def order_alternate(entries: Sequence[LogEntry], state: CrashState,
     writes and every later entry over sectors they (or an entry already taken) touch,
     in the new order, applied on top. A sector no taken entry writes keeps the state's
     bytes; a sector one writes ends with its last writer in the new order, because any
-    later writer of it is taken too.
+    later writer of it is taken too. Only entries of ``unordered.reach`` can be taken, so
+    only they are looked at.
     """
     if not unordered:
         return state
@@ -576,20 +623,26 @@ def order_alternate(entries: Sequence[LogEntry], state: CrashState,
     moves = {d: cs for d, cs in moves.items() if cs}
     if not moves:
         return state
-    order = [e.index for e in entries[: state.base + 1] if _is_data(e)] + list(state.extra)
+    # The state's order from the first moved FUA write on, of the entries that could be
+    # taken (a state's extra entries come after its base, in log order).
+    start, reach = min(moves), unordered.reach
+    low = bisect.bisect_left(unordered.reach_sorted, start)
+    high = bisect.bisect_right(unordered.reach_sorted, state.base)
+    order = list(unordered.reach_sorted[low:high]) + [
+        i for i in state.extra if i >= start and i in reach]
     new = list(order)
     for d, cs in sorted(moves.items()):
         new.remove(d)
         new.insert(new.index(cs[-1]) + 1, d)
     first = next(i for i, (a, b) in enumerate(zip(order, new)) if a != b)
     taken: list[int] = []
-    spans: list[tuple[int, int]] = []
+    spans = _Spans()
     for k in new[first:]:
         e = entries[k]
         lo, hi = e.sector, e.sector + e.nr_sectors
-        if k in moves or any(lo < b and a < hi for a, b in spans):
+        if k in moves or spans.overlaps(lo, hi):
             taken.append(k)
-            spans.append((lo, hi))
+            spans.add(lo, hi)
     pairs = "; ".join(f"FUA entry {d} against plain {'entries' if len(cs) > 1 else 'entry'} "
                       f"{', '.join(map(str, cs))}" for d, cs in sorted(moves.items()))
     note = (f"the log cannot order {pairs} over the same sectors: dm-log-writes logs a FUA "

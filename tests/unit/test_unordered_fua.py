@@ -15,6 +15,7 @@ from crashcases.crash.points import (
     CrashState,
     Variant,
     Variants,
+    _Spans,
     annotate,
     build_state,
     enumerate_points,
@@ -90,7 +91,7 @@ def last_writers(entries: list[LogEntry], order: list[int], torn: dict[int, tupl
     return disk
 
 
-def random_log(rng: random.Random) -> list[LogEntry]:
+def random_log(rng: random.Random, sectors: int = 24) -> list[LogEntry]:
     spec: list[tuple[LogFlag, int, int, str | None]] = [(W, 0, 4, None), (F, 0, 0, None),
                                                         (M, 0, 0, "mkfs")]
     for n in range(rng.randrange(10, 40)):
@@ -101,15 +102,18 @@ def random_log(rng: random.Random) -> list[LogEntry]:
             spec.append((M, 0, 0, f"pc-{n}"))
         else:
             flags = rng.choice([W, W, W, FUA, FUA, D, F | FUA])
-            spec.append((flags, rng.randrange(0, 24), rng.randrange(1, 8), None))
+            spec.append((flags, rng.randrange(0, sectors), rng.randrange(1, 8), None))
     return log(*spec)
 
 
-@pytest.mark.parametrize("seed", range(60))
-def test_the_other_reading_is_the_log_with_each_fua_write_moved_after_its_plain_writes(seed):
-    """state + reorder must hold exactly the bytes of the moved order, in every variant."""
+@pytest.mark.parametrize("sectors", [24, 120])
+@pytest.mark.parametrize("seed", range(40))
+def test_the_other_reading_is_the_log_with_each_fua_write_moved_after_its_plain_writes(
+        seed, sectors):
+    """state + reorder must hold exactly the bytes of the moved order, in every variant
+    (on a small disk most entries overlap; on a wider one few do)."""
     rng = random.Random(seed)
-    entries = random_log(rng)
+    entries = random_log(rng, sectors)
     marks = [e.mark for e in entries if e.is_mark and e.mark != "mkfs"]
     unordered = unordered_fuas(entries)
     points = enumerate_points(entries, MARKS.parse("every:1"), workload_marks=marks)
@@ -175,6 +179,21 @@ def test_a_failure_in_both_orders_stays_and_a_state_without_another_reading_is_n
     assert [r.outcome for r in out] == [Outcome.CORRUPT, Outcome.DATA_LOSS]
     assert out[0].notes[-1].startswith("fails in both orders")
     assert out[1].notes == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sector_spans_answer_overlaps_as_a_set_of_sectors_does(seed):
+    rng = random.Random(seed)
+    spans, sectors = _Spans(), set()
+    for _ in range(40):
+        lo = rng.randrange(0, 200)
+        hi = lo + rng.randrange(1, 20)
+        q_lo = rng.randrange(0, 200)
+        q_hi = q_lo + rng.randrange(1, 20)
+        assert spans.overlaps(q_lo, q_hi) == bool(sectors & set(range(q_lo, q_hi)))
+        spans.add(lo, hi)
+        sectors |= set(range(lo, hi))
+        assert all(a < b for a, b in zip(spans.ends, spans.starts[1:]))  # disjoint, sorted
 
 
 def test_recipes_carry_the_other_reading_to_the_guest():
