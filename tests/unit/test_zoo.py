@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -350,7 +351,7 @@ def test_a_recall_killed_half_way_keeps_its_finished_kernels(tmp_path, monkeypat
     monkeypatch.setattr(recall, "installed", lambda cache, name: kernel(name))
     monkeypatch.setattr(recall, "run_kernel", lambda *a, **k: [])
     out = tmp_path / "zoo.json"
-    seen: list[dict] = []
+    seen: ClassVar[list[dict]] = []
 
     def entry_row(entry, *args):  # type: ignore[no-untyped-def]
         if out.exists():
@@ -746,44 +747,57 @@ def test_the_readmes_held_out_figure_is_the_kept_zoo_json() -> None:
     assert "/root/" not in json.dumps(again) and "/work/" not in json.dumps(again)
 
 
+class FakeFstestsGuest:
+    """Stands in for the fstests guest of framework.zoo.fstests.run_test: keeps the disks it
+    was given and the commands it ran (``seen``, one record a guest), boots through
+    ``boot`` (which may raise), and answers every command with a passing ./check."""
+
+    seen: ClassVar[list[dict]] = []
+    boot = staticmethod(lambda: None)
+
+    def __init__(self, **kwargs) -> None:
+        self.seen.append({"disks": [(d.name, d.size_bytes) for d in kwargs["disks"]], "runs": []})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def start(self) -> None:
+        self.boot()
+
+    def disk(self, name: str) -> str:
+        return f"/dev/disk-{name}"
+
+    def run(self, argv, **kwargs):
+        self.seen[-1]["runs"].append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, "Ran: generic/997\nPassed all 1 tests\n", "")
+
+
+def fake_fstests(tmp_path, monkeypatch, boot=lambda: None):
+    """run_test's guest faked (a fresh FakeFstestsGuest class, whose ``seen`` is returned),
+    a checkout holding generic/997 and a kernel spec: (checkout, spec, seen)."""
+    from framework.core.machine.kernel import KernelSpec
+    from framework.zoo import fstests as zoo_fstests
+
+    guest = type("Guest", (FakeFstestsGuest,), {"seen": [], "boot": staticmethod(boot)})
+    monkeypatch.setattr(zoo_fstests, "QemuMachine", guest)
+    checkout = tmp_path / "xfstests"
+    (checkout / "tests" / "generic").mkdir(parents=True)
+    (checkout / "tests" / "generic" / "997").write_text("#!/bin/bash\n")
+    return checkout, KernelSpec(tmp_path / "vmlinuz", "7.3.4-test", tmp_path), guest.seen
+
+
 def test_a_two_disk_target_gets_the_journal_disk_and_a_test_device_without_it(
         tmp_path, monkeypatch) -> None:
     """run_test for ext4/logdev: a fourth disk of the journal disk's size, named in
     local.config as SCRATCH_LOGDEV with USE_EXTERNAL=yes; the test device made with its
     journal inside (no journal disk is needed there). ext4/ordered: three disks, neither
     line. The guest is a fake that keeps what it was given."""
-    from framework.core.machine.kernel import KernelSpec
     from framework.zoo import fstests as zoo_fstests
 
-    seen: list[dict] = []
-
-    class Guest:
-        def __init__(self, **kwargs) -> None:
-            seen.append({"disks": [(d.name, d.size_bytes) for d in kwargs["disks"]],
-                         "runs": []})
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            return None
-
-        def start(self) -> None:
-            pass
-
-        def disk(self, name: str) -> str:
-            return f"/dev/disk-{name}"
-
-        def run(self, argv, **kwargs):
-            seen[-1]["runs"].append(list(argv))
-            return subprocess.CompletedProcess(argv, 0, "Ran: generic/997\nPassed all 1 tests\n",
-                                               "")
-
-    monkeypatch.setattr(zoo_fstests, "QemuMachine", Guest)
-    checkout = tmp_path / "xfstests"
-    (checkout / "tests" / "generic").mkdir(parents=True)
-    (checkout / "tests" / "generic" / "997").write_text("#!/bin/bash\n")
-    spec = KernelSpec(tmp_path / "vmlinuz", "7.3.4-test", tmp_path)
+    checkout, spec, seen = fake_fstests(tmp_path, monkeypatch)
     configs = {}
     for target in ("ext4/logdev", "ext4/ordered"):
         verdict = zoo_fstests.run_test(checkout, "generic/997", target, spec,
@@ -805,39 +819,17 @@ def test_an_fstests_guest_that_dies_while_booting_boots_once_more(tmp_path, monk
     """A panic while booting (seen once under emulation) costs one more boot, not the
     test's verdict; a second failure in a row is the error."""
     from framework.core.errors import BootError
-    from framework.core.machine.kernel import KernelSpec
     from framework.zoo import fstests as zoo_fstests
 
     boots: list[int] = []
     fail_first = {"n": 1}
 
-    class Guest:
-        def __init__(self, **kwargs) -> None:
-            pass
+    def boot() -> None:
+        boots.append(1)
+        if len(boots) <= fail_first["n"]:
+            raise BootError("guest kernel panic while booting: Fatal exception in interrupt")
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            return None
-
-        def start(self) -> None:
-            boots.append(1)
-            if len(boots) <= fail_first["n"]:
-                raise BootError("guest kernel panic while booting: Fatal exception in interrupt")
-
-        def disk(self, name: str) -> str:
-            return f"/dev/disk-{name}"
-
-        def run(self, argv, **kwargs):
-            return subprocess.CompletedProcess(argv, 0, "Ran: generic/997\nPassed all 1 tests\n",
-                                               "")
-
-    monkeypatch.setattr(zoo_fstests, "QemuMachine", Guest)
-    checkout = tmp_path / "xfstests"
-    (checkout / "tests" / "generic").mkdir(parents=True)
-    (checkout / "tests" / "generic" / "997").write_text("#!/bin/bash\n")
-    spec = KernelSpec(tmp_path / "vmlinuz", "7.3.4-test", tmp_path)
+    checkout, spec, _ = fake_fstests(tmp_path, monkeypatch, boot)
     verdict = zoo_fstests.run_test(checkout, "generic/997", "ext4/ordered", spec, tmp_path / "a")
     assert verdict.verdict == "passed" and len(boots) == 2
     boots.clear()
