@@ -105,7 +105,7 @@ def build_patched(args: argparse.Namespace, *, say: Callable[[str], None] = prin
     """--kernel-source SERIES --patch FILE: build the source as Debian ships it (the baseline)
     and with the patch (the candidate) in the kernel cache, and point the machine options at
     them. The source is fetched first when it is not there; the first build of a series
-    takes about 25 minutes on 2 cores, later builds only what the patch touches."""
+    takes about 35 minutes on 2 cores, later builds only what the patch touches."""
     from framework.cli.kernels import build_series
 
     if args.patch is None:
@@ -395,7 +395,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel-source", metavar="SERIES",
                    help="judge a patch: build Debian's linux-source-SERIES (e.g. 7.3; fetched "
                         "into the kernel cache when missing) as shipped, as the baseline, and "
-                        "with --patch, as the candidate (the first build about 25 minutes on 2 "
+                        "with --patch, as the candidate (the first build about 35 minutes on 2 "
                         "cores, then a minute or two a patch)")
     p.add_argument("--patch", metavar="FILE",
                    help="with --kernel-source: the patch to judge (patch -p1 in the source)")

@@ -52,7 +52,7 @@ with the patch too; print the machine options that boot each build.
 BUILD_EPILOG = """\
 The source is fetched into the kernel cache when it is not there, and unpacked
 and built under builds/ there. A patch that does not apply fails before
-anything is built. The first build of a series takes about 25 minutes on 2
+anything is built. The first build of a series takes about 35 minutes on 2
 cores; later builds rebuild only what the patch changed (a minute or two).
 Each build is a directory builds/kernels/NAME with its bzImage and modules.
 
@@ -69,7 +69,7 @@ def build_series(series: str, patch: str | None, *,
     """Debian's linux-source-SERIES built for powercut's guest in the kernel cache
     (builds/), as shipped and, with ``patch``, with it. The source is fetched when it is
     not there; a patch that does not apply fails before anything is built. The first
-    build of a series takes about 25 minutes on 2 cores; later ones rebuild only what
+    build of a series takes about 35 minutes on 2 cores; later ones rebuild only what
     changed. Each build is a directory builds/kernels/NAME with its bzImage and modules."""
     from framework.core.machine.build import Patch, SourceTree
     from framework.core.machine.kernel import source_tarball

@@ -29,7 +29,7 @@ Debian source its set.toml names (the built-in set, framework/zoo/entries: 14 fi
 linux-source-6.12; --entries DIR for another, from anywhere). 'zoo build' unpacks that
 source once into the set's cache outside the checkout (--cache, POWERCUT_ZOO_CACHE, or
 ~/.cache/powercut/zoo), configures it for powercut's guest, builds the fixed kernel
-(about 25 minutes on 2 cores the first time) and then each entry's kernel incrementally
+(about 35 minutes on 2 cores the first time) and then each entry's kernel incrementally
 (a minute or two each). 'zoo run' runs a frozen, versioned workload plan (--plan; zoo.json
 names it) on each kernel within a budget, and reports per entry: detected (confirmed: its
 sequence alone fails on the entry's kernel and passes on the fixed one), unconfirmed or
