@@ -208,6 +208,7 @@ class StateRecipe:
 
     @property
     def data(self) -> DiskRecipe:
+        """The data disk's part of the state, as the log orders it."""
         return DiskRecipe(self.base, self.extra, self.torn)
 
     @property
@@ -538,7 +539,7 @@ def check(req: CheckRequest) -> CheckDone:
                     with contextlib.ExitStack() as faults, contextlib.ExitStack() as disks:
                         t0 = clock.monotonic()
                         dev = disks.enter_context(
-                            lane.data.state(DiskRecipe(first.base, first.extra, first.torn)))
+                            lane.data.state(first.data))
                         if first.key in busy:
                             faults.enter_context(_held_open(dev, busy[first.key]))
                         journal_dev = (disks.enter_context(lane.journal.state(first.journal))
@@ -765,7 +766,7 @@ def same_content_runs(states: Sequence[StateRecipe], data: _Disk, journal: _Disk
 
 
 def _same_bytes(a: StateRecipe, b: StateRecipe, data: _Disk, journal: _Disk | None) -> bool:
-    if not data.same_bytes(DiskRecipe(a.base, a.extra, a.torn), DiskRecipe(b.base, b.extra, b.torn)):
+    if not data.same_bytes(a.data, b.data):
         return False
     if a.journal is None or b.journal is None or journal is None:
         return a.journal is None and b.journal is None
