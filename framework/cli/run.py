@@ -99,6 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if resume_dir is not None:
         with Store(args.db) as store:
             resumable_run(store, resume_dir, "study")
+    # A shard numbers its steps as in the whole study: "step 3/84", not "3/83".
+    steps_in_all = int(shard_plan.get("study_steps") or (
+        read_plan(resume_dir, "study").get("study_steps", 0) if resume_dir else 0)) or None
     at_scale = f", scale {study.scale}" if study.scale else ""
     print(f"study {study.name}: {study.description} ({len(study.steps)} steps{at_scale})")
     from framework.cli import main as powercut
@@ -169,7 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         # Every step's run is a child of this study run in the store.
         with steps_of(run):
-            results = run_study(study, run_step, after=progress, skip_reasons=skip_reasons)
+            results = run_study(study, run_step, after=progress, skip_reasons=skip_reasons,
+                                steps_in_all=steps_in_all)
     total = cost.now() - started
     run.save_json(rundir.COST, {"steps": {str(k): c.to_dict() for k, c in costs.items()},
                                 "total": total.to_dict()})

@@ -308,13 +308,15 @@ class StepResult:
 def run_study(study: Study, run_step: Callable[[Sequence[str]], int],
               echo: Callable[[str], None] = print, extra_argv: Sequence[str] = (),
               after: Callable[[list[StepResult]], None] | None = None,
-              skip_reasons: dict[int, str] | None = None) -> list[StepResult]:
+              skip_reasons: dict[int, str] | None = None,
+              steps_in_all: int | None = None) -> list[StepResult]:
     """Run the steps in order; runs a step opens record its number (``study_step``).
 
     ``after`` sees the results so far after each step (to save progress); ``skip_reasons``
-    (step number -> why), filled by ``run_step``, says why a skipped step was skipped."""
+    (step number -> why), filled by ``run_step``, says why a skipped step was skipped.
+    ``steps_in_all`` is the whole study's step count when this is one shard of it."""
     results: list[StepResult] = []
-    total = max([len(study.steps), *(s.number for s in study.steps)])
+    total = steps_in_all or max([len(study.steps), *(s.number for s in study.steps)])
     for i, step in enumerate(study.steps, 1):
         number = step.number or i
         argv = [*step.argv, *extra_argv]

@@ -253,7 +253,7 @@ def study_results(db, uuid_text: str) -> list[tuple]:
         return sorted(out)
 
 
-def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
+def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch, capsys):
     import uuid
 
     import framework.cli as cli
@@ -280,8 +280,14 @@ def test_three_shards_merged_equal_the_unsharded_study(tmp_path, monkeypatch):
     assert set(spent["total"]) == {"cpu_s", "guest_s", "wall_s"}
     assert all(s["cost"] is not None for s in json.loads((whole_dir / "steps.json").read_text()))
     shards = [tmp_path / f"shard{i}.sqlite" for i in range(3)]
+    capsys.readouterr()
     for i, db in enumerate(shards):
         assert real_main(["run", *common, "--shard", f"{i}/3", "--db", str(db)]) == 0
+        # A shard numbers its steps against the whole study's five.
+        headers = [line.split(" (")[0].split(":")[0] for line in capsys.readouterr().out.splitlines()
+                   if line.startswith("== step ")]
+        assert headers == [[f"== step {n}/5" for n in (1, 4)], ["== step 2/5", "== step 5/5"],
+                           ["== step 3/5"]][i]
     merge(tmp_path / "merged.sqlite", shards)
     expected = str(uuid.uuid5(uuid.NAMESPACE_URL, "powercut:ci-42"))
     whole = study_results(tmp_path / "whole.sqlite", expected)
