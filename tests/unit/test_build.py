@@ -6,7 +6,9 @@ a failed build are each checked for their one-line error."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,23 @@ def test_kernels_build_prints_the_options_that_boot_each_build(tmp_path, source,
     # Without --patch: the source as shipped alone.
     assert main(["kernels", "build", "7.3"]) == 0
     assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["unpatched"]
+
+
+def test_a_long_build_says_how_many_objects_it_compiled_against_the_last_whole_build(tmp_path):
+    said: list[str] = []
+    tree = build.SourceTree("7.3", tmp_path, say=said.append)
+    (tree.tree / "fs").mkdir(parents=True)
+    (tree.tree / "fs" / "old.o").write_text("")  # from before this build: not counted
+    os.utime(tree.tree / "fs" / "old.o", (1, 1))
+    with tree._progress("7.3-unpatched", every_s=0.05):
+        time.sleep(0.02)  # file times run on the kernel's coarse clock, a tick behind
+        for name in ("super.o", "inode.o", "super.c"):
+            (tree.tree / "fs" / name).write_text("")
+        time.sleep(0.3)
+    assert said, "no progress line in 0.3 s at one every 0.05 s"
+    assert said[-1].startswith("build: 7.3-unpatched: 2 object files compiled, ")
+    # The next build counts against this tree's whole build: its three object files.
+    said.clear()
+    with tree._progress("7.3-fix", every_s=0.05):
+        time.sleep(0.2)
+    assert said[-1].startswith("build: 7.3-fix: 0 of about 3 object files compiled, ")

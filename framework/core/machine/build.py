@@ -24,7 +24,10 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +46,10 @@ APPLIED = ".powercut-applied"
 #: make -j: both cores; the build is the only work while it runs.
 JOBS = os.cpu_count() or 2
 BUILD_TIMEOUT_S = 4 * 3600.0
+#: How often a build says how far it got (a first build runs for about 35 minutes).
+PROGRESS_EVERY_S = 60.0
+#: In the tree: how many object files its last whole build made (a later build's "of about").
+OBJECTS = ".powercut-objects"
 #: What a kernel build needs besides make and gcc (Debian packages, by a program or header).
 BUILD_TOOLS = (("flex", "flex"), ("bison", "bison"), ("bc", "bc"),
                ("/usr/include/libelf.h", "libelf-dev"), ("/usr/include/openssl/ssl.h", "libssl-dev"))
@@ -86,6 +93,20 @@ class BuiltKernel:
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "release": self.release, "patch_sha256": self.patch_sha256,
                 "config_sha256": self.config_sha256, "build_s": self.build_s}
+
+
+def count_objects(tree: Path, since: float) -> int:
+    """The object files (``*.o``) under ``tree`` written at or after ``since`` (epoch s)."""
+    count = 0
+    for directory, _dirs, files in os.walk(tree):
+        for file in files:
+            if file.endswith(".o"):
+                try:
+                    if os.stat(os.path.join(directory, file)).st_mtime >= since:
+                        count += 1
+                except OSError:
+                    continue  # removed by make since the listing
+    return count
 
 
 def built(kernels: Path, name: str) -> BuiltKernel | None:
@@ -224,6 +245,36 @@ class SourceTree:
             raise CommandError(f"{self.tree}: make {' '.join(targets)} failed: "
                                f"{first_error(text)}", result) from None
 
+    @contextmanager
+    def _progress(self, name: str, every_s: float | None = None) -> Iterator[None]:
+        """While make runs: every ``every_s`` seconds, how many object files it has written
+        so far and for how long, against the count of the tree's last whole build when there
+        was one. The count is kept in the tree for the next build."""
+        every_s = PROGRESS_EVERY_S if every_s is None else every_s
+        since = time.time()
+        stamp = self.tree / OBJECTS
+        try:
+            whole = int(stamp.read_text()) if stamp.is_file() else 0
+        except ValueError:
+            whole = 0
+        stop = threading.Event()
+
+        def report() -> None:
+            while not stop.wait(every_s):
+                done = count_objects(self.tree, since)
+                of = f" of about {whole:,}" if whole else ""
+                self.say(f"{self.prefix}: {name}: {done:,}{of} object files compiled, "
+                         f"{(time.time() - since) / 60:.0f} min")
+
+        reporter = threading.Thread(target=report, name="build-progress", daemon=True)
+        reporter.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            reporter.join()
+        write_atomic(stamp, str(count_objects(self.tree, 0.0)))
+
     def _applies(self, patch: Patch, *, reverse: bool = False) -> bool:
         return self._dry_run(patch, reverse=reverse).status == 0
 
@@ -279,7 +330,8 @@ class SourceTree:
         target = self.kernels / name
         staging = target.with_name(f".{name}.tmp")
         try:
-            self._make("bzImage", "modules", timeout_s=BUILD_TIMEOUT_S, local=local)
+            with self._progress(name):
+                self._make("bzImage", "modules", timeout_s=BUILD_TIMEOUT_S, local=local)
             release = run(["make", "-s", f"LOCALVERSION={local}", "kernelrelease"],
                           cwd=self.tree, timeout_s=120).stdout.strip()
             shutil.rmtree(staging, ignore_errors=True)
