@@ -20,9 +20,13 @@ one line that says why in numbers::
 Tests, on a bench step's results.json:
 
 ``order``
-    ``better``'s mean of ``metric`` beats ``worse``'s (the metric's own
-    direction) with disjoint confidence intervals: agree; the reverse:
-    disagree; overlapping intervals: not comparable.
+    ``worse``'s cost against ``better`` on ``metric`` (Fieller's interval for
+    the ratio of their means, in the metric's own direction) lies wholly
+    above 0: agree; wholly below: disagree; with ``alike_pct`` (optional:
+    the smallest difference the paper's statement means), a whole interval
+    within +-``alike_pct``% is a disagreement too (the two are alike today);
+    otherwise not comparable. Results without the samples fall back to
+    disjoint confidence intervals of the two means.
 ``similar``
     ``target``'s overhead against the step's baseline on ``metric`` lies
     within +-``within_pct``% (its whole Fieller interval): agree; the
@@ -43,6 +47,10 @@ Tests, on a bench step's results.json:
 Terms are factor names joined by ``:`` (``target:metric``); a one-factor
 bench step has the single term ``target``.
 
+A claim left not comparable by an interval says how many repetitions would
+decide it if the difference measured is the true one (the interval narrows as
+1/sqrt(n)); a claim on a point at its bound has no such count.
+
 A claim that only some of the study's scales can test names them, with the
 reason the others cannot (``scales = ["full"]``, ``scales_why = "..."``); at
 another scale it is measured and shown but judged not comparable, with that
@@ -51,6 +59,7 @@ reason.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.core.errors import ConfigError
+from framework.core.stats import StatsError, overhead
 
 AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
 TESTS: dict[str, tuple[str, ...]] = {
@@ -71,6 +81,8 @@ TESTS: dict[str, tuple[str, ...]] = {
 }
 _COMMON = ("id", "section", "paper", "step", "test")
 _OPTIONAL = ("scales", "scales_why")
+#: Keys a test takes besides its own required ones.
+_TEST_OPTIONAL: dict[str, tuple[str, ...]] = {"order": ("alike_pct",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,9 @@ class Claim:
 
     def arg(self, name: str) -> Any:
         return dict(self.args)[name]
+
+    def option(self, name: str) -> Any:
+        return dict(self.args).get(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +131,7 @@ def parse_claims(text: str, *, source: str, steps: int,
         test = item.get("test")
         if test not in TESTS:
             raise ConfigError(f"{where}: test must be one of {', '.join(TESTS)}, not {test!r}")
-        wanted = set(_COMMON) | set(TESTS[test]) | set(_OPTIONAL)
+        wanted = set(_COMMON) | set(TESTS[test]) | set(_OPTIONAL) | set(_TEST_OPTIONAL.get(test, ()))
         if set(item) - wanted:
             raise ConfigError(f"{where}: unknown key {sorted(set(item) - wanted)[0]!r} "
                               f"(a {test} claim takes {', '.join(sorted(wanted))})")
@@ -129,7 +144,7 @@ def parse_claims(text: str, *, source: str, steps: int,
         step = item["step"]
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= steps:
             raise ConfigError(f"{where}: step must be a step number from 1 to {steps}, got {step!r}")
-        for key in ("within_pct", "pct"):
+        for key in ("within_pct", "pct", "alike_pct"):
             if key in item and (isinstance(item[key], bool) or not isinstance(item[key], int | float)
                                 or item[key] < 0):
                 raise ConfigError(f"{where}: {key} must be a non-negative number, got {item[key]!r}")
@@ -148,7 +163,8 @@ def parse_claims(text: str, *, source: str, steps: int,
             raise ConfigError(f"{where}: scale {unknown[0]!r} is not one of the study's "
                               f"({', '.join(scales) or 'it names none'})")
         claims.append(Claim(item["id"], item["section"], item["paper"], step, test,
-                            tuple((k, item[k]) for k in TESTS[test]), tuple(only), why))
+                            tuple((k, item[k]) for k in (*TESTS[test], *_TEST_OPTIONAL.get(test, ()))
+                                  if k in item), tuple(only), why))
     return tuple(claims)
 
 
@@ -184,6 +200,51 @@ def _term(results: Mapping[str, Any], term: str) -> dict[str, Any]:
         return {"percent": anova["percent_target"], "p": anova.get("p"),
                 "significant": anova.get("significant")}
     raise LookupError(f"no ANOVA term {term!r} in the step's design")
+
+
+def _values(results: Mapping[str, Any], metric: str, target: str) -> list[float] | None:
+    """The kept samples of ``target`` on ``metric`` when results.json has them (two or more)."""
+    try:
+        values = [float(x) for x in results["means"][metric][target]["values"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return values if len(values) >= 2 else None
+
+
+def _count(results: Mapping[str, Any], metric: str, *targets: str) -> int | None:
+    """The fewest repetitions any of ``targets`` has on ``metric``."""
+    try:
+        return min(int(results["means"][metric][t]["n"]) for t in targets)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def reps_to_decide(n: int | None, low: float, high: float,
+                   *ways: Sequence[float]) -> int | None:
+    """About how many repetitions would decide a claim whose interval [low, high] came from
+    ``n`` repetitions, if the interval's centre is the true value (its half width shrinks as
+    1/sqrt(n)). Each of ``ways`` is a set of bounds the interval must clear (end on the
+    centre's side of each) for one verdict, e.g. (0,) for an order, (-5, 5) for "within 5%";
+    the count is the fewest over the ways. None when no count decides (no n, or the centre
+    on a bound every way needs)."""
+    if not n:
+        return None
+    centre, half = (low + high) / 2, (high - low) / 2
+    counts = []
+    for bounds in ways:
+        straddled = [b for b in bounds if low <= b <= high]
+        if any(b == centre for b in straddled):
+            continue
+        counts.append(max((math.floor(n * (half / abs(centre - b)) ** 2) + 1 for b in straddled),
+                          default=n))
+    return max(min(counts), n + 1) if counts else None
+
+
+def _decide_hint(n: int | None, low: float, high: float, *ways: Sequence[float]) -> str:
+    need = reps_to_decide(n, low, high, *ways)
+    if need is None:
+        return ""
+    return f"; about {need} repetitions a target would decide it, if the difference is as measured"
 
 
 def _share(results: Mapping[str, Any], term: str) -> float:
@@ -224,6 +285,9 @@ def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
         unit = results.get("units", {}).get(metric, "")
         measured = (f"{a('better')} {_fmt(bm)} [{_fmt(bl)}, {_fmt(bh)}], {a('worse')} "
                     f"{_fmt(wm)} [{_fmt(wl)}, {_fmt(wh)}] {unit}")
+        better_v, worse_v = _values(results, metric, a("better")), _values(results, metric, a("worse"))
+        if better_v is not None and worse_v is not None:
+            return _order(claim, results, metric, higher, measured, better_v, worse_v)
         better_wins = bl > wh if higher else bh < wl
         worse_wins = wl > bh if higher else wh < bl
         if better_wins:
@@ -240,15 +304,19 @@ def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
             return Verdict(claim, AGREE, measured, f"the whole interval is within +-{bound:g}%")
         if high < -bound or low > bound:
             return Verdict(claim, DISAGREE, measured, f"the whole interval is beyond +-{bound:g}%")
+        n = _count(results, metric, target, str(results.get("baseline")))
         return Verdict(claim, NOT_COMPARABLE, measured,
-                       f"the interval is too wide to say whether it is within +-{bound:g}%")
+                       f"the interval is too wide to say whether it is within +-{bound:g}%"
+                       + _decide_hint(n, low, high, (-bound, bound)))
     if claim.test in ("overhead-above", "overhead-below"):
         metric, target, bound = a("metric"), a("target"), float(a("pct"))
         value, low, high = _overhead(results, metric, target)
         measured = f"{target} vs {results.get('baseline')}: {value:+.1f}% [{low:+.1f}%, {high:+.1f}%]"
         above, below = low > bound, high < bound
         if not (above or below):
-            return Verdict(claim, NOT_COMPARABLE, measured, f"the interval straddles {bound:+g}%")
+            n = _count(results, metric, target, str(results.get("baseline")))
+            return Verdict(claim, NOT_COMPARABLE, measured, f"the interval straddles {bound:+g}%"
+                           + _decide_hint(n, low, high, (bound,)))
         side = "above" if above else "below"
         wanted = claim.test.removeprefix("overhead-")
         return Verdict(claim, AGREE if side == wanted else DISAGREE, measured,
@@ -274,6 +342,40 @@ def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
     if share <= float(a("pct")):
         return Verdict(claim, AGREE, measured, f"at most {a('pct')}%")
     return Verdict(claim, DISAGREE, measured, f"more than {a('pct')}%")
+
+
+def _order(claim: Claim, results: Mapping[str, Any], metric: str, higher: bool, measured: str,
+           better: list[float], worse: list[float]) -> Verdict:
+    """An order claim on the samples: ``worse``'s cost against ``better`` (positive: the
+    claimed order), with Fieller's interval at the step's level."""
+    a = claim.arg
+    level = float(results.get("level", 0.95))
+    try:
+        cost = overhead(worse, better, level, higher_is_better=higher)
+    except StatsError as exc:
+        raise LookupError(f"no interval for {a('worse')} against {a('better')}: {exc}") from None
+    low, high = 100 * cost.ci.low, 100 * cost.ci.high
+    measured += f"; {a('worse')} costs {cost.percent:+.1f}% [{low:+.1f}%, {high:+.1f}%] against {a('better')}"
+    if low > 0:
+        return Verdict(claim, AGREE, measured,
+                       f"{a('better')} is better: the whole interval of {a('worse')}'s cost is above 0")
+    if high < 0:
+        return Verdict(claim, DISAGREE, measured,
+                       f"{a('worse')} is better: the whole interval of its cost is below 0")
+    alike = claim.option("alike_pct")
+    n = min(len(better), len(worse))
+    if alike is not None:
+        alike = float(alike)
+        if -alike <= low and high <= alike:
+            return Verdict(claim, DISAGREE, measured,
+                           f"the two are alike: the whole interval is within +-{alike:g}%, the "
+                           "smallest difference the paper's statement means")
+        return Verdict(claim, NOT_COMPARABLE, measured,
+                       f"the interval holds 0 and reaches beyond +-{alike:g}%"
+                       + _decide_hint(n, low, high, (0.0,), (-alike, alike)))
+    return Verdict(claim, NOT_COMPARABLE, measured,
+                   "the interval holds 0: no difference detectable at this scale"
+                   + _decide_hint(n, low, high, (0.0,)))
 
 
 def format_table(verdicts: Sequence[Verdict]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,55 @@ def test_a_study_loads_its_claims_and_a_bad_claims_file_stops_it_before_any_step
     (tmp_path / "c.toml").write_text(ORDER.replace("step = 1", "step = 2"))
     with pytest.raises(ConfigError, match=r"c.toml: claim 1: step must be a step number"):
         load_study(str(tmp_path / "s.toml"))
+
+
+def sampled(a: list[float], b: list[float]) -> dict:
+    """results() with the samples kept, as bench writes them."""
+    r = results((sum(a) / len(a), min(a), max(a)), (sum(b) / len(b), min(b), max(b)))
+    for name, values in (("a", a), ("b", b)):
+        r["means"]["mb_s"][name] |= {"values": values, "n": len(values)}
+    return r
+
+
+def test_an_order_on_the_samples_asks_the_ratio_interval_not_two_intervals_apart() -> None:
+    # Means 13.1 and 12.8: each mean's own interval overlaps the other's, yet the
+    # interval of their ratio lies wholly on one side.
+    a, b = [13.0, 13.2, 13.1, 12.9, 13.3], [12.7, 12.9, 12.8, 12.6, 13.0]
+    v = judge(one(ORDER), sampled(a, b))
+    assert v.verdict == AGREE, v
+    assert "b costs +2.3% [" in v.measured and "above 0" in v.why
+    assert judge(one(ORDER), sampled(b, a)).verdict == DISAGREE
+    r = sampled(a, b)
+    r["higher_is_better"]["mb_s"] = False  # a latency: the smaller wins
+    assert judge(one(ORDER), r).verdict == DISAGREE
+
+
+def test_an_order_within_the_alike_margin_is_a_disagreement_and_a_wide_one_says_what_decides(
+) -> None:
+    claim = one(ORDER + "alike_pct = 5\n")
+    alike = judge(claim, sampled([10.0, 10.2, 9.9, 10.1, 10.0, 9.8], [10.1, 9.9, 10.0, 10.2, 9.8, 10.0]))
+    assert alike.verdict == DISAGREE and "alike" in alike.why and "+-5%" in alike.why
+    # Without the margin the same samples cannot be judged: no difference detectable.
+    plain = judge(one(ORDER), sampled([10.0, 10.2, 9.9, 10.1, 10.0, 9.8],
+                                      [10.1, 9.9, 10.0, 10.2, 9.8, 10.0]))
+    assert plain.verdict == NOT_COMPARABLE and "holds 0" in plain.why
+    wide = judge(claim, sampled([10.0, 13.0, 8.0, 11.0], [9.0, 12.0, 7.0, 9.5]))
+    assert wide.verdict == NOT_COMPARABLE and "repetitions a target would decide it" in wide.why
+
+
+def test_the_repetitions_that_decide_a_claim_narrow_its_interval_past_the_bound() -> None:
+    from framework.study.claims import reps_to_decide
+
+    assert reps_to_decide(4, -1.0, 3.0, (0.0,)) == 17  # half 2, 1 from the bound: past 4 x 2^2
+    # Centre 2, half width 4: clearing 0 takes more than 10 x (4/2)^2 = 40, staying within
+    # +-5% (clearing 5; -5 is cleared already) more than 10 x (4/3)^2: the fewer counts.
+    assert reps_to_decide(10, -2.0, 6.0, (0.0,)) == 41
+    assert reps_to_decide(10, -2.0, 6.0, (0.0,), (-5.0, 5.0)) == math.floor(10 * (4 / 3) ** 2) + 1
+    assert reps_to_decide(10, -6.0, 6.0, (0.0,)) is None  # centred on the bound: no count
+    assert reps_to_decide(None, -1.0, 3.0, (0.0,)) is None
+    for n, low, high, bound in [(5, -1.0, 4.0, 0.0), (3, 2.0, 30.0, 10.0), (8, -9.0, -2.0, -5.0)]:
+        need = reps_to_decide(n, low, high, (bound,))
+        centre, half = (low + high) / 2, (high - low) / 2 * math.sqrt(n / need)
+        assert not centre - half <= bound <= centre + half  # cleared at that count
+        half_before = (high - low) / 2 * math.sqrt(n / (need - 1))
+        assert need == n + 1 or centre - half_before <= bound <= centre + half_before
