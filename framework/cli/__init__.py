@@ -69,7 +69,7 @@ start here:
 """
 
 
-def add_machine_options(p: argparse.ArgumentParser) -> None:
+def add_machine_options(p: argparse.ArgumentParser, *, memory_default: int | None = 2048) -> None:
     """Options that pick the kernel and the qemu guest."""
     g = p.add_argument_group("guest machine")
     which = g.add_mutually_exclusive_group()
@@ -85,8 +85,11 @@ def add_machine_options(p: argparse.ArgumentParser) -> None:
                    help="modules for --kernel: the INSTALL_MOD_PATH that holds lib/modules/RELEASE")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                    help="qemu accelerator; auto probes KVM once and caches the verdict (default: auto)")
-    g.add_argument("--memory-mib", type=int, default=2048, metavar="MIB",
-                   help="guest memory; dm-log-writes pins every unflushed write (default: 2048)")
+    g.add_argument("--memory-mib", type=int, default=memory_default, metavar="MIB",
+                   help="guest memory; dm-log-writes pins every unflushed write (default: 2048)"
+                   if memory_default is not None else
+                   "guest memory of every step (default: each step's own, else 2048); "
+                   "dm-log-writes pins every unflushed write")
 
 
 class _TargetNames(argparse.Action):

@@ -54,7 +54,10 @@ def kernel_argv(kernel: str | None, modules: str | None, release: str | None) ->
 
 
 def machine_argv(args: argparse.Namespace) -> list[str]:
-    return ["--accel", args.accel, "--memory-mib", str(args.memory_mib),
+    # --memory-mib only when given: a step may ask for its own (a guest smaller than the
+    # file a benchmark writes), and the command's default would override it.
+    memory = ["--memory-mib", str(args.memory_mib)] if args.memory_mib is not None else []
+    return ["--accel", args.accel, *memory,
             *kernel_argv(args.kernel, args.modules, args.kernel_release)]
 
 
@@ -323,7 +326,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", metavar="PATH",
                    help="sqlite results store shared by all steps (default: powercut.sqlite in "
                         "the --results directory)")
-    add_machine_options(p)
+    # --memory-mib given applies to every step; not given, each step's own or its default.
+    add_machine_options(p, memory_default=None)
     p.set_defaults(func=cmd_run)
 
 

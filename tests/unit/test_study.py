@@ -396,3 +396,47 @@ def test_a_finished_steps_status_comes_from_its_results_judged_by_target(tmp_pat
             ids[target] = run
         assert status_from_store(store, ids["ext4/ordered"]) == 1
         assert status_from_store(store, ids["ext2"]) == 0
+
+
+def test_a_steps_own_guest_memory_holds_unless_run_is_given_one(tmp_path, monkeypatch):
+    import framework.cli as cli
+    from framework.cli import doctor
+
+    monkeypatch.setattr(doctor, "failed", lambda checks: [])
+    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+    study = tmp_path / "s.toml"
+    study.write_text("""
+[study]
+name = "small-guest"
+description = "a bench whose file must not fit in the guest's page cache"
+
+[[step]]
+command = "bench"
+targets = ["ext2"]
+options = { workload = "bonnie-block", reps = 2, memory-mib = 320 }
+
+[[step]]
+command = "bench"
+targets = ["ext3"]
+options = { workload = "dbench", reps = 2 }
+""")
+    real_main = cli.main
+    steps: list[list[str]] = []
+
+    def main(argv, on_error=None, nested=False):
+        if argv[0] == "run":
+            return real_main(argv, on_error=on_error, nested=nested)
+        steps.append(list(argv))
+        return 0
+
+    def memory(argv: list[str]) -> int:
+        # The last --memory-mib wins, as argparse reads it.
+        return cli.build_parser(argv).parse_args(argv).memory_mib
+
+    monkeypatch.setattr(cli, "main", main)
+    common = [str(study), "--results", str(tmp_path / "r")]
+    assert real_main(["run", *common, "--db", str(tmp_path / "a.sqlite")]) == 0
+    assert [memory(s) for s in steps] == [320, 2048]
+    steps.clear()
+    assert real_main(["run", *common, "--memory-mib", "1024", "--db", str(tmp_path / "b.sqlite")]) == 0
+    assert [memory(s) for s in steps] == [1024, 1024]
