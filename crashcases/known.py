@@ -177,10 +177,10 @@ class KnownEntry:
     #: bug's fsck signature from another's on the same outcome.
     fsck_says: str | None = None
     #: The bug report written for it (a folder of powercut's repository: report.md, the
-    #: fstests tests, the candidate fix), and the newest kernel it was seen on, with the
+    #: fstests tests, the candidate fix), and the kernels it was seen on, each with the
     #: date ("7.3.4+deb13-amd64 2026-11-29").
     report: str | None = None
-    checked_on: str | None = None
+    checked_on: tuple[str, ...] = ()
     file: str = ""  # the list it came from
 
     def fsck_matches(self, check: CheckResult | None) -> bool:
@@ -356,10 +356,11 @@ def parse_entry(raw: Any, *, source: str, number: int) -> KnownEntry:
     if report is not None and not _REPORT.match(report):
         raise _fail(source, entry, "report", f"{report!r}: expected docs/reports/NAME, a report "
                                              "folder of powercut's repository")
-    checked_on = _text(raw, "checked_on", source, entry)
-    if checked_on is not None and not re.match(r"^\S+ \d{4}-\d{2}-\d{2}$", checked_on):
-        raise _fail(source, entry, "checked_on", f"{checked_on!r}: expected 'RELEASE "
-                                                 "YYYY-MM-DD', the kernel and the day")
+    checked_on = _words(raw, "checked_on", source, entry)
+    for seen in checked_on:
+        if not re.match(r"^\S+ \d{4}-\d{2}-\d{2}$", seen):
+            raise _fail(source, entry, "checked_on", f"{seen!r}: expected 'RELEASE YYYY-MM-DD' "
+                                                     "(or a list of them), a kernel and the day")
     return KnownEntry(id=ident, findings=findings, reason=reason, fstype=fstype, target=target,
                       journal=journal, kernel_min=bounds["kernel_min"], kernel_max=bounds["kernel_max"], run=run,
                       case=_text(raw, "case", source, entry), op=op, variants=variants,

@@ -773,6 +773,8 @@ def test_every_shipped_report_link_is_a_report_folder_of_the_repository() -> Non
     ('report = "reports/x"', "expected docs/reports/NAME"),
     ('report = "docs/reports/../etc"', "expected docs/reports/NAME"),
     ('checked_on = "7.3.4"', "expected 'RELEASE YYYY-MM-DD'"),
+    ('checked_on = ["6.1.0-56-amd64 2026-11-24", "7.3.4"]', "'7.3.4': expected 'RELEASE"),
+    ('checked_on = []', "expected a string or a non-empty list"),
 ])
 def test_a_bad_report_field_is_one_line(extra: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
