@@ -5,7 +5,8 @@ are real and understood (a filesystem that never flushes the disk cache, a
 documented weaker guarantee). A run reports a state whose every finding such
 an entry explains as ``known`` instead of failing, keeps its raw outcome and
 the ids of the entries that explained it, and says at the end which entries
-applied but explained nothing ("did not reproduce here: fixed?").
+applied but explained nothing ("did not reproduce here: fixed?"); a ``file:``
+workload, one sequence, says it only of the entry whose reproducer it is.
 
 The list is TOML: the shipped ``crashcases/known.toml`` plus any ``--known
 FILE``. Every entry is one ``[[known]]`` table::
@@ -592,9 +593,24 @@ class KnownMatcher:
         return {e.id: c[e.id] for e in self.applicable if c[e.id]}
 
     def silent(self) -> list[KnownEntry]:
-        """Entries that applied here but explained nothing: fixed, or this run missed it."""
+        """Entries that applied here but explained nothing: fixed, or this run missed it.
+
+        A ``file:`` workload is one sequence, usually one bug's reproducer: an entry is
+        silent there only if the workload is its own (its report's workload, or its
+        ``case`` names the file); that another bug's sequence did not show this one says
+        nothing about a fix."""
         seen = self.counts()
-        return [e for e in self.applicable if e.id not in seen]
+        return [e for e in self.applicable if e.id not in seen and self._tests(e)]
+
+    def _tests(self, entry: KnownEntry) -> bool:
+        """Whether this run's workload could show ``entry`` at all (see ``silent``)."""
+        case = self.scope.case
+        if not case.startswith("file:"):
+            return True
+        if entry.case is not None:
+            return True  # its case glob matched this very file (applies() checked it)
+        path = Path(case.removeprefix("file:"))
+        return entry.report is not None and path.parent.name == Path(entry.report).name
 
     def not_reproduced(self) -> list[dict[str, Any]]:
         return [{"id": e.id, "target": self.scope.target, "kernel": self.scope.kernel,

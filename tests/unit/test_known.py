@@ -389,6 +389,23 @@ def test_an_entry_that_explained_nothing_did_not_reproduce() -> None:
     assert report["not_reproduced"] == [silent]
 
 
+def test_a_file_workload_is_silent_only_about_the_bug_it_reproduces() -> None:
+    """A bug report's own sequence not failing says "fixed?"; another bug's sequence says
+    nothing about it (a ci run of four reproducers printed three false "fixed?" each)."""
+    entries = klist(known(id="a-bug", extra='report = "docs/reports/a-bug"'),
+                    known(id="b-bug", extra='report = "docs/reports/b-bug"'),
+                    known(id="by-case", extra='case = "file:*/c-seq.json"'),
+                    known(id="general"))
+    ok = check("1/prefix", Outcome.OK)
+    for case, silent in [("file:/src/docs/reports/a-bug/workload.json", ["a-bug"]),
+                         ("file:/tmp/c-seq.json", ["by-case"]),
+                         ("file:/tmp/other.json", []),
+                         ("gen:seq1", ["a-bug", "b-bug", "general"])]:
+        m = matcher(entries, case=case)
+        m.judge("1/prefix", Outcome.OK, ok, "prefix")
+        assert [n["id"] for n in m.not_reproduced()] == silent, case
+
+
 # --- crash runs: summary, exit status, JUnit, results.json, store ------------------------------
 
 
