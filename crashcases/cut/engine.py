@@ -158,9 +158,10 @@ class CutRunResult(EngineRun[CutPlan]):
         return m.verdicts.get(trial_key(trial)) if m is not None else None
 
     def is_known(self, trial: TrialResult) -> bool:
-        """Whether known behaviour explains everything this failing trial found."""
-        v = self.verdict(trial)
-        return v is not None and v.known
+        """Whether known behaviour explains everything this failing trial found (never, with
+        the list set aside: --ignore-known)."""
+        m = self.known.get(trial.target)
+        return m is not None and m.is_known(trial_key(trial))
 
     def failing(self, trial: TrialResult) -> bool:
         """Whether the trial fails its target and no known behaviour explains it."""

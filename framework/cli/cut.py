@@ -286,6 +286,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "that died) in its own directory and store row: its plan is read from "
                         "RUN_DIR/plan.json and trials it saved are not run again")
     p.add_argument("--known", action="append", default=[], metavar="FILE", help=KNOWN_HELP)
+    p.add_argument("--ignore-known", action="store_true",
+                   help="report trials that known behaviour explains as failing too, and "
+                        "which known entries reproduced and which did not")
     p.add_argument("--reruns", type=int, default=0, metavar="N",
                    help="run each new failing trial N more times, cut at the same operation on "
                         "a fresh mkfs, and report how often it failed, 'fails f/t' (reliable "

@@ -171,6 +171,13 @@ def parse_study(text: str, *, source: str, base: Path | None = None,
             raise ConfigError(f"{where}: scale {sorted(set(per_scale) - set(scales))[0]!r} is not "
                               "in [study] scales" + (f" ({', '.join(scales)})" if scales else ""))
         options = {**options, **per_scale.get(chosen, {})}
+        case = options.get("case")
+        if isinstance(case, str) and case.startswith("file:") and base is not None:
+            # A workload file beside the study (or under its folder) is found from any
+            # directory; a path that is not there stays as given, relative to where one runs.
+            beside = base / case.removeprefix("file:")
+            if beside.is_file():
+                options = {**options, "case": f"file:{beside.resolve()}"}
         opt_argv: list[str] = []
         for key, value in options.items():
             opt_argv += _option_argv(key, value, where)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import xml.etree.ElementTree as ET
@@ -646,6 +647,19 @@ def test_cut_reports_known_trials_and_fails_only_the_rest(tmp_path: Path) -> Non
         known={"jfs": 1, "ext4/ordered": 0}))
     assert "known" in text.splitlines()[2]
     assert "known (data-loss)" in _render(cut_cli.trial_table("jfs", result.for_target("jfs"), result))
+
+
+def test_cut_with_ignore_known_fails_the_trials_known_behaviour_explains(tmp_path: Path) -> None:
+    from framework.cli import build_parser
+
+    argv = ["cut", "--target", "jfs", "--ignore-known"]
+    assert crash_cli.known_list(build_parser(argv).parse_args(argv)).ignore
+    entries = klist(known(id="cut-loss", extra='run = "cut"'))
+    result = cut_result(tmp_path, dataclasses.replace(entries, ignore=True))
+    # The entry still says which trial it explains, but the trial fails the run.
+    assert [(t.target, t.trial) for t in cut_cli.failing_trials(result)] == [
+        ("jfs", 0), ("ext4/ordered", 0)]
+    assert json.loads(json.dumps(result.to_dict()))["trials"][0]["known"]["ids"] == ["cut-loss"]
 
 
 def test_run_cut_judges_each_trial_and_stores_the_ids(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -202,7 +203,6 @@ def fake_powercut(argv: list[str]) -> int:
     """Stands in for a step's command: records a run with results that depend only on the
     step's command line, through the same lifecycle and store the real commands use."""
     import hashlib
-    from pathlib import Path
 
     from crashcases.vocabulary import CrashPointKind
     from framework.bench.workloads import Metric
@@ -440,3 +440,44 @@ options = { workload = "dbench", reps = 2 }
     steps.clear()
     assert real_main(["run", *common, "--memory-mib", "1024", "--db", str(tmp_path / "b.sqlite")]) == 0
     assert [memory(s) for s in steps] == [1024, 1024]
+
+
+def test_a_workload_file_beside_the_study_is_found_from_any_directory(tmp_path, monkeypatch):
+    (tmp_path / "seqs").mkdir()
+    (tmp_path / "seqs" / "a.json").write_text('{"name": "a", "ops": []}')
+    text = """
+[study]
+name = "files"
+description = "workload files beside the study"
+
+[[step]]
+command = "crash"
+targets = ["ext2"]
+options = { case = "file:seqs/a.json" }
+
+[[step]]
+command = "crash"
+targets = ["ext2"]
+options = { case = "file:elsewhere/b.json" }
+"""
+    monkeypatch.chdir("/")
+    study = parse_study(text, source="files.toml", base=tmp_path)
+    cases = [s.argv[s.argv.index("--case") + 1] for s in study.steps]
+    # Beside the study: its absolute path; not there: as given, relative to where one runs.
+    assert cases == [f"file:{tmp_path / 'seqs' / 'a.json'}", "file:elsewhere/b.json"]
+
+
+def test_the_known_recheck_study_runs_the_reports_own_workloads() -> None:
+    """Its copies of the bug reports' workloads are the reports' files, byte for byte."""
+    top = Path(__file__).resolve().parents[2]
+    study = load_study("known-recheck")
+    copies = [Path(s.argv[s.argv.index("--case") + 1].removeprefix("file:")) for s in study.steps
+              if "--case" in s.argv]
+    reports = {p.parent.name: p for p in (top / "docs" / "reports").glob("*/workload.json")}
+    compared = 0
+    for copy in copies:
+        assert copy.is_file(), copy
+        if copy.stem in reports:
+            assert copy.read_bytes() == reports[copy.stem].read_bytes(), copy.name
+            compared += 1
+    assert compared == 5  # the four fast-commit sequences and the ext4 external-journal one
