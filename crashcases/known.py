@@ -569,9 +569,10 @@ class KnownMatcher:
         return v is not None and v.known and not self.known_list.ignore
 
     def known_ids(self, key: str) -> tuple[str, ...] | None:
-        """The ids that made ``key`` known (None: it is not known)."""
+        """The ids that made ``key`` known (None: it is not known, or the list is set aside,
+        so that what a run stores agrees with its verdict)."""
         v = self.verdicts.get(key)
-        return v.ids if v is not None and v.known else None
+        return v.ids if v is not None and self.is_known(key) else None
 
     def entry(self, entry_id: str) -> KnownEntry:
         return next(e for e in self.known_list.entries if e.id == entry_id)
