@@ -112,12 +112,14 @@ def known_table() -> str:
             why += f"<br><br>*Where:* {_cell(e['source'])}"
         if "link" in e:
             why += f" ([link]({e['link']}))"
+        seen = e.get("checked_on") or []
+        seen = _cell([seen] if isinstance(seen, str) else seen) or "-"
         rows.append(f"| `{e['id']}` | {_applies_to(e)} | {_cell(e['findings'])} | {why} | "
-                    f"{_upstream(e)} |")
+                    f"{_upstream(e)} | {seen} |")
     return "\n".join([
         f"{len(entries)} entries in `{path.relative_to(ROOT)}`, read when this site was built.", "",
-        "| id | applies to | findings | why, and where in the kernel | upstream fix |",
-        "|---|---|---|---|---|", *rows, "",
+        "| id | applies to | findings | why, and where in the kernel | upstream fix | seen on |",
+        "|---|---|---|---|---|---|", *rows, "",
     ])
 
 
