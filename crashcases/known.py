@@ -597,8 +597,8 @@ class KnownMatcher:
         """Entries that applied here but explained nothing: fixed, or this run missed it.
 
         A ``file:`` workload is one sequence, usually one bug's reproducer: an entry is
-        silent there only if the workload is its own (its report's workload, or its
-        ``case`` names the file); that another bug's sequence did not show this one says
+        silent there only if the workload is its own (its report's workload or a copy
+        named after the report, or its ``case`` names the file); that another bug's sequence did not show this one says
         nothing about a fix."""
         seen = self.counts()
         return [e for e in self.applicable if e.id not in seen and self._tests(e)]
@@ -611,7 +611,9 @@ class KnownMatcher:
         if entry.case is not None:
             return True  # its case glob matched this very file (applies() checked it)
         path = Path(case.removeprefix("file:"))
-        return entry.report is not None and path.parent.name == Path(entry.report).name
+        # docs/reports/NAME/workload.json, or a copy named NAME.json (known-recheck's)
+        return entry.report is not None and Path(entry.report).name in (path.parent.name,
+                                                                        path.stem)
 
     def not_reproduced(self) -> list[dict[str, Any]]:
         return [{"id": e.id, "target": self.scope.target, "kernel": self.scope.kernel,

@@ -407,6 +407,7 @@ def test_a_file_workload_is_silent_only_about_the_bug_it_reproduces() -> None:
                     known(id="general"))
     ok = check("1/prefix", Outcome.OK)
     for case, silent in [("file:/src/docs/reports/a-bug/workload.json", ["a-bug"]),
+                         ("file:/src/studies/known-recheck/b-bug.json", ["b-bug"]),
                          ("file:/tmp/c-seq.json", ["by-case"]),
                          ("file:/tmp/other.json", []),
                          ("gen:seq1", ["a-bug", "b-bug", "general"])]:
