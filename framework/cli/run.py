@@ -266,7 +266,8 @@ def finished_steps(run_dir: Path) -> dict[int, int]:
 
 
 #: Options of a step that a resumed step still needs (its plan has the others).
-_KEPT_ON_RESUME = {"--known": True, "-q": False, "--quiet": False, "--json": False}
+_KEPT_ON_RESUME = {"--known": True, "--ignore-known": False, "-q": False, "--quiet": False,
+                   "--json": False}
 
 
 def resume_argv(argv: Sequence[str], run_dir: str) -> list[str]:

@@ -481,3 +481,16 @@ def test_the_known_recheck_study_runs_the_reports_own_workloads() -> None:
             assert copy.read_bytes() == reports[copy.stem].read_bytes(), copy.name
             compared += 1
     assert compared == 5  # the four fast-commit sequences and the ext4 external-journal one
+
+
+def test_a_resumed_step_keeps_its_known_list_and_whether_it_is_set_aside() -> None:
+    """A step carried on after a kill keeps --known and --ignore-known (its plan has the
+    rest): a known-recheck step resumed without --ignore-known judged its failure known."""
+    from framework.cli.run import resume_argv
+
+    argv = ["crash", "--target", "ext4/logdev", "--case", "file:x.json", "--variants",
+            "prefix,subset", "--known", "mine.toml", "--ignore-known", "-q"]
+    resumed = resume_argv(argv, "R/crash-1")
+    assert resumed == ["crash", "--resume", "R/crash-1", "--known", "mine.toml",
+                       "--ignore-known", "-q"]
+    assert build_parser(resumed).parse_args(resumed).ignore_known
