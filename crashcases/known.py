@@ -598,8 +598,8 @@ class KnownMatcher:
 
         A ``file:`` workload is one sequence, usually one bug's reproducer: an entry is
         silent there only if the workload is its own (its report's workload or a copy
-        named after the report, or its ``case`` names the file); that another bug's sequence did not show this one says
-        nothing about a fix."""
+        named after the report, or its ``case`` names the file); that another bug's
+        sequence did not show this one says nothing about a fix."""
         seen = self.counts()
         return [e for e in self.applicable if e.id not in seen and self._tests(e)]
 

@@ -7,6 +7,7 @@ import json
 import uuid as uuidlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from framework.cli import add_machine_options, doctor
 from framework.core import cost, rundir
@@ -71,8 +72,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     resume_dir = Path(args.resume).resolve() if args.resume else None
     if resume_dir is not None and args.scale:
         raise ConfigError("--scale with --resume: a resumed study keeps the scale it started with")
-    study = (load_study(args.study, scale=args.scale) if resume_dir is None
-             else study_of_run(resume_dir))
+    earlier = read_plan(resume_dir, "study") if resume_dir is not None else None
+    study = (load_study(args.study, scale=args.scale) if resume_dir is None or earlier is None
+             else study_of_plan(earlier, resume_dir))
     run_uuid = None
     shard_plan: dict[str, int] = {}
     if args.shard and resume_dir is None:
@@ -103,8 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with Store(args.db) as store:
             resumable_run(store, resume_dir, "study")
     # A shard numbers its steps as in the whole study: "step 3/84", not "3/83".
-    steps_in_all = int(shard_plan.get("study_steps") or (
-        read_plan(resume_dir, "study").get("study_steps", 0) if resume_dir else 0)) or None
+    steps_in_all = int(shard_plan.get("study_steps") or (earlier or {}).get("study_steps", 0)) or None
     at_scale = f", scale {study.scale}" if study.scale else ""
     print(f"study {study.name}: {study.description} ({len(study.steps)} steps{at_scale})")
     from framework.cli import main as powercut
@@ -243,9 +244,9 @@ def write_report(db: Path, run_id: int | None, out: Path) -> None:
     print(f"report: {out}")
 
 
-def study_of_run(run_dir: Path) -> Study:
-    """The study an earlier study run ran, from its plan.json (its steps' command lines)."""
-    plan = read_plan(run_dir, "study")
+def study_of_plan(plan: dict[str, Any], run_dir: Path) -> Study:
+    """The study an earlier study run in ``run_dir`` ran, from its plan.json (its steps'
+    command lines)."""
     try:
         steps = tuple(Step(s["argv"][0], tuple(s["argv"]), s.get("expect", "pass"),
                            s.get("title", ""), int(s.get("number", 0))) for s in plan["steps"])
