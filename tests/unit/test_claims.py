@@ -132,6 +132,10 @@ def test_a_claim_on_what_was_not_measured_is_not_comparable_and_says_why() -> No
     (ORDER + 'scales = ["full"]\n', "scales and scales_why"),
     (ORDER + 'scales = []\nscales_why = "x"\n', "scales must be a non-empty list"),
     (ORDER + 'scales = ["huge"]\nscales_why = "x"\n', "scale 'huge' is not one of the study's"),
+    (ORDER + 'alike_pct = -2\n', "alike_pct must be a non-negative number, got -2"),
+    (ORDER.replace('test = "order"', 'test = "similar"').replace(
+        'better = "a"\nworse = "b"', 'target = "b"\nwithin_pct = 5\nalike_pct = 2'),
+     "unknown key 'alike_pct'"),
 ])
 def test_a_malformed_claims_file_is_one_line(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")) as err:
