@@ -106,9 +106,8 @@ def summary(d: dict[str, object], out: Console) -> None:
             t.add_column(col, no_wrap=col == "target")  # names are never cut short
         for m in crash["matrix"]:
             c = m["counts"]
-            bad = sum(n for o, n in c.items() if o not in ("ok", "recovered", "known"))
             t.add_row(m["target"], m["case"], str(m["states"]), str(c["ok"]),
-                      str(c["recovered"]), str(c["known"]), str(bad), str(m["findings"]))
+                      str(c["recovered"]), str(c["known"]), str(m["failing"]), str(m["findings"]))
         out.print(t)
         print_findings(crash, out)
     cut = d.get("cut")

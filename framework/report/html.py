@@ -124,8 +124,13 @@ def _crash(r: Results, report: Report) -> None:
     matrix = []
     for (target, case), rows in c.groupby(["target", "case"], sort=False):
         counts = Counter(r.labels(rows))
+        # Failing and not known: fsck's repairs count for a journalled target only, so
+        # whether "recovered" fails is the target's to say, never the outcome's alone.
+        recovered_fails = r.fails("recovered", str(target))
+        unexplained = sum(n for o, n in counts.items() if o != "known" and r.fails(o, str(target)))
         matrix.append({"target": target, "case": case, "states": len(rows),
                        "counts": {o: counts.get(o, 0) for o in OUTCOME_ORDER},
+                       "failing": unexplained, "recovered_fails": recovered_fails,
                        "findings": sum(1 for f in every if f.target == target
                                        and any(s.case == case for s in f.states))})
     number = {s.id: n for n, f in enumerate(found, 1) for s in f.states}

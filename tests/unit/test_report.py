@@ -204,3 +204,35 @@ def test_a_trade_off_with_no_point_says_why(tmp_path: Path, capsys) -> None:
     assert d["trade_off"]["panels"] == []
     (why,) = [m for m in d["missing"] if m.startswith("the trade-off figure")]
     assert "ext2 (no cut data)" in why and "ext4/ordered (no cut data)" in why
+
+
+def test_a_repaired_journalled_state_counts_as_failing_and_a_journal_less_one_does_not(
+        tmp_path: Path, capsys) -> None:
+    """fsck's repair is recovery for ext2 and a failure for a journalled ext4: the crash
+    table's "failing" column and the JSON follow the target, not the outcome alone.
+    Positive control: the ext4 row's recovered state is counted (it was 0 before)."""
+    db = tmp_path / "r.sqlite"
+    with Store(db) as store:
+        run = store.start_run(command_line="powercut crash", study="crash", kind="crash",
+                              environment={"guest": {"kernel": "7.3.4"}})
+        for target, config in (("ext4/ordered", EXT4), ("ext2", EXT2)):
+            store.add_target(run, target, config)
+            rec = store.add_recording(run, target, case_spec="gen:seq1", seed=0, log_path=None,
+                                      entries=20, marks=2)
+            for i, outcome in enumerate(("ok", "recovered")):
+                cp = store.add_crash_point(rec, entry_index=10 * i, kind=CrashPointKind.MARK,
+                                           last_mark=f"pc-{i}")
+                store.add_check(cp, variant="prefix", variant_seed=0, outcome=outcome,
+                                mount_s=0.01, fsck_s=0.3, findings=[],
+                                reproducer=f"powercut recheck /runs/{run} {10 * i}/prefix")
+    assert main(["report", "--db", str(db), "--json", "--no-html"]) == 0
+    rows = {m["target"]: m for m in json.loads(capsys.readouterr().out)["crash"]["matrix"]}
+    assert (rows["ext4/ordered"]["failing"], rows["ext4/ordered"]["recovered_fails"]) == (1, True)
+    assert (rows["ext2"]["failing"], rows["ext2"]["recovered_fails"]) == (0, False)
+    assert main(["report", "--db", str(db), "--no-html"]) == 0
+    table = capsys.readouterr().out
+    ext4_row = next(line for line in table.splitlines() if "ext4/ordered" in line)
+    ext2_row = next(line for line in table.splitlines() if "ext2" in line)
+    # columns: target, case, states, ok, recovered, known, failing, findings
+    assert re.findall(r"\d+", ext4_row.split("gen:seq1")[1])[:5] == ["2", "1", "1", "0", "1"]
+    assert re.findall(r"\d+", ext2_row.split("gen:seq1")[1])[:5] == ["2", "1", "1", "0", "0"]
