@@ -205,8 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(format_table(verdicts))
         run.save_json(rundir.CLAIMS, verdicts_json(verdicts))
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
-    if not args.no_report:
-        write_report(Path(args.db), run.run_id, run.run_dir / rundir.REPORT)
+    write_report(Path(args.db), run.run_id, None if args.no_report else run.run_dir / rundir.REPORT)
     return 0 if ok else 1
 
 
@@ -228,20 +227,29 @@ def judge_claims(*, store_path: Path, study_id: int | None, study: Study) -> lis
     return out
 
 
-def write_report(db: Path, run_id: int | None, out: Path) -> None:
-    """The study's HTML report (powercut report), printed as its path; a report that cannot
-    be made is a warning: the study's results are in the store either way."""
+def write_report(db: Path, run_id: int | None, out: Path | None) -> None:
+    """What the whole study found, as ``powercut report`` summarises it (per target and
+    workload: states, ok, known and failing, the findings; the power cuts), then the HTML
+    report at ``out`` (None: --no-report). A report that cannot be made is a warning: the
+    study's results are in the store either way."""
+    from rich.console import Console
+
+    from framework.cli.report import summary
     from framework.report.html import build, render_html
     from framework.report.results import load
 
     try:
         with Store(db) as store:
-            report = build(load(store, str(run_id)))
-        out.write_text(render_html(report), encoding="utf-8")
+            report = build(load(store, str(run_id)), draw=out is not None)
+        print()
+        summary(report.data, Console())
+        if out is not None:
+            out.write_text(render_html(report), encoding="utf-8")
     except (PowercutError, OSError, ValueError) as exc:
         print(f"report: not written ({exc}); try 'powercut report {run_id} --db {db}'")
         return
-    print(f"report: {out}")
+    if out is not None:
+        print(f"report: {out}")
 
 
 def study_of_plan(plan: dict[str, Any], run_dir: Path) -> Study:
@@ -309,7 +317,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the study's scale, as its [study] scales name them (the seed studies: "
                         "tiny, minutes under TCG, the default; full, the paper's sizes)")
     p.add_argument("--no-report", action="store_true",
-                   help="do not write the HTML report at the end (powercut report makes it later)")
+                   help="do not write the HTML report at the end (the summary of what the "
+                        "study found is printed either way; powercut report makes the HTML later)")
     p.add_argument("--shard", metavar="I/N",
                    help="run only shard I of N (from 0): every N-th step, numbered as in the "
                         "whole study; give every shard the same --run-uuid and its own --db, "

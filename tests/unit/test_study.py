@@ -494,3 +494,42 @@ def test_a_resumed_step_keeps_its_known_list_and_whether_it_is_set_aside() -> No
     assert resumed == ["crash", "--resume", "R/crash-1", "--known", "mine.toml",
                        "--ignore-known", "-q"]
     assert build_parser(resumed).parse_args(resumed).ignore_known
+
+
+def test_a_study_ends_with_what_it_found_per_target_even_without_the_html(tmp_path, monkeypatch,
+                                                                          capsys):
+    """The study's last words are powercut report's summary of the whole run: per target and
+    workload the states, ok, known and failing, then the power cuts; --no-report leaves out
+    the HTML file only. Fails without it: a --no-report study printed no table at all."""
+    import framework.cli as cli
+    from framework.cli import doctor
+    from framework.core.store import Store
+
+    monkeypatch.setattr(doctor, "failed", lambda checks: [])
+    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+    study = tmp_path / "sharded.toml"
+    study.write_text(SHARDED)
+    real_main = cli.main
+    monkeypatch.setattr(cli, "main", lambda argv, on_error=None, nested=False: (
+        real_main(argv, on_error=on_error) if argv[0] == "run" else fake_powercut(list(argv))))
+    db = tmp_path / "s.sqlite"
+    assert real_main(["run", str(study), "--no-report", "--results", str(tmp_path / "r"),
+                      "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    tail = out[out.index("== study sharded: summary"):]
+    assert "crash states" in tail and "power cuts" in tail
+    with Store(db) as store:
+        failing = {}
+        for kid in store.children(next(r for r in store.runs() if r.kind == "study").id):
+            for c in store.checks(kid.id):
+                failing[c.target] = failing.get(c.target, 0) + (c.outcome != "ok")
+    start = tail.index("crash states")
+    crash = tail[start:tail.index("power cuts", start)]
+    for target in ("ext2", "ext4/ordered", "xfs"):
+        row = next((line for line in crash.splitlines() if f"│ {target} " in line), None)
+        assert row, crash
+        cells = [c.strip() for c in row.split("│")[1:-1]]
+        # target, case, states, ok, recovered, known, failing, findings
+        assert cells[1:5] == ["gen:seq1", "4", str(4 - failing[target]), "0"]
+        assert cells[6] == str(failing[target])
+    assert not list((tmp_path / "r").glob("study-*/report.html"))
