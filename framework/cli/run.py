@@ -205,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(format_table(verdicts))
         run.save_json(rundir.CLAIMS, verdicts_json(verdicts))
     print(f"results: {args.db} (sqlite), run directories under {args.results}/")
-    write_report(Path(args.db), run.run_id, None if args.no_report else run.run_dir / rundir.REPORT)
+    summarise_study(Path(args.db), run.run_id, None if args.no_report else run.run_dir / rundir.REPORT)
     return 0 if ok else 1
 
 
@@ -227,7 +227,7 @@ def judge_claims(*, store_path: Path, study_id: int | None, study: Study) -> lis
     return out
 
 
-def write_report(db: Path, run_id: int | None, out: Path | None) -> None:
+def summarise_study(db: Path, run_id: int | None, out: Path | None) -> None:
     """What the whole study found, as ``powercut report`` summarises it (per target and
     workload: states, ok, known and failing, the findings; the power cuts), then the HTML
     report at ``out`` (None: --no-report). A report that cannot be made is a warning: the
