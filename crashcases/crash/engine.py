@@ -74,7 +74,7 @@ from framework.core import agent, clock, rundir
 from framework.core.errors import CommandTimeout, DeviceBusy, MachineError, ScratchDeviceError
 from framework.core.lifecycle import Run
 from framework.core.machine.base import DiskSpec, Machine
-from framework.core.machine.slot import DEFAULT_POLICY, GuestLost, GuestSlot, Verdict, boot_retrying
+from framework.core.machine.slot import DEFAULT_POLICY, GuestLost, GuestSlot, Verdict
 from recovery.disks import throttle
 from recovery.filesystems import adapter_for
 from recovery.targets import Target
@@ -143,8 +143,7 @@ class CrashEngine:
         limits = {"data": throttle(self.target, "data"), "journal": throttle(self.target, "journal")}
         disks = [DiskSpec(n, self.sizes[n], bandwidth_bytes_s=limits.get(n, (None, None))[0],
                           iops=limits.get(n, (None, None))[1]) for n in names]
-        machine = boot_retrying(lambda: self.factory(disks, self.files.guest(0), self.fstypes),
-                                "recording guest")
+        machine = self.factory(disks, self.files.guest(0), self.fstypes)
         # The guest writes only into its run directory (the rest of the host
         # is read-only or hidden there).
         request = RecordRequest(self.target, workload, data_dev=machine.disk("data"),
@@ -153,7 +152,8 @@ class CrashEngine:
                                 journal_dev=machine.disk("journal") if self.two_disks else None,
                                 journal_log_dev=machine.disk("journal-log") if self.two_disks else None)
         try:
-            recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600)
+            recorded = agent.perform(machine, CRASH_RECORD, request, timeout_s=3600,
+                                     watch=death_watch(machine))
             shutil.copyfile(machine.rundir / rundir.ORACLE, self.files.oracle_file)
             info = {**recorded.to_dict(), "workload": workload.name, "ops": len(workload.ops)}
             # Written last: its presence says the recording is whole (what --resume reuses).
@@ -432,6 +432,18 @@ class CrashEngine:
                        entries: list[LogEntry]) -> list[tuple[Path, str]]:
         """Keep the log beside the results and crash images of the first failures; list them."""
         return self.files.keep(result, entries, self.sizes)
+
+
+def death_watch(machine: Machine) -> Callable[[], str | None]:
+    """Ends a command at once when the guest's kernel says it killed a task: a dead
+    dm-log-writes thread (seen on 6.12.117) leaves the workload waiting on its writes for
+    the command's whole timeout."""
+
+    def watch() -> str | None:
+        said = machine.kernel_death()
+        return f"the guest kernel died: {said}" if said else None
+
+    return watch
 
 
 def progress_watch(results_path: Path, budget_s: float) -> Callable[[], str | None]:

@@ -21,7 +21,6 @@ from framework.cli import (
 from framework.core import command, junit, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import RunSpec, resumable_run, resumed_lifecycle, run_lifecycle
-from framework.core.machine.slot import boot_retrying
 from framework.core.store import Store
 from recovery.filesystems import tool_versions
 
@@ -172,7 +171,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         earlier = bench.earlier_samples(run.run_dir) if resume_dir is not None else {}
         machine = stack.enter_context(machine_from_args(args, disks=disks, fstypes=fstypes,
                                                         cpus=config.cpus))
-        run.started(boot_retrying(machine.start, "benchmark guest"))
+        run.started(machine.start())
         assert run.run_id is not None
         recorder = bench.StoreRecorder(store, run.run_id, config, run.run_dir)
         done = bench.run_bench(config, bench.GuestExecutor(machine, config), recorder=recorder,

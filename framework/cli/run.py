@@ -101,9 +101,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if bad:
         doctor.render(bad)
         raise MissingPrerequisite(f"{len(bad)} required item(s) missing; see 'powercut doctor'")
+    # A finished study whose steps ended in an error (a guest that would not boot, a kernel
+    # that died under the recording) is carried on too: those steps run again.
+    undone = errored_steps(resume_dir) if resume_dir is not None else []
+    left_undone = (f"step(s) {', '.join(map(str, undone))} ended in an error" if undone
+                   else None)
     if resume_dir is not None:
         with Store(args.db) as store:
-            resumable_run(store, resume_dir, "study")
+            resumable_run(store, resume_dir, "study", left_undone=left_undone)
+        if left_undone:
+            print(f"resuming: {left_undone}; they run again")
     # A shard numbers its steps as in the whole study: "step 3/84", not "3/83".
     steps_in_all = int(shard_plan.get("study_steps") or (earlier or {}).get("study_steps", 0)) or None
     at_scale = f", scale {study.scale}" if study.scale else ""
@@ -118,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                        for s in study.steps]})
     with Store(args.db) as store, \
             (run_lifecycle(spec, Path(args.results), store) if resume_dir is None
-             else resumed_lifecycle(spec, resume_dir, store)) as run:
+             else resumed_lifecycle(spec, resume_dir, store, left_undone=left_undone)) as run:
         assert run.run_id is not None
         done = finished_steps(run.run_dir) if resume_dir is not None else {}
         study_id = run.run_id
@@ -263,15 +270,36 @@ def study_of_plan(plan: dict[str, Any], run_dir: Path) -> Study:
         raise ConfigError(f"{run_dir / rundir.PLAN}: not a study run's plan ({exc})") from None
 
 
-def finished_steps(run_dir: Path) -> dict[int, int]:
-    """Step number -> exit status, for the steps an earlier study run saved as done."""
+#: The exit status of a command that ended in an error (framework.cli.main).
+ERROR_EXIT = 2
+
+
+def _saved_steps(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / rundir.STEPS
     if not path.exists():
-        return {}
+        return []
     try:
-        return {int(s["step"]): int(s["status"]) for s in json.loads(path.read_text())}
+        steps = json.loads(path.read_text())
+        for s in steps:
+            int(s["step"]), int(s["status"])
+        return list(steps)
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a study's step list ({exc})") from None
+
+
+def errored_steps(run_dir: Path) -> list[int]:
+    """The steps an earlier study run saved as ended in an error (exit 2, not a skip):
+    ``--resume`` runs them again."""
+    return [int(s["step"]) for s in _saved_steps(run_dir)
+            if int(s["status"]) == ERROR_EXIT and "skipped" not in s]
+
+
+def finished_steps(run_dir: Path) -> dict[int, int]:
+    """Step number -> exit status, for the steps an earlier study run saved as done (found
+    failures or none, or skipped): not those that ended in an error."""
+    again = set(errored_steps(run_dir))
+    return {int(s["step"]): int(s["status"]) for s in _saved_steps(run_dir)
+            if int(s["step"]) not in again}
 
 
 #: Options of a step that a resumed step still needs (its plan has the others).

@@ -205,9 +205,11 @@ def run_lifecycle(spec: RunSpec, results_dir: Path, store: Store | None) -> Iter
         yield run
 
 
-def resumable_run(store: Store, run_dir: Path, kind: str) -> StoredRun:
+def resumable_run(store: Store, run_dir: Path, kind: str, *,
+                  left_undone: str | None = None) -> StoredRun:
     """The unfinished ``kind`` run whose files are in ``run_dir``; ConfigError when there is
-    none in ``store`` or it finished (there is nothing to resume then). Commands ask this
+    none in ``store`` or it finished (there is nothing to resume then), unless the run says
+    what it ``left_undone`` (a study's steps that ended in an error). Commands ask this
     before they start anything."""
     run_dir = run_dir.resolve()
     row = store.run_by_dir(run_dir)
@@ -216,18 +218,19 @@ def resumable_run(store: Store, run_dir: Path, kind: str) -> StoredRun:
                           "(give the run directory a run of this database printed)")
     if row.kind and row.kind != kind:
         raise ConfigError(f"{run_dir}: a {row.kind} run, not a {kind} run")
-    if row.status is RunStatus.FINISHED:
+    if row.status is RunStatus.FINISHED and not left_undone:
         raise ConfigError(f"{run_dir}: run {row.id} finished; there is nothing to resume")
     return row
 
 
 @contextlib.contextmanager
-def resumed_lifecycle(spec: RunSpec, run_dir: Path, store: Store) -> Iterator[Run]:
+def resumed_lifecycle(spec: RunSpec, run_dir: Path, store: Store, *,
+                      left_undone: str | None = None) -> Iterator[Run]:
     """Carry on an interrupted run in its own directory and store row (``--resume``).
 
     ConfigError as resumable_run() says."""
     run_dir = run_dir.resolve()
-    row = resumable_run(store, run_dir, spec.kind)
+    row = resumable_run(store, run_dir, spec.kind, left_undone=left_undone)
     run = Run(spec, run_dir, store)
     run.run_id = row.id
     run.environment = {**row.environment, "resumed": [*row.environment.get("resumed", []),

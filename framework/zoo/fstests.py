@@ -25,7 +25,6 @@ from framework.core.errors import ConfigError
 from framework.core.machine.base import DiskSpec
 from framework.core.machine.kernel import KernelSpec, kernel_spec
 from framework.core.machine.qemu import QemuMachine
-from framework.core.machine.slot import boot_retrying
 from framework.zoo.kernels import Kernel
 from recovery.disks import disk_bytes
 from recovery.filesystems import kernel_modules
@@ -128,8 +127,7 @@ def run_test(checkout: Path, test: str, target_name: str, kernel: Kernel | Kerne
     modules = (*kernel_modules((target.fstype,)), "dm-thin-pool")
     with QemuMachine(kernel=spec, disks=disks, modules=modules, rundir=workdir,
                      missing_modules_ok=True) as guest:
-        # A guest that dies while booting (a panic once under emulation) boots once more.
-        boot_retrying(guest.start, f"fstests guest for {test}")
+        guest.start()  # a guest that dies while booting boots once more by itself
         # The test device is only where fstests keeps its own files: its journal stays inside.
         mkfs(guest, replace(target, journal=JournalPlacement.INTERNAL) if logdev else target,
              guest.disk("test"))

@@ -533,3 +533,53 @@ def test_a_study_ends_with_what_it_found_per_target_even_without_the_html(tmp_pa
         assert cells[1:5] == ["gen:seq1", "4", str(4 - failing[target]), "0"]
         assert cells[6] == str(failing[target])
     assert not list((tmp_path / "r").glob("study-*/report.html"))
+
+
+def test_resume_runs_again_the_steps_that_ended_in_an_error_and_only_those(tmp_path, monkeypatch):
+    """A finished study whose step ended in an error (a guest that did not boot, a kernel that
+    died under the recording) is carried on: that step runs again; the steps that passed,
+    found failures or were skipped are not. One without such a step has nothing to resume."""
+    import framework.cli as cli
+    from framework.cli import doctor
+    from framework.core.store import RunStatus, Store
+
+    monkeypatch.setattr(doctor, "failed", lambda checks: [])
+    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+    study = tmp_path / "s.toml"
+    study.write_text("""
+[study]
+name = "errs"
+description = "three steps: the second ends in an error the first time"
+""" + "".join(f"""
+[[step]]
+command = "bench"
+targets = ["{t}"]
+options = {{ workload = "dbench", reps = 2 }}
+""" for t in ("ext2", "ext3", "ext4/ordered")))
+    real_main = cli.main
+    ran: list[str] = []
+    exits = {"ext2": [0], "ext3": [2, 0], "ext4/ordered": [1]}
+
+    def main(argv, on_error=None, nested=False):
+        if argv[0] == "run":
+            return real_main(argv, on_error=on_error, nested=nested)
+        target = argv[argv.index("--target") + 1]
+        ran.append(target)
+        return exits[target].pop(0)
+
+    monkeypatch.setattr(cli, "main", main)
+    where = ["--results", str(tmp_path / "r"), "--db", str(tmp_path / "db.sqlite")]
+    assert real_main(["run", str(study), *where]) == 1
+    assert ran == ["ext2", "ext3", "ext4/ordered"]
+    (study_dir,) = (tmp_path / "r").glob("study-*")
+    ran.clear()
+    assert real_main(["run", "--resume", str(study_dir), *where]) == 1  # step 3 must pass
+    assert ran == ["ext3"]
+    steps = json.loads((study_dir / "steps.json").read_text())
+    assert [s["status"] for s in steps] == [0, 0, 1]
+    with Store(tmp_path / "db.sqlite") as store:
+        (top,) = [r for r in store.runs() if r.parent_id is None]
+        assert top.status is RunStatus.FINISHED and len(top.environment["resumed"]) == 1
+    ran.clear()
+    assert real_main(["run", "--resume", str(study_dir), *where]) == 2  # nothing left undone
+    assert ran == []

@@ -815,25 +815,3 @@ def test_a_two_disk_target_gets_the_journal_disk_and_a_test_device_without_it(
     assert mkfs_test[-1] == "/dev/disk-test" and not any("device=" in a for a in mkfs_test)
 
 
-def test_an_fstests_guest_that_dies_while_booting_boots_once_more(tmp_path, monkeypatch) -> None:
-    """A panic while booting (seen once under emulation) costs one more boot, not the
-    test's verdict; a second failure in a row is the error."""
-    from framework.core.errors import BootError
-    from framework.zoo import fstests as zoo_fstests
-
-    boots: list[int] = []
-    fail_first = {"n": 1}
-
-    def boot() -> None:
-        boots.append(1)
-        if len(boots) <= fail_first["n"]:
-            raise BootError("guest kernel panic while booting: Fatal exception in interrupt")
-
-    checkout, spec, _ = fake_fstests(tmp_path, monkeypatch, boot)
-    verdict = zoo_fstests.run_test(checkout, "generic/997", "ext4/ordered", spec, tmp_path / "a")
-    assert verdict.verdict == "passed" and len(boots) == 2
-    boots.clear()
-    fail_first["n"] = 2
-    with pytest.raises(BootError):
-        zoo_fstests.run_test(checkout, "generic/997", "ext4/ordered", spec, tmp_path / "b")
-    assert len(boots) == 2

@@ -61,6 +61,12 @@ class Machine(Handle):
         """The interpreter that runs powercut's modules inside the machine."""
         return [sys.executable]
 
+    def kernel_death(self) -> str | None:
+        """The line in which the machine's kernel said it died (an oops, a BUG()) while the
+        machine stayed up, or None: a command waiting on a dead kernel thread would wait for
+        its whole timeout. Machines without their own kernel have none to lose."""
+        return None
+
     def describe(self) -> dict[str, str]:
         """Environment facts for the results store (kernel, accelerator...)."""
         return {"machine": self.name}

@@ -45,6 +45,12 @@ KVM_PROBE_TIMEOUT_S = 25.0
 #: Console lines that say the guest kernel died (panic(), die() and the BUG() family
 #: print these, kernel/panic.c and arch/x86/kernel/dumpstack.c in 6.1 and 6.12).
 KERNEL_DIED = re.compile(r"Kernel panic|Oops|BUG: |general protection fault|kernel BUG at")
+#: Of those, the lines after which the kernel has killed a task or thread (die() in
+#: arch/x86/kernel/dumpstack.c, BUG() and list corruption with
+#: CONFIG_BUG_ON_DATA_CORRUPTION, page faults in kernel mode): not the "BUG: soft lockup"
+#: a starved emulated CPU can print and live on from.
+KERNEL_KILLED = re.compile(r"Kernel panic|Oops|general protection fault|kernel BUG at|"
+                           r"BUG: unable to handle|BUG: kernel NULL pointer dereference")
 
 
 def drive_argv(spec: DiskSpec, index: int, image: Path, *, cache: str) -> list[str]:
@@ -140,6 +146,8 @@ class QemuMachine(Machine):
         self.rundir = Path(tempfile.mkdtemp(prefix="powercut-vm-")) if rundir is None else Path(rundir).resolve()
         self.rundir.mkdir(parents=True, exist_ok=True)
         self._console_start = 0  # where this guest's part of the console log starts
+        self._death_scanned = 0  # how far kernel_death() has read the console log
+        self._death_seen: str | None = None
         self.child: pexpect.spawn | None = None
         self._up_since: float | None = None  # when the guest booted (cost: guest seconds)
         self.console: ConsoleRunner | None = None
@@ -259,10 +267,10 @@ class QemuMachine(Machine):
             try:
                 self._boot(initrd, accel, self.boot_timeout_s)
             except BootError as exc:
-                if self._console_lines(self._console_start):
-                    raise  # the kernel said something: what it said is the error
-                # Not one line on the console: qemu, or the kernel before its first line, hung
-                # under emulation (seen about once in a few hundred boots of a busy suite).
+                # The guest has not touched a scratch disk before its shell answers, so a boot
+                # that failed loses nothing: qemu or the kernel hung or died early once under
+                # emulation on a busy host (an RCU stall past the timeout, an oops in
+                # sched_clock). Two failures in a row are the error.
                 log.warning("%s; booting it again", exc)
                 self.kill()  # a guest that never booted has no shell to leave
                 self._stop_qemu()
@@ -280,6 +288,7 @@ class QemuMachine(Machine):
         transcript = open(self.rundir / rundir.CONSOLE, "ab")  # noqa: SIM115 - closed in close()
         # A replacement guest appends to the same console log: what it says starts here.
         self._console_start = transcript.tell()
+        self._death_seen = None
         self._transcript = transcript
         start = clock.monotonic()
         self._up_since = start
@@ -341,6 +350,26 @@ class QemuMachine(Machine):
         last = body[-4:]
         shown = ([first, "..."] if first is not None and first not in last else []) + last
         return " | ".join(shown) or "(no console output)"
+
+    def kernel_death(self) -> str | None:
+        """The first line since this guest booted in which its kernel said it killed a task
+        (KERNEL_KILLED), or None. Read on from where the last call stopped."""
+        if self._death_seen is not None:
+            return self._death_seen
+        try:
+            with open(self.rundir / rundir.CONSOLE, "rb") as f:
+                f.seek(max(self._death_scanned, self._console_start))
+                text = f.read()
+        except OSError:
+            return None
+        whole = text[: text.rfind(b"\n") + 1]  # a line still being written is read next time
+        self._death_scanned = max(self._death_scanned, self._console_start) + len(whole)
+        for line in whole.decode("utf-8", "replace").splitlines():
+            if KERNEL_KILLED.search(line):
+                printable = set(string.printable)
+                self._death_seen = "".join(c for c in line if c in printable).strip()
+                return self._death_seen
+        return None
 
     def console_tail(self, lines: int = 6) -> str:
         return " | ".join(self._console_lines()[-lines:]) or "(no console output)"

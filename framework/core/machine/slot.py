@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 
 from framework.core import agent
 from framework.core.errors import (
-    BootError,
     CommandTimeout,
     DeviceBusy,
     GuestDied,
@@ -90,20 +89,6 @@ class GuestPolicy:
 DEFAULT_POLICY = GuestPolicy()
 
 
-M = TypeVar("M", bound=Machine)
-
-
-def boot_retrying(start: Callable[[], M], name: str = "guest") -> M:
-    """Boot with ``start``; a boot that fails is tried once more (a guest killed while
-    booting, a kernel that hung or died early once under emulation): two failures in a row
-    are the error."""
-    try:
-        return start()
-    except BootError as exc:
-        log.warning("%s did not boot (%s); booting it again", name, exc)
-        return start()
-
-
 class GuestSlot:
     """The guest an engine (or one shard of it) works in."""
 
@@ -124,11 +109,10 @@ class GuestSlot:
         return self.policy.verdict(losses)
 
     def machine(self) -> Machine:
-        """The guest, booted now if there is none. A boot that fails is tried once more (a
-        guest killed while booting, a kernel that died early once): two in a row are the
-        error."""
+        """The guest, booted now if there is none (the machine boots a second time itself when
+        the first fails: QemuMachine.start)."""
         if self.current is None:
-            self.current = boot_retrying(self._start, self.name)
+            self.current = self._start()
             if self._on_start is not None:
                 self._on_start(self.current)
         return self.current
