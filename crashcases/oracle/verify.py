@@ -245,6 +245,8 @@ class _Checker:
         self.findings: list[Finding] = []
         self._seen: dict[str, _Seen | None] = {}
         self._missing: set[str] = set()  # lstat said ENOENT or ENOTDIR
+        # Each name mapped to one model inode, and the promise of its entry (check_identity).
+        self._name_promise: dict[str, tuple[int, int]] = {}
         self._content: dict[str, bytes | None] = {}
         self._digests: dict[str, tuple[str, ...]] = {}
         self._pinned: dict[tuple[str, int], int | None] = {}
@@ -484,6 +486,8 @@ class _Checker:
             return False
         if len(typed) == 1:
             identity[typed[0]][(obs.st.st_dev, obs.st.st_ino)] = path
+            if promise is not None:
+                self._name_promise[path] = promise
         outcomes = [self.check_object(c, path, obs) for c in typed]
         if all(outcomes):
             best = min(outcomes, key=len)
@@ -757,7 +761,14 @@ class _Checker:
         for ino, seen in identity.items():
             if len(seen) > 1:
                 paths = sorted(seen.values())
-                self.add(FindingKind.IDENTITY, paths[0], Broken.ONE_INODE, names=tuple(paths))
+                # A name that named another inode (or nothing) at its promise and this one
+                # only after it (rmdir d, sync, then rename x -> d) is the one that broke a
+                # promise: what is there is not this inode, so it is what the promise removed
+                # or replaced. The finding is that promise's; without one it is no promise's.
+                late = [p for p in paths if self._named_later(p, ino)]
+                self.add(FindingKind.IDENTITY, late[0] if late else paths[0], Broken.ONE_INODE,
+                         names=tuple(paths),
+                         **self.promised(self._name_promise[late[0]] if late else None))
             for key, path in seen.items():
                 owners[key][ino] = path
         for inos in owners.values():
@@ -766,6 +777,15 @@ class _Checker:
             if len(inos) > 1 and self.rules.metadata_atomic:
                 paths = sorted(inos.values())
                 self.add(FindingKind.IDENTITY, paths[0], Broken.MANY_INODES, names=tuple(paths))
+
+    def _named_later(self, path: str, ino: int) -> bool:
+        """``path`` had a promise, and named another inode or nothing at it: ``ino`` came
+        there only by an op after it."""
+        promise = self._name_promise.get(path)
+        if promise is None:
+            return False
+        at = self.o.binding_at(path, promise[0])
+        return at is None or at.inode != ino
 
     def check_link_counts(self) -> None:
         names: dict[tuple[int, int], list[str]] = defaultdict(list)

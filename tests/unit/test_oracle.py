@@ -400,6 +400,34 @@ def test_identity_fires_when_hard_links_split(promised: tuple[OracleLog, Path, s
     assert kinds(found) == {(FindingKind.IDENTITY, "d/f")}
 
 
+def test_a_removed_name_back_after_sync_is_charged_to_the_sync_not_left_without_a_promise(
+        tmp_path: Path) -> None:
+    """rmdir r/d1; sync; rename r/l0 -> r/d1: a state at the sync whose r/d1 is another
+    directory than r/l0 is the removal the sync promised, undone (the directory writes of the
+    rmdir still in the disk's cache). The one-inode finding names that promise, so a known
+    entry about sync can explain it; a split with no such name stays no promise's."""
+    ops = [Op(K.MKDIR, "r"), Op(K.MKDIR, "r/d1"), Op(K.MKDIR, "r/l0"), Op(K.SYNC),
+           Op(K.RMDIR, "r/d1"), Op(K.SYNC), Op(K.RENAME, "r/l0", dst="r/d1")]
+    _, oracle, marks = run(ops, tmp_path / "recorded")
+    state = tmp_path / "state"
+    for d in ("r", "r/d1", "r/l0"):
+        (state / d).mkdir(parents=True)  # r/d1 survived the rmdir; l0 not renamed yet
+    for rules in (posix_strict(), persistence_rules(get_target("ext2"))):
+        found = verify(oracle, state, last_mark=marks[-1], rules=rules)
+        assert [(f.kind, f.path, f.mark, f.op) for f in found] == [
+            (FindingKind.IDENTITY, "r/d1", marks[-1], 5)], found
+        assert "r/d1, r/l0" in found[0].detail
+    # A hard link split with no name that came to the inode after its promise: no promise.
+    ops = [Op(K.CREAT, "f"), Op(K.LINK, "f", dst="g"), Op(K.SYNC)]
+    _, oracle, marks = run(ops, tmp_path / "linked")
+    state = tmp_path / "split"
+    state.mkdir()
+    (state / "f").write_bytes(b"")
+    (state / "g").write_bytes(b"")
+    found = verify(oracle, state, last_mark=marks[-1], rules=posix_strict())
+    assert [(f.kind, f.mark) for f in found] == [(FindingKind.IDENTITY, None)], found
+
+
 def test_unknown_mark_is_an_error(promised: tuple[OracleLog, Path, str]) -> None:
     oracle, root, _ = promised
     with pytest.raises(OracleError, match="'mkfs'"):
