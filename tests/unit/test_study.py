@@ -332,11 +332,8 @@ def test_a_nested_command_passes_an_interrupt_on_and_a_top_level_one_exits_130(m
 def test_an_interrupted_step_stops_the_study_and_the_study_says_interrupted(tmp_path,
                                                                           monkeypatch):
     import framework.cli as cli
-    from framework.cli import doctor
     from framework.core.store import RunStatus, Store
 
-    monkeypatch.setattr(doctor, "failed", lambda checks: [])
-    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
     study = tmp_path / "s.toml"
     study.write_text(SHARDED)
     real_main = cli.main
@@ -398,12 +395,19 @@ def test_a_finished_steps_status_comes_from_its_results_judged_by_target(tmp_pat
         assert status_from_store(store, ids["ext2"]) == 0
 
 
-def test_a_steps_own_guest_memory_holds_unless_run_is_given_one(tmp_path, monkeypatch):
-    import framework.cli as cli
+@pytest.fixture
+def doctor_satisfied(monkeypatch):
+    """A study whose doctor finds nothing missing (its steps are faked)."""
     from framework.cli import doctor
 
     monkeypatch.setattr(doctor, "failed", lambda checks: [])
     monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
+
+
+def test_a_steps_own_guest_memory_holds_unless_run_is_given_one(tmp_path, monkeypatch,
+                                                                 doctor_satisfied):
+    import framework.cli as cli
+
     study = tmp_path / "s.toml"
     study.write_text("""
 [study]
@@ -535,16 +539,14 @@ def test_a_study_ends_with_what_it_found_per_target_even_without_the_html(tmp_pa
     assert not list((tmp_path / "r").glob("study-*/report.html"))
 
 
-def test_resume_runs_again_the_steps_that_ended_in_an_error_and_only_those(tmp_path, monkeypatch):
+def test_resume_runs_again_the_steps_that_ended_in_an_error_and_only_those(
+        tmp_path, monkeypatch, doctor_satisfied):
     """A finished study whose step ended in an error (a guest that did not boot, a kernel that
     died under the recording) is carried on: that step runs again; the steps that passed,
     found failures or were skipped are not. One without such a step has nothing to resume."""
     import framework.cli as cli
-    from framework.cli import doctor
     from framework.core.store import RunStatus, Store
 
-    monkeypatch.setattr(doctor, "failed", lambda checks: [])
-    monkeypatch.setattr(doctor, "diagnose", lambda spec: [])
     study = tmp_path / "s.toml"
     study.write_text("""
 [study]
