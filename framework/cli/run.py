@@ -343,7 +343,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the built-in studies")
     p.add_argument("--scale", metavar="NAME",
                    help="the study's scale, as its [study] scales name them (the seed studies: "
-                        "tiny, minutes under TCG, the default; full, the paper's sizes)")
+                        "tiny, minutes under TCG, the default; medium, files larger than the guest's "
+                        "page cache and more repetitions; full, the "
+                        "paper's sizes, hours)")
     p.add_argument("--no-report", action="store_true",
                    help="do not write the HTML report at the end (the summary of what the "
                         "study found is printed either way; powercut report makes the HTML later)")
