@@ -102,6 +102,11 @@ class Benchmark(abc.ABC):
 
     def require_success(self, result: CommandResult) -> None:
         if result.status == 127:  # a shell's or env's "command not found"
+            if "error while loading shared libraries" in (result.stderr or ""):
+                # ld.so exits 127 too: the tool is there but would not start, as fio (with
+                # its Ceph libraries) does not in a guest of 160 MiB.
+                raise self.fail(result, f"{self.tool} could not load its shared libraries "
+                                "(a guest with too little memory for them? --memory-mib)")
             raise MissingPrerequisite(
                 f"{self.tool}: not found; install the Debian package {self.package}"
             )
