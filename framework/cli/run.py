@@ -270,8 +270,9 @@ def study_of_plan(plan: dict[str, Any], run_dir: Path) -> Study:
         raise ConfigError(f"{run_dir / rundir.PLAN}: not a study run's plan ({exc})") from None
 
 
-#: The exit status of a command that ended in an error (framework.cli.main).
-ERROR_EXIT = 2
+#: The exit statuses of a command that did not do its work (framework.cli.main): an error,
+#: and a missing prerequisite (a tool installed since, a kernel fetched since).
+ERROR_EXITS = (2, 3)
 
 
 def _saved_steps(run_dir: Path) -> list[dict[str, Any]]:
@@ -288,10 +289,10 @@ def _saved_steps(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def errored_steps(run_dir: Path) -> list[int]:
-    """The steps an earlier study run saved as ended in an error (exit 2, not a skip):
+    """The steps an earlier study run saved as ended in an error (exit 2 or 3, not a skip):
     ``--resume`` runs them again."""
     return [int(s["step"]) for s in _saved_steps(run_dir)
-            if int(s["status"]) == ERROR_EXIT and "skipped" not in s]
+            if int(s["status"]) in ERROR_EXITS and "skipped" not in s]
 
 
 def finished_steps(run_dir: Path) -> dict[int, int]:
