@@ -275,32 +275,33 @@ def study_of_plan(plan: dict[str, Any], run_dir: Path) -> Study:
 ERROR_EXITS = (2, 3)
 
 
-def _saved_steps(run_dir: Path) -> list[dict[str, Any]]:
+def _saved_steps(run_dir: Path) -> list[tuple[int, int, bool]]:
+    """(step, exit status, skipped) for each step an earlier study run saved."""
     path = run_dir / rundir.STEPS
     if not path.exists():
         return []
     try:
-        steps = json.loads(path.read_text())
-        for s in steps:
-            int(s["step"]), int(s["status"])
-        return list(steps)
+        return [(int(s["step"]), int(s["status"]), "skipped" in s)
+                for s in json.loads(path.read_text())]
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a study's step list ({exc})") from None
+
+
+def _errored(status: int, skipped: bool) -> bool:
+    return status in ERROR_EXITS and not skipped
 
 
 def errored_steps(run_dir: Path) -> list[int]:
     """The steps an earlier study run saved as ended in an error (exit 2 or 3, not a skip):
     ``--resume`` runs them again."""
-    return [int(s["step"]) for s in _saved_steps(run_dir)
-            if int(s["status"]) in ERROR_EXITS and "skipped" not in s]
+    return [step for step, status, skipped in _saved_steps(run_dir) if _errored(status, skipped)]
 
 
 def finished_steps(run_dir: Path) -> dict[int, int]:
     """Step number -> exit status, for the steps an earlier study run saved as done (found
     failures or none, or skipped): not those that ended in an error."""
-    again = set(errored_steps(run_dir))
-    return {int(s["step"]): int(s["status"]) for s in _saved_steps(run_dir)
-            if int(s["step"]) not in again}
+    return {step: status for step, status, skipped in _saved_steps(run_dir)
+            if not _errored(status, skipped)}
 
 
 #: Options of a step that a resumed step still needs (its plan has the others).
