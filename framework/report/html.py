@@ -305,6 +305,7 @@ def _trade_off(r: Results, report: Report) -> None:
                         "dominated_by": [o.name for o in tradeoff.dominators(c, mine)],
                         "verdict": verdicts.get(c.name, "none")} for c in mine],
             "answer": tradeoff.answer(mine, profile=profile, workload=workload or "?")})
+    missing = list(dict.fromkeys(missing))  # a target of several bench steps: named once
     report.data["trade_off"] = {"metric": metric, "workload": workload, "panels": panels,
                                 "left_out": missing}
     if panels and metric is not None:

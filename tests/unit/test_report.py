@@ -206,6 +206,24 @@ def test_a_trade_off_with_no_point_says_why(tmp_path: Path, capsys) -> None:
     assert "ext2 (no cut data)" in why and "ext4/ordered (no cut data)" in why
 
 
+def test_a_target_of_several_bench_steps_is_left_out_of_the_trade_off_once() -> None:
+    """A study whose bench steps share targets (seed 002: ext2 and xfs in four of them) and has
+    no cut step names each target once among those the trade-off leaves out, not once a step."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from framework.report.html import Report, _trade_off
+
+    step = {"metric": "read_iops", "workload": "fio-file-server", "baseline": "ext2",
+            "targets": [{"target": "ext2"}, {"target": "xfs", "overhead": None}]}
+    report = Report({"bench": [step, dict(step)], "missing": []}, draw=False)
+    _trade_off(SimpleNamespace(recoveries=pd.DataFrame(), targets={}), report)  # type: ignore[arg-type]
+    assert report.data["trade_off"]["left_out"] == ["ext2 (no cut data)", "xfs (no cut data)"]
+    (why,) = report.data["missing"]
+    assert why.endswith("(left out: ext2 (no cut data), xfs (no cut data))")
+
+
 def test_a_repaired_journalled_state_counts_as_failing_and_a_journal_less_one_does_not(
         tmp_path: Path, capsys) -> None:
     """fsck's repair is recovery for ext2 and a failure for a journalled ext4: the crash
