@@ -1,11 +1,13 @@
 """The seed studies' medium-scale page shows what its committed run records hold: each row of
 its table (wall, CPU and guest seconds, the verdicts' counts) is made again here from
 docs/measurements/data/2026-11-30-seeds-medium/ and compared cell by cell, and every claim
-that is not comparable in those records is listed on the page with the record's reason."""
+that is not comparable in those records has a row in the page's table of open claims with the
+count of repetitions its record says would decide it."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -66,4 +68,9 @@ def test_every_claim_not_comparable_is_explained_on_the_page() -> None:
     for record in records():
         for claim in record["claims"]:
             if claim["verdict"] == "not comparable":
-                assert f"`{claim['id']}`" in text, (record["study"], claim["id"])
+                kernel = record["kernel"].split("+")[0]
+                rows = [line for line in text.splitlines()
+                        if line.startswith(f"| {record['study']} ({kernel}) | `{claim['id']}` |")]
+                assert len(rows) == 1, (record["study"], kernel, claim["id"])
+                count = re.search(r"about (\d+) repetitions", claim["why"])
+                assert count and f"| {count.group(1)} |" in rows[0], (claim["id"], claim["why"])
