@@ -8,13 +8,16 @@ import json
 import re
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from crashcases.vocabulary import CrashPointKind
 from framework.bench.workloads import Metric
 from framework.cli import main
 from framework.core.store import Store
+from framework.report.html import Report, _trade_off
 
 EXT4 = {"name": "ext4/ordered", "fstype": "ext4", "mkfs_options": [], "mount_options": [],
         "journal": "internal"}
@@ -209,12 +212,6 @@ def test_a_trade_off_with_no_point_says_why(tmp_path: Path, capsys) -> None:
 def test_a_target_of_several_bench_steps_is_left_out_of_the_trade_off_once() -> None:
     """A study whose bench steps share targets (seed 002: ext2 and xfs in four of them) and has
     no cut step names each target once among those the trade-off leaves out, not once a step."""
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    from framework.report.html import Report, _trade_off
-
     step = {"metric": "read_iops", "workload": "fio-file-server", "baseline": "ext2",
             "targets": [{"target": "ext2"}, {"target": "xfs", "overhead": None}]}
     report = Report({"bench": [step, dict(step)], "missing": []}, draw=False)
