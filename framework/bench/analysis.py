@@ -1,8 +1,10 @@
 """The analysis of a bench run (Jain, ch. 13 and 22).
 
 Per target and metric the mean with its t-based interval; the overhead of
-each target against the baseline with Fieller's interval
-(``framework.core.stats.overhead``: positive means the target is worse); and a
+each target against the baseline with Fieller's interval (positive means the
+target is worse): in a blocked run from the repetitions both measured, pair
+by pair (``framework.core.stats.overhead_by_rep``), else from the two samples
+as independent; and a
 one-factor design (factor: target, replications: repetitions) with its
 allocation of variation and F-test for the primary metric, or the full
 factorial design of the factors the run was given. Metrics of one workload
@@ -16,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from framework.bench import design as factorial_design
-from framework.bench.engine import BenchConfig, BenchRun, design_cells, kept_values
+from framework.bench.engine import BenchConfig, BenchRun, design_cells, kept_by_rep, kept_values
 from framework.core.errors import ConfigError
 from framework.core.factorial import FactorialDesign
-from framework.core.stats import Overhead, StatsError, Summary, overhead, summarize
+from framework.core.stats import Overhead, StatsError, Summary, overhead_by_rep, summarize
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class Cell:
     metric: str
     values: tuple[float, ...]
     summary: Summary | None
+    reps: tuple[int, ...] = ()  # the repetition of each value (its round, in a blocked run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +88,18 @@ def analyse(run: BenchRun) -> BenchAnalysis:
     overheads: list[OverheadCell] = []
     base = config.baseline_target
     for info in infos.values():
-        values = kept_values(kept, info.name, config.targets)
+        by_rep = kept_by_rep(kept, info.name, config.targets)
+        values = {t: [v for _, v in pairs] for t, pairs in by_rep.items()}
         for target in config.targets:
             v = values.get(target, [])
-            cells.append(Cell(target, info.name, tuple(v), summarize(v) if len(v) >= 2 else None))
+            cells.append(Cell(target, info.name, tuple(v), summarize(v) if len(v) >= 2 else None,
+                              tuple(r for r, _ in by_rep.get(target, []))))
         for target in config.targets:
             if target == base:
                 continue
             try:
-                o = overhead(values[target], values[base], level, higher_is_better=info.higher_is_better)
+                o = overhead_by_rep(by_rep[target], by_rep[base], level,
+                                    higher_is_better=info.higher_is_better, paired=config.blocked)
                 overheads.append(OverheadCell(target, info.name, o))
             except StatsError as exc:
                 overheads.append(OverheadCell(target, info.name, None, str(exc)))

@@ -4,11 +4,20 @@ Procedure (Jain, ch. 13 and 22): every target gets ``reps`` repetitions of
 one workload, each on a freshly made filesystem with cold caches (see
 ``framework.bench.task``). The trials of all targets are interleaved in a
 seeded random order, so slow drift of the machine (host load, a warming
-disk image) spreads over all targets instead of masquerading as the
-effect of one. Optionally the first trial of each target is a discarded
+disk image) cannot masquerade as the effect of one target.
+
+The order is *blocked* by default (a randomised complete block design):
+round k runs every target once, in a fresh random order, and holds each
+target's repetition k. An emulated guest's speed drifts with the host
+(successive trials' figures correlate), and within a round the targets
+share that drift: the analysis pairs repetition k of two targets
+(``framework.core.stats.paired_overhead``) and the drift cancels, where
+the plain shuffle (``blocked=False``, older runs) can only spread it over
+all targets as extra noise. Optionally the first round is a discarded
 warm-up, and with ``until_ci_pct`` more rounds run until the 95%
 confidence interval of the primary metric's mean is within that many
-percent of the mean for every target, or ``max_reps`` is reached.
+percent of the mean for every target, or ``max_reps`` is reached; in a
+blocked run an extra round runs every target, so rounds stay complete.
 
 The analysis of a run is in ``framework.bench.analysis``, its report in
 ``framework.bench.report``.
@@ -73,6 +82,8 @@ class BenchConfig:
     #: cells (every base target at every combination of levels) and ``bases`` the targets named.
     factors: tuple[factorial_design.Factor, ...] = ()
     bases: tuple[str, ...] = ()
+    #: Rounds with every target once each (pairs for the analysis); False: one shuffle.
+    blocked: bool = True
 
     @property
     def baseline_target(self) -> str:
@@ -147,9 +158,13 @@ class Trial:
 
 
 class Scheduler:
-    """The seeded run order: a shuffled first round, then extra rounds for the CI rule.
+    """The seeded run order: the first ``reps`` repetitions (and warm-ups), then extra
+    rounds for the CI rule.
 
-    Every round is a random permutation drawn from one ``random.Random(seed)``,
+    Blocked: a warm-up round, then one round per repetition, each every target once in
+    a random order; an extra round runs every target below the cap while any is
+    unsatisfied. Not blocked: the first repetitions in one shuffle, an extra round only
+    the unsatisfied targets. Every permutation is drawn from one ``random.Random(seed)``,
     so the same seed and the same measurements give the same order.
     """
 
@@ -173,9 +188,16 @@ class Scheduler:
 
     def first_round(self) -> list[Trial]:
         per_target = self.config.reps + (1 if self.config.warmup else 0)
-        names = [t for t in self.config.targets for _ in range(per_target)]
-        self.rng.shuffle(names)
-        return [self._trial(n) for n in names]
+        if not self.config.blocked:
+            names = [t for t in self.config.targets for _ in range(per_target)]
+            self.rng.shuffle(names)
+            return [self._trial(n) for n in names]
+        out: list[Trial] = []
+        for _ in range(per_target):
+            block = list(self.config.targets)
+            self.rng.shuffle(block)
+            out += [self._trial(n) for n in block]
+        return out
 
     def unsatisfied(self, kept: Mapping[str, Sequence[float]]) -> list[str]:
         """Targets whose primary metric's interval is still too wide and below the cap."""
@@ -193,8 +215,11 @@ class Scheduler:
         return out
 
     def next_round(self, kept: Mapping[str, Sequence[float]]) -> list[Trial]:
-        """One more trial for every unsatisfied target, shuffled; empty when done."""
+        """One more trial for every unsatisfied target (blocked: for every target below the
+        cap while any is unsatisfied), shuffled; empty when done."""
         names = self.unsatisfied(kept)
+        if names and self.config.blocked:
+            names = [t for t in self.config.targets if self.kept_trials(t) < self.config.max_reps]
         self.rng.shuffle(names)
         return [self._trial(n) for n in names]
 
@@ -257,7 +282,14 @@ class BenchState:
 
 def kept_values(samples: Iterable[Sample], metric: str, targets: Sequence[str]) -> dict[str, list[float]]:
     """Values of ``metric`` per target in run order, warm-ups and unmeasured ones left out."""
-    out: dict[str, list[float]] = {t: [] for t in targets}
+    return {t: [v for _, v in pairs] for t, pairs in kept_by_rep(samples, metric, targets).items()}
+
+
+def kept_by_rep(samples: Iterable[Sample], metric: str,
+                targets: Sequence[str]) -> dict[str, list[tuple[int, float]]]:
+    """(repetition, value) of ``metric`` per target in run order, warm-ups and unmeasured
+    ones left out; in a blocked run, repetition k of every target is from round k."""
+    out: dict[str, list[tuple[int, float]]] = {t: [] for t in targets}
     for s in samples:
         if s.trial.warmup:
             continue
@@ -265,7 +297,7 @@ def kept_values(samples: Iterable[Sample], metric: str, targets: Sequence[str]) 
         # it did not do): that repetition has no value, not a zero.
         value = next((m.value for m in s.result.metrics if m.name == metric), None)
         if value is not None:
-            out.setdefault(s.trial.target, []).append(value)
+            out.setdefault(s.trial.target, []).append((s.trial.rep, value))
     return out
 
 
@@ -431,7 +463,9 @@ def config_from_plan(run_dir: Path) -> BenchConfig:
             level=float(doc["level"]), cpus=int(doc.get("cpus", 2)),
             user_targets=tuple(target_from_dict(t) for t in doc.get("user_targets", ())),
             factors=tuple(factorial_design.parse_factor(f) for f in doc.get("factors", ())),
-            bases=tuple(doc.get("bases", ())))
+            bases=tuple(doc.get("bases", ())),
+            # Plans written before blocked orders ran one shuffle: resume them as they began.
+            blocked=bool(doc.get("blocked", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: not a bench plan ({exc})") from None
     config.validate()
@@ -445,7 +479,8 @@ def plan_document(config: BenchConfig) -> dict[str, Any]:
             "max_reps": config.max_reps, "seed": config.seed, "baseline": config.baseline_target,
             "metric": config.metric, "level": config.level, "cpus": config.cpus,
             "user_targets": [t.to_dict() for t in config.user_targets],
-            "factors": [f.describe() for f in config.factors], "bases": list(config.bases)}
+            "factors": [f.describe() for f in config.factors], "bases": list(config.bases),
+            "blocked": config.blocked}
 
 
 class GuestExecutor:

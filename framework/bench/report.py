@@ -194,7 +194,9 @@ def format_overheads(a: BenchAnalysis) -> str:
                 mark = "" if ov.significant else " n.s."
                 row.append(f"{_pct(ov.overhead)} [{_pct(ov.ci.low)}, {_pct(ov.ci.high)}]{mark}")
         rows.append(row)
-    title = (f"Overhead against {base} with its {pct} interval (Fieller); positive: the target "
+    how = ("Fieller's, paired round by round" if a.config.blocked
+           else "Fieller's, the samples independent")
+    title = (f"Overhead against {base} with its {pct} interval ({how}); positive: the target "
              f"is worse (loses throughput, or takes longer); n.s.: the interval contains 0")
     notes = sorted({f"  {o.target} {o.metric}: {o.error}" for o in a.overheads if o.error})
     return title + "\n" + _table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
@@ -260,7 +262,8 @@ def format_report(run: BenchRun, a: BenchAnalysis) -> str:
             else ", ".join(f"{t}: {n}" for t, n in counts.items()))
     header = (f"powercut bench: {c.workload} at {c.scale} scale; repetitions per target: {reps}"
               f"{'; first trial of each target discarded (warm-up)' if c.warmup else ''}; "
-              f"run order shuffled with seed {c.seed}; wall time {run.wall_s:.1f} s")
+              f"{'rounds of every target, each' if c.blocked else 'run order'} shuffled with seed "
+              f"{c.seed}; wall time {run.wall_s:.1f} s")
     if run.host_load is not None:
         header += (f"\nhost load average {run.host_load[0]:.2f} before, {run.host_load[1]:.2f} after "
                    f"({os.cpu_count()} CPUs; a busy host slows an emulated guest)")
@@ -284,7 +287,8 @@ def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
 
     means: dict[str, dict[str, Any]] = {}
     for cell in a.cells:
-        entry: dict[str, Any] = {"n": len(cell.values), "values": list(cell.values)}
+        entry: dict[str, Any] = {"n": len(cell.values), "values": list(cell.values),
+                                 "reps": list(cell.reps)}
         if cell.summary is not None:
             s = cell.summary
             entry.update(mean=s.mean, stdev=s.stdev, cov=s.cov, median=s.median,
@@ -294,7 +298,8 @@ def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
     for o in a.overheads:
         item: dict[str, Any] = {"error": o.error} if o.overhead is None else {
             "overhead": o.overhead.overhead, "ci": interval(o.overhead.ci),
-            "ratio": o.overhead.ratio, "significant": o.overhead.significant}
+            "ratio": o.overhead.ratio, "significant": o.overhead.significant,
+            "pairs": o.overhead.pairs}
         overheads.setdefault(o.metric, {})[o.target] = item
     design: dict[str, Any] | None = None
     if a.design is not None and c.factors:
@@ -321,7 +326,7 @@ def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
         }
     return {
         "workload": c.workload, "scale": str(c.scale), "targets": list(c.targets),
-        "baseline": c.baseline_target, "seed": c.seed, "warmup": c.warmup,
+        "baseline": c.baseline_target, "seed": c.seed, "warmup": c.warmup, "blocked": c.blocked,
         "until_ci_pct": c.until_ci_pct, "max_reps": c.max_reps, "level": level,
         "primary": a.primary.name, "wall_s": run.wall_s, "host_load": run.host_load,
         "units": {m.name: m.unit for m in a.metrics},

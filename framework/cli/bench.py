@@ -51,7 +51,10 @@ unmount. The tool's own figures (e.g. postmark transactions/s, fio MB/s)
 exclude the unmount; run_s is the workload's wall time, umount_s the
 unmount (it writes back what the workload left dirty) and durable_s their
 sum. Trials of all targets run interleaved in a seeded random order
-(printed), so drift of the machine does not pass for a target's effect.
+(printed), so drift of the machine does not pass for a target's effect:
+by default in rounds (--order blocks), each every target once, and the
+overheads pair the targets' trials of one round, so what the round's
+trials share (an emulated guest's speed follows the host's load) cancels.
 
 What the output means:
   mean [low, high]   the mean over the repetitions and its 95% confidence
@@ -64,7 +67,8 @@ What the output means:
                      1 - target/baseline; for times (lower is better) the
                      fraction added, target/baseline - 1. Negative means
                      the target is faster than the baseline. Its 95%
-                     interval is Fieller's for a ratio of two means; "n.s."
+                     interval is Fieller's for a ratio of two means (of
+                     paired samples with --order blocks); "n.s."
                      marks an interval that contains 0 (no detectable cost).
   ANOVA              one factor (target) with the repetitions as
                      replications, on the primary metric: how much of the
@@ -120,6 +124,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         metric=args.metric,
         cpus=args.cpus if args.cpus is not None else BENCH_CPUS,
         user_targets=named_user_targets(args),
+        blocked=args.order == "blocks",
     )
     factors = [parse_factor(text) for text in args.factor or ()]
     config = with_factors(config, factors)
@@ -254,6 +259,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "primary metric is under PCT%% of its mean")
     p.add_argument("--max-reps", type=int, metavar="N",
                    help="cap on kept repetitions per target for --until-ci (default: 30)")
+    p.add_argument("--order", choices=("blocks", "shuffle"), default="blocks",
+                   help="blocks: round k runs every target once, in a random order, and the "
+                        "overheads pair repetition k of two targets, so the host's drift "
+                        "between rounds cancels; shuffle: all repetitions in one random order, "
+                        "the samples analysed as independent (default: blocks)")
     p.add_argument("--seed", type=int, metavar="N",
                    help="seed of the random run order (default: a fresh one, printed)")
     p.add_argument("--baseline", metavar="TARGET",

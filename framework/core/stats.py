@@ -287,7 +287,8 @@ class Overhead:
     overhead: float
     ci: Interval
     higher_is_better: bool
-    df: float  # Welch-Satterthwaite degrees of freedom used for the t quantile
+    df: float  # degrees of freedom of the t quantile: Welch-Satterthwaite's, or pairs - 1
+    pairs: int = 0  # paired samples the interval came from; 0 when unpaired (independent)
 
     @property
     def percent(self) -> float:
@@ -297,6 +298,25 @@ class Overhead:
     def significant(self) -> bool:
         """True when the interval excludes zero overhead."""
         return not self.ci.contains(0.0)
+
+
+def _fieller_interval(mean_t: float, mean_b: float, v_t: float, v_b: float, c_tb: float,
+                      q: float, level: float) -> Interval:
+    """The R with (x_t - R x_b)^2 <= q^2 (v_t - 2 R c_tb + R^2 v_b): Fieller's set for
+    mean_t / mean_b, where v are the variances of the two means and c_tb their covariance
+    (0 for independent samples). It is the interval between the roots of a quadratic in R."""
+    a = mean_b**2 - q**2 * v_b
+    if a <= 0:
+        # The baseline mean is not distinguishable from 0 at this level:
+        # Fieller's set is unbounded and no finite ratio interval exists.
+        raise StatsError(
+            f"baseline mean {mean_b:g} is not significantly different from 0 at level {level:g}; "
+            "the overhead interval is unbounded (take more baseline samples)"
+        )
+    half_b = mean_t * mean_b - q**2 * c_tb
+    disc = half_b**2 - a * (mean_t**2 - q**2 * v_t)
+    root = math.sqrt(max(disc, 0.0))
+    return Interval((half_b - root) / a, (half_b + root) / a, level)
 
 
 def _fieller_ratio(
@@ -317,18 +337,17 @@ def _fieller_ratio(
     if num == 0.0:
         return ratio, Interval(ratio, ratio, level), df
     t = float(sps.t.ppf(1 - (1 - level) / 2, df))
-    a = mean_b**2 - t**2 * v_b
-    if a <= 0:
-        # The baseline mean is not distinguishable from 0 at this level:
-        # Fieller's set is unbounded and no finite ratio interval exists.
-        raise StatsError(
-            f"baseline mean {mean_b:g} is not significantly different from 0 at level {level:g}; "
-            "the overhead interval is unbounded (take more baseline samples)"
-        )
-    disc = t**2 * (v_t * mean_b**2 + v_b * mean_t**2) - t**4 * v_t * v_b
-    root = math.sqrt(max(disc, 0.0))
-    low, high = (mean_t * mean_b - root) / a, (mean_t * mean_b + root) / a
-    return ratio, Interval(low, high, level), df
+    return ratio, _fieller_interval(mean_t, mean_b, v_t, v_b, 0.0, t, level), df
+
+
+def _as_overhead(ratio: float, ratio_ci: Interval, higher_is_better: bool, df: float,
+                 pairs: int) -> Overhead:
+    level = ratio_ci.level
+    if higher_is_better:
+        value, ci = 1.0 - ratio, Interval(1.0 - ratio_ci.high, 1.0 - ratio_ci.low, level)
+    else:
+        value, ci = ratio - 1.0, Interval(ratio_ci.low - 1.0, ratio_ci.high - 1.0, level)
+    return Overhead(ratio, ratio_ci, value, ci, higher_is_better, df, pairs)
 
 
 def overhead(
@@ -358,11 +377,63 @@ def overhead(
         xb.size,
         level,
     )
-    if higher_is_better:
-        value, ci = 1.0 - ratio, Interval(1.0 - ratio_ci.high, 1.0 - ratio_ci.low, level)
+    return _as_overhead(ratio, ratio_ci, higher_is_better, df, 0)
+
+
+def paired_overhead(
+    target_samples: Samples,
+    baseline_samples: Samples,
+    level: float = 0.95,
+    *,
+    higher_is_better: bool,
+) -> Overhead:
+    """Overhead of ``target`` over ``baseline`` from paired samples: the i-th of each was
+    measured in the same block (one round of a blocked run order, every target once).
+
+    Fieller's interval with the covariance of the two means (Fieller 1954; the paired
+    case of the ratio of means), t with n - 1 degrees of freedom: what both members of a
+    pair share (the host's speed drifting between rounds) cancels in x_t - R x_b, as in a
+    paired t-test, instead of widening the interval as it does when the samples are
+    treated as independent.
+    """
+    check_level(level)
+    xt = _as_samples(target_samples, what="target samples")
+    xb = _as_samples(baseline_samples, what="baseline samples")
+    if xt.size != xb.size:
+        raise StatsError(f"paired samples differ in length: {xt.size} target, {xb.size} baseline")
+    n = xt.size
+    mean_t, mean_b = float(xt.mean()), float(xb.mean())
+    if mean_b == 0.0:
+        raise StatsError("baseline mean is 0; a relative overhead is undefined")
+    ratio = mean_t / mean_b
+    cov = np.cov(xt, xb, ddof=1)
+    v_t, v_b, c_tb = float(cov[0, 0]) / n, float(cov[1, 1]) / n, float(cov[0, 1]) / n
+    if v_t + ratio**2 * v_b - 2 * ratio * c_tb <= 0.0:
+        ratio_ci = Interval(ratio, ratio, level)  # the pairs are exactly proportional
     else:
-        value, ci = ratio - 1.0, Interval(ratio_ci.low - 1.0, ratio_ci.high - 1.0, level)
-    return Overhead(ratio, ratio_ci, value, ci, higher_is_better, df)
+        q = float(sps.t.ppf(1 - (1 - level) / 2, n - 1))
+        ratio_ci = _fieller_interval(mean_t, mean_b, v_t, v_b, c_tb, q, level)
+    return _as_overhead(ratio, ratio_ci, higher_is_better, float(n - 1), n)
+
+
+def overhead_by_rep(
+    target: Sequence[tuple[int, float]],
+    baseline: Sequence[tuple[int, float]],
+    level: float = 0.95,
+    *,
+    higher_is_better: bool,
+    paired: bool,
+) -> Overhead:
+    """``target``'s overhead against ``baseline`` from (repetition, value) samples: paired
+    on the repetitions both have when ``paired`` (a blocked run, where repetition k of
+    every target is from round k), else with the samples taken as independent."""
+    if not paired:
+        return overhead([v for _, v in target], [v for _, v in baseline], level,
+                        higher_is_better=higher_is_better)
+    base = dict(baseline)
+    mine = [(r, v) for r, v in target if r in base]
+    return paired_overhead([v for _, v in mine], [base[r] for r, _ in mine], level,
+                           higher_is_better=higher_is_better)
 
 
 # --------------------------------------------------------------------------

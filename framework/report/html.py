@@ -21,7 +21,7 @@ import jinja2
 
 from crashcases.cut.summary import percentile
 from framework.bench.design import one_factor_design
-from framework.core.stats import StatsError, overhead, quantile_interval, summarize
+from framework.core.stats import StatsError, overhead_by_rep, quantile_interval, summarize
 from framework.report import figures, tradeoff
 from framework.report.findings import (
     failing_states,
@@ -213,8 +213,11 @@ def _bench(r: Results, report: Report) -> None:
             continue
         unit = str(rows["unit"].iloc[0])
         hib = bool(rows["higher_is_better"].iloc[0])
-        values = {t: [float(x) for x in rows[rows["target"] == t]["value"].dropna()]
+        measured = rows.dropna(subset=["value"])
+        by_rep = {t: [(int(r), float(x)) for r, x in
+                      measured[measured["target"] == t][["repetition", "value"]].itertuples(index=False)]
                   for t in plan.targets}
+        values = {t: [x for _, x in pairs] for t, pairs in by_rep.items()}
         cells = []
         for t, xs in values.items():
             cell: dict[str, Any] = {"target": t, "n": len(xs)}
@@ -226,7 +229,8 @@ def _bench(r: Results, report: Report) -> None:
                 cell.update(mean=xs[0], low=xs[0], high=xs[0], cov=None)
             if t != plan.baseline and len(xs) >= 2 and len(values.get(plan.baseline, [])) >= 2:
                 try:
-                    o = overhead(xs, values[plan.baseline], plan.level, higher_is_better=hib)
+                    o = overhead_by_rep(by_rep[t], by_rep[plan.baseline], plan.level,
+                                        higher_is_better=hib, paired=plan.blocked)
                     cell["overhead"] = {"pct": o.percent, "low_pct": 100 * o.ci.low,
                                         "high_pct": 100 * o.ci.high}
                 except StatsError as exc:

@@ -41,6 +41,7 @@ class BenchPlan:
     baseline: str
     metric: str | None  # None: "total" if reported, else the first metric
     level: float
+    blocked: bool = False  # run in rounds of every target: overheads pair repetition k
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,8 @@ def load(store: Store, ref: str) -> Results:
                                                              if samples else "")),
                                          names, str(plan.get("baseline") or names[0]),
                                          plan.get("metric") or _primary_of(run),
-                                         float(plan.get("level", 0.95))))
+                                         float(plan.get("level", 0.95)),
+                                         bool(plan.get("blocked", False))))
     return Results(top, runs,
                    pd.DataFrame(checks, columns=CHECK_COLUMNS),
                    pd.DataFrame(recoveries, columns=RECOVERY_COLUMNS),

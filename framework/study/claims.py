@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.core.errors import ConfigError
-from framework.core.stats import StatsError, overhead
+from framework.core.stats import StatsError, overhead_by_rep
 
 AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
 TESTS: dict[str, tuple[str, ...]] = {
@@ -202,13 +202,19 @@ def _term(results: Mapping[str, Any], term: str) -> dict[str, Any]:
     raise LookupError(f"no ANOVA term {term!r} in the step's design")
 
 
-def _values(results: Mapping[str, Any], metric: str, target: str) -> list[float] | None:
-    """The kept samples of ``target`` on ``metric`` when results.json has them (two or more)."""
+def _values(results: Mapping[str, Any], metric: str,
+            target: str) -> list[tuple[int, float]] | None:
+    """The kept samples of ``target`` on ``metric`` as (repetition, value) when results.json
+    has them (two or more); repetitions by position when it does not name them."""
     try:
-        values = [float(x) for x in results["means"][metric][target]["values"]]
+        cell = results["means"][metric][target]
+        values = [float(x) for x in cell["values"]]
+        reps = [int(r) for r in cell.get("reps") or range(1, len(values) + 1)]
     except (KeyError, TypeError, ValueError):
         return None
-    return values if len(values) >= 2 else None
+    if len(reps) != len(values):
+        return None
+    return list(zip(reps, values, strict=True)) if len(values) >= 2 else None
 
 
 def _count(results: Mapping[str, Any], metric: str, *targets: str) -> int | None:
@@ -345,13 +351,15 @@ def _judge(claim: Claim, results: Mapping[str, Any]) -> Verdict:
 
 
 def _order(claim: Claim, results: Mapping[str, Any], metric: str, higher: bool, measured: str,
-           better: list[float], worse: list[float]) -> Verdict:
-    """An order claim on the samples: ``worse``'s cost against ``better`` (positive: the
-    claimed order), with Fieller's interval at the step's level."""
+           better: list[tuple[int, float]], worse: list[tuple[int, float]]) -> Verdict:
+    """An order claim on the (repetition, value) samples: ``worse``'s cost against ``better``
+    (positive: the claimed order), with Fieller's interval at the step's level, paired
+    round by round when the step's order was blocked."""
     a = claim.arg
     level = float(results.get("level", 0.95))
     try:
-        cost = overhead(worse, better, level, higher_is_better=higher)
+        cost = overhead_by_rep(worse, better, level, higher_is_better=higher,
+                               paired=bool(results.get("blocked")))
     except StatsError as exc:
         raise LookupError(f"no interval for {a('worse')} against {a('better')}: {exc}") from None
     low, high = 100 * cost.ci.low, 100 * cost.ci.high
@@ -363,7 +371,7 @@ def _order(claim: Claim, results: Mapping[str, Any], metric: str, higher: bool, 
         return Verdict(claim, DISAGREE, measured,
                        f"{a('worse')} is better: the whole interval of its cost is below 0")
     alike = claim.option("alike_pct")
-    n = min(len(better), len(worse))
+    n = cost.pairs or min(len(better), len(worse))
     if alike is not None:
         alike = float(alike)
         if -alike <= low and high <= alike:

@@ -24,7 +24,7 @@ from framework.core import agent, rundir
 from framework.core.errors import CommandError, ConfigError
 from framework.core.factorial import full_factorial
 from framework.core.machine import FakeMachine
-from framework.core.stats import overhead
+from framework.core.stats import overhead, paired_overhead
 from recovery.targets import Target, get_target
 
 
@@ -67,10 +67,11 @@ TARGETS = ("ext2", "ext4/ordered", "ext4/journal")
 
 
 def test_order_is_a_seeded_shuffle_with_every_repetition():
-    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=5, seed=11)
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=5, seed=11, blocked=False)
     first = Scheduler(config).first_round()
     again = Scheduler(config).first_round()
-    other = Scheduler(BenchConfig(targets=TARGETS, workload="fsmark", reps=5, seed=12)).first_round()
+    other = Scheduler(BenchConfig(targets=TARGETS, workload="fsmark", reps=5, seed=12,
+                                  blocked=False)).first_round()
     assert [t.target for t in first] == [t.target for t in again]
     assert [t.target for t in first] != [t.target for t in other]
     assert Counter(t.target for t in first) == dict.fromkeys(TARGETS, 5)
@@ -81,6 +82,57 @@ def test_order_is_a_seeded_shuffle_with_every_repetition():
     for target in TARGETS:
         assert [t.rep for t in first if t.target == target] == [1, 2, 3, 4, 5]
         assert not any(t.warmup for t in first)
+
+
+def test_blocked_order_is_rounds_of_every_target_each_in_its_own_shuffle():
+    config = BenchConfig(targets=TARGETS, workload="fsmark", reps=6, seed=11, warmup=True)
+    first = Scheduler(config).first_round()
+    assert [t.target for t in first] == [t.target for t in Scheduler(config).first_round()]
+    rounds = [first[i:i + len(TARGETS)] for i in range(0, len(first), len(TARGETS))]
+    assert len(rounds) == 7
+    assert all(t.warmup for t in rounds[0]) and not any(t.warmup for r in rounds[1:] for t in r)
+    for k, block in enumerate(rounds):
+        assert sorted(t.target for t in block) == sorted(TARGETS)
+        assert {t.rep for t in block} == {k}  # repetition k of every target is in round k
+    # Each round is shuffled on its own: not one order repeated.
+    assert len({tuple(t.target for t in block) for block in rounds}) > 1
+    # Positive control: a plain shuffle of the same trials is not in complete rounds.
+    plain = Scheduler(BenchConfig(targets=TARGETS, workload="fsmark", reps=6, seed=11,
+                                  warmup=True, blocked=False)).first_round()
+    assert any(len({t.target for t in plain[i:i + 3]}) < 3 for i in range(0, len(plain), 3))
+
+
+def test_blocked_until_ci_runs_every_target_while_any_is_unsatisfied():
+    config = BenchConfig(targets=("quiet", "noisy"), workload="fsmark", reps=3, seed=5,
+                         until_ci_pct=5.0, max_reps=12)
+    fake = FakeExecute({"quiet": 100.0, "noisy": 100.0}, {"quiet": 0.5, "noisy": 60.0})
+    run = bench.run_bench(config, fake)
+    assert Counter(s.trial.target for s in run.samples) == {"quiet": 12, "noisy": 12}
+    for k in range(12):
+        assert {s.trial.target for s in run.samples[2 * k:2 * k + 2]} == {"quiet", "noisy"}
+
+
+def test_paired_overheads_cancel_the_drift_the_rounds_share():
+    """Every round's figures move together (the host's speed); the blocked run's paired
+    interval is narrow and holds the true 10% cost, the same samples taken as independent
+    give an interval many times wider."""
+    config = BenchConfig(targets=("base", "slow"), workload="fsmark", reps=10, seed=3)
+    drift = iter([1.0, 1.0, 0.7, 0.7, 1.3, 1.3, 0.9, 0.9, 1.1, 1.1, 0.8, 0.8, 1.2, 1.2,
+                  1.0, 1.0, 0.75, 0.75, 1.25, 1.25])
+    noise = random.Random(4)
+
+    def execute(trial: Trial) -> RepetitionResult:
+        mean = 100.0 if trial.target == "base" else 90.0
+        return result(trial.target, mean * next(drift) * (1 + noise.gauss(0, 0.01)))
+
+    run = bench.run_bench(config, execute)
+    paired = analyse(run).overhead_of("slow", "files").overhead
+    assert paired is not None and paired.pairs == 10 and paired.ci.contains(0.10)
+    assert paired.ci.high - paired.ci.low < 0.05
+    unpaired = analyse(dataclasses.replace(
+        run, config=dataclasses.replace(config, blocked=False))).overhead_of("slow", "files").overhead
+    assert unpaired is not None and unpaired.pairs == 0
+    assert unpaired.ci.high - unpaired.ci.low > 4 * (paired.ci.high - paired.ci.low)
 
 
 def test_warmup_is_the_first_trial_of_each_target_and_is_discarded():
@@ -104,7 +156,7 @@ def test_warmup_is_the_first_trial_of_each_target_and_is_discarded():
 
 def test_until_ci_stops_each_target_on_its_own_and_respects_the_cap():
     config = BenchConfig(targets=("quiet", "noisy"), workload="fsmark", reps=3, seed=5,
-                         until_ci_pct=5.0, max_reps=12)
+                         until_ci_pct=5.0, max_reps=12, blocked=False)
     fake = FakeExecute({"quiet": 100.0, "noisy": 100.0}, {"quiet": 0.5, "noisy": 60.0})
     run = bench.run_bench(config, fake)
     counts = Counter(s.trial.target for s in run.samples)
@@ -118,7 +170,7 @@ def test_until_ci_stops_each_target_on_its_own_and_respects_the_cap():
 
 def test_until_ci_stops_as_soon_as_the_interval_is_tight():
     config = BenchConfig(targets=("a", "b"), workload="fsmark", reps=2, seed=1,
-                         until_ci_pct=10.0, max_reps=50)
+                         until_ci_pct=10.0, max_reps=50, blocked=False)
     fake = FakeExecute({"a": 100.0, "b": 50.0}, {"a": 8.0, "b": 4.0}, seed=2)
     run = bench.run_bench(config, fake)
     for target in ("a", "b"):
@@ -181,6 +233,9 @@ def test_a_metric_the_workload_does_not_report_is_named():
 
 
 def run_of(values: dict[str, list[float]], **kw: object) -> bench.BenchRun:
+    """A run of these values, target after target (so not in rounds, unless blocked=True
+    is given to pretend it was)."""
+    kw.setdefault("blocked", False)
     config = BenchConfig(targets=tuple(values), workload="fsmark", reps=len(next(iter(values.values()))),
                          **kw)  # type: ignore[arg-type]
     samples = []
@@ -201,6 +256,10 @@ def test_overhead_sign_and_interval_come_from_stats():
     expected = overhead(values["ext4/journal"], values["ext2"], 0.95, higher_is_better=True)
     assert o == expected
     assert o.overhead == pytest.approx(0.20) and o.significant  # 20% of throughput lost
+    # Blocked: repetition i of each target is a pair.
+    p = analyse(run_of(values, blocked=True)).overhead_of("ext4/journal", "files").overhead
+    assert p == paired_overhead(values["ext4/journal"], values["ext2"], 0.95, higher_is_better=True)
+    assert p is not None and p.pairs == 5 and p.df == 4
     # Time (lower is better): 25% more time for the same loss; same sign.
     t = a.overhead_of("ext4/journal", "run_s").overhead
     assert t is not None and t.overhead > 0.2 and not t.higher_is_better

@@ -192,6 +192,25 @@ def test_an_order_on_the_samples_asks_the_ratio_interval_not_two_intervals_apart
     assert judge(one(ORDER), r).verdict == DISAGREE
 
 
+def test_an_order_from_a_blocked_step_pairs_the_rounds() -> None:
+    # Round k moved both targets alike (0.8 to 1.2 of their speed): a is 3% faster in
+    # every round. Taken as independent the spread hides it; paired it is plain.
+    speed = [1.0, 0.8, 1.2, 0.9, 1.1, 0.85]
+    a = [13.0 * k for k in speed]
+    b = [13.0 * k / 1.03 for k in speed]
+    unblocked = judge(one(ORDER), sampled(a, b))
+    assert unblocked.verdict == NOT_COMPARABLE, unblocked
+    r = sampled(a, b)
+    r["blocked"] = True
+    for name in ("a", "b"):
+        r["means"]["mb_s"][name]["reps"] = [1, 2, 3, 4, 5, 6]
+    blocked = judge(one(ORDER), r)
+    assert blocked.verdict == AGREE and "b costs +2.9% [+2.9%, +2.9%]" in blocked.measured, blocked
+    # The pairs are the repetitions both have: b's round 6 lost, a's round 6 unpaired.
+    r["means"]["mb_s"]["b"] |= {"values": b[:5], "reps": [1, 2, 3, 4, 5]}
+    assert judge(one(ORDER), r).verdict == AGREE
+
+
 def test_an_order_within_the_alike_margin_is_a_disagreement_and_a_wide_one_says_what_decides(
 ) -> None:
     claim = one(ORDER + "alike_pct = 5\n")

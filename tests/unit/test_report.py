@@ -28,7 +28,7 @@ STEPS = [{"argv": ["crash"], "expect": "pass"}, {"argv": ["crash"], "expect": "f
 
 
 def make_study(db: Path, run_dir: Path, *, crash_only: bool = False,
-               noisy_baseline: bool = False) -> int:
+               noisy_baseline: bool = False, blocked: bool = False) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     with Store(db) as store:
         top = store.start_run(command_line="powercut run tiny", study="study tiny", kind="study",
@@ -72,7 +72,8 @@ def make_study(db: Path, run_dir: Path, *, crash_only: bool = False,
         bench = store.start_run(command_line="powercut bench", study="bench step", kind="bench",
                                 parent_id=top, environment={"study_step": 4, "plan": {
                                     "targets": ["ext2", "ext4/ordered"], "workload": "fsmark",
-                                    "baseline": "ext2", "metric": "files", "level": 0.95}})
+                                    "baseline": "ext2", "metric": "files", "level": 0.95,
+                                    "blocked": blocked}})
         for target, mean in (("ext2", 300.0), ("ext4/ordered", 240.0)):
             for rep in range(1, 5):
                 # A baseline this noisy leaves Fieller's overhead interval unbounded.
@@ -178,6 +179,25 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys) -> Non
     assert not (tmp_path / "x.html").exists()
     assert main(["report", "--db", str(tmp_path / "none.db")]) == 2
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_blocked_bench_step_reports_the_paired_overhead(tmp_path: Path, capsys) -> None:
+    from framework.core.stats import overhead, paired_overhead
+
+    ext2 = [300.0 + 3 * rep for rep in range(1, 5)]
+    ext4 = [240.0 + 3 * rep for rep in range(1, 5)]
+    for blocked, expected in ((True, paired_overhead(ext4, ext2, higher_is_better=True)),
+                              (False, overhead(ext4, ext2, higher_is_better=True))):
+        db = tmp_path / f"r{blocked}.db"
+        top = make_study(db, tmp_path / f"run{blocked}", blocked=blocked)
+        assert main(["report", str(top), "--db", str(db), "--json", "--no-html"]) == 0
+        (bench,) = json.loads(capsys.readouterr().out)["bench"]
+        cell = next(c for c in bench["targets"] if c["target"] == "ext4/ordered")["overhead"]
+        assert cell["low_pct"] == pytest.approx(100 * expected.ci.low)
+        assert cell["high_pct"] == pytest.approx(100 * expected.ci.high)
+    # The rounds move both alike: paired, the interval is the narrower of the two.
+    assert paired_overhead(ext4, ext2, higher_is_better=True).ci.half_width < \
+        overhead(ext4, ext2, higher_is_better=True).ci.half_width / 2
 
 
 def test_an_unbounded_overhead_interval_still_draws_its_point(tmp_path: Path, capsys) -> None:

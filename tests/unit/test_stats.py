@@ -246,6 +246,47 @@ def test_overhead_fieller_interval_agrees_with_bootstrap() -> None:
     assert width / 2 == pytest.approx(sps.t.ppf(0.975, ours.df) * se, rel=0.05)
 
 
+def test_paired_overhead_ends_are_where_the_paired_t_test_of_the_difference_rejects() -> None:
+    """Fieller's paired set is {R: |t| of the one-sample t-test of target - R baseline <= q}:
+    at either end of the ratio interval scipy's paired t-test has p exactly 1 - level."""
+    rng = np.random.default_rng(7)
+    drift = rng.normal(0, 0.1, 12)
+    base = 100 * (1 + drift + rng.normal(0, 0.02, 12))
+    target = 90 * (1 + drift + rng.normal(0, 0.02, 12))
+    o = stats.paired_overhead(target, base, 0.95, higher_is_better=True)
+    assert o.pairs == 12 and o.df == 11
+    for end in (o.ratio_ci.low, o.ratio_ci.high):
+        assert sps.ttest_1samp(target - end * base, 0.0).pvalue == pytest.approx(0.05, abs=1e-9)
+    assert o.ci.contains(0.10)
+    # The same samples as independent: the shared drift widens the interval several times.
+    unpaired = stats.overhead(target, base, 0.95, higher_is_better=True)
+    assert unpaired.ci.half_width > 3 * o.ci.half_width
+    with pytest.raises(StatsError, match="differ in length"):
+        stats.paired_overhead(target[:5], base, higher_is_better=True)
+
+
+def test_paired_overhead_covers_the_true_ratio_95_times_in_100() -> None:
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(2000):
+        drift = rng.normal(0, 0.1, 8)
+        base = 100 * (1 + drift + rng.normal(0, 0.05, 8))
+        target = 80 * (1 + drift + rng.normal(0, 0.05, 8))
+        hits += stats.paired_overhead(target, base, higher_is_better=False).ci.contains(-0.2)
+    assert 0.935 <= hits / 2000 <= 0.965
+
+
+def test_overhead_by_rep_pairs_only_the_repetitions_both_have() -> None:
+    target = [(1, 90.0), (2, 70.0), (4, 110.0), (5, 95.0)]
+    base = [(1, 100.0), (2, 80.0), (3, 60.0), (4, 120.0), (5, 104.0)]
+    paired = stats.overhead_by_rep(target, base, higher_is_better=True, paired=True)
+    assert paired == stats.paired_overhead([90, 70, 110, 95], [100, 80, 120, 104],
+                                           higher_is_better=True)
+    unpaired = stats.overhead_by_rep(target, base, higher_is_better=True, paired=False)
+    assert unpaired == stats.overhead([90, 70, 110, 95], [100, 80, 60, 120, 104],
+                                      higher_is_better=True)
+
+
 def test_overhead_not_significant_when_equal_and_unbounded_baseline_raises() -> None:
     rng = np.random.default_rng(4)
     same = stats.overhead(rng.normal(50, 2, 10), rng.normal(50, 2, 10), higher_is_better=True)
