@@ -17,6 +17,7 @@ Usage: python bench/drift.py RESULTS.sqlite [--metric NAME ...] [--min-trials 10
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -43,7 +44,7 @@ def lag1(series: list[float]) -> float:
     var = sum((x - mean) ** 2 for x in series)
     if var == 0:
         return 0.0
-    return sum((a - mean) * (b - mean) for a, b in zip(series, series[1:], strict=False)) / var
+    return sum((a - mean) * (b - mean) for a, b in itertools.pairwise(series)) / var
 
 
 def neighbour_share(series: list[float], k: int = 2) -> float:
