@@ -432,6 +432,9 @@ def overhead_by_rep(
                         higher_is_better=higher_is_better)
     base = dict(baseline)
     mine = [(r, v) for r, v in target if r in base]
+    if len(mine) < 2:
+        raise StatsError(f"{len(mine)} round(s) measured both targets; a paired interval "
+                         "needs at least 2")
     return paired_overhead([v for _, v in mine], [base[r] for r, _ in mine], level,
                            higher_is_better=higher_is_better)
 

@@ -285,6 +285,8 @@ def test_overhead_by_rep_pairs_only_the_repetitions_both_have() -> None:
     unpaired = stats.overhead_by_rep(target, base, higher_is_better=True, paired=False)
     assert unpaired == stats.overhead([90, 70, 110, 95], [100, 80, 60, 120, 104],
                                       higher_is_better=True)
+    with pytest.raises(StatsError, match="1 round\\(s\\) measured both targets"):
+        stats.overhead_by_rep([(1, 90.0), (7, 80.0)], base, higher_is_better=True, paired=True)
 
 
 def test_overhead_not_significant_when_equal_and_unbounded_baseline_raises() -> None:
