@@ -42,7 +42,7 @@ from framework.bench.task import (
     RepetitionRequest,
     RepetitionResult,
 )
-from framework.bench.workloads import Metric, Scale, get_workload
+from framework.bench.workloads import Benchmark, Metric, Scale, get_workload
 from framework.core import agent, clock, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import read_plan
@@ -84,6 +84,8 @@ class BenchConfig:
     bases: tuple[str, ...] = ()
     #: Rounds with every target once each (pairs for the analysis); False: one shuffle.
     blocked: bool = True
+    #: Seconds a timed workload runs per repetition instead of its scale's (None: the scale's).
+    duration_s: int | None = None
 
     @property
     def baseline_target(self) -> str:
@@ -108,6 +110,16 @@ class BenchConfig:
                               f"({', '.join(self.targets)})")
         if not 0 < self.level < 1:
             raise ConfigError(f"bench: confidence level {self.level} is not between 0 and 1")
+        if self.duration_s is not None:
+            if self.duration_s < 1:
+                raise ConfigError(f"bench: --duration {self.duration_s}: must be at least 1 second")
+            workload_of(self)  # refuses a workload that does not run for a time
+
+
+def workload_of(config: BenchConfig) -> Benchmark:
+    """The config's workload, with its --duration when it has one."""
+    workload = get_workload(config.workload)
+    return workload if config.duration_s is None else workload.with_duration(config.duration_s)
 
 
 def with_factors(config: BenchConfig, factors: Sequence[factorial_design.Factor]) -> BenchConfig:
@@ -465,7 +477,8 @@ def config_from_plan(run_dir: Path) -> BenchConfig:
             factors=tuple(factorial_design.parse_factor(f) for f in doc.get("factors", ())),
             bases=tuple(doc.get("bases", ())),
             # Plans written before blocked orders ran one shuffle: resume them as they began.
-            blocked=bool(doc.get("blocked", False)))
+            blocked=bool(doc.get("blocked", False)),
+            duration_s=None if doc.get("duration_s") is None else int(doc["duration_s"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: not a bench plan ({exc})") from None
     config.validate()
@@ -480,7 +493,7 @@ def plan_document(config: BenchConfig) -> dict[str, Any]:
             "metric": config.metric, "level": config.level, "cpus": config.cpus,
             "user_targets": [t.to_dict() for t in config.user_targets],
             "factors": [f.describe() for f in config.factors], "bases": list(config.bases),
-            "blocked": config.blocked}
+            "blocked": config.blocked, "duration_s": config.duration_s}
 
 
 class GuestExecutor:
@@ -489,7 +502,7 @@ class GuestExecutor:
     def __init__(self, machine: Machine, config: BenchConfig) -> None:
         self.machine = machine
         self.config = config
-        self.timeout_s = get_workload(config.workload).timeout_s(config.scale) + REPETITION_OVERHEAD_S
+        self.timeout_s = workload_of(config).timeout_s(config.scale) + REPETITION_OVERHEAD_S
         self._targets = {t.name: t for t in resolve_targets(config)}
         self._disks = plan_disks(self._targets.values(), data_bytes=DATA_DISK_BYTES[config.scale])
 
@@ -498,7 +511,7 @@ class GuestExecutor:
         journal = (self.machine.disk(self._disks.disk(target, "journal"))
                    if target.needs_journal_disk else None)
         return RepetitionRequest(target=target, workload=self.config.workload,
-                                 scale=self.config.scale,
+                                 scale=self.config.scale, duration_s=self.config.duration_s,
                                  data_dev=self.machine.disk(self._disks.disk(target, "data")),
                                  journal_dev=journal)
 

@@ -260,7 +260,9 @@ def format_report(run: BenchRun, a: BenchAnalysis) -> str:
     counts = {t: sum(1 for s in kept if s.trial.target == t) for t in c.targets}
     reps = (f"{min(counts.values())}" if len(set(counts.values())) == 1
             else ", ".join(f"{t}: {n}" for t, n in counts.items()))
-    header = (f"powercut bench: {c.workload} at {c.scale} scale; repetitions per target: {reps}"
+    duration = "" if c.duration_s is None else f", {c.duration_s} s a repetition"
+    header = (f"powercut bench: {c.workload} at {c.scale} scale{duration}; "
+              f"repetitions per target: {reps}"
               f"{'; first trial of each target discarded (warm-up)' if c.warmup else ''}; "
               f"{'rounds of every target, each' if c.blocked else 'run order'} shuffled with seed "
               f"{c.seed}; wall time {run.wall_s:.1f} s")
@@ -325,7 +327,8 @@ def report_json(run: BenchRun, a: BenchAnalysis) -> dict[str, Any]:
                         for e in a.design.effects_of("target")},
         }
     return {
-        "workload": c.workload, "scale": str(c.scale), "targets": list(c.targets),
+        "workload": c.workload, "scale": str(c.scale), "duration_s": c.duration_s,
+        "targets": list(c.targets),
         "baseline": c.baseline_target, "seed": c.seed, "warmup": c.warmup, "blocked": c.blocked,
         "until_ci_pct": c.until_ci_pct, "max_reps": c.max_reps, "level": level,
         "primary": a.primary.name, "wall_s": run.wall_s, "host_load": run.host_load,

@@ -55,11 +55,13 @@ class RepetitionRequest:
     data_dev: str
     journal_dev: str | None = None
     mountpoint: str = DEFAULT_MOUNTPOINT
+    duration_s: int | None = None  # a timed workload's seconds (None: the scale's)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target.to_dict(), "workload": self.workload,
                 "scale": str(self.scale), "data_dev": self.data_dev,
-                "journal_dev": self.journal_dev, "mountpoint": self.mountpoint}
+                "journal_dev": self.journal_dev, "mountpoint": self.mountpoint,
+                "duration_s": self.duration_s}
 
     @classmethod
     def from_dict(cls, t: Mapping[str, Any]) -> RepetitionRequest:
@@ -70,6 +72,7 @@ class RepetitionRequest:
             data_dev=str(t["data_dev"]),
             journal_dev=None if t.get("journal_dev") is None else str(t["journal_dev"]),
             mountpoint=str(t.get("mountpoint") or DEFAULT_MOUNTPOINT),
+            duration_s=None if t.get("duration_s") is None else int(t["duration_s"]),
         )
 
 
@@ -152,6 +155,8 @@ def _repetition(runner: CommandRunner, req: RepetitionRequest, data_dev: str,
                 journal_dev: str | None) -> RepetitionResult:
     target = req.target
     workload = get_workload(req.workload)
+    if req.duration_s is not None:
+        workload = workload.with_duration(req.duration_s)
     start = clock.monotonic()
     fsmount.mkfs(runner, target, data_dev, journal_dev=journal_dev)
     mkfs_s = clock.monotonic() - start

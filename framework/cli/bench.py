@@ -125,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         cpus=args.cpus if args.cpus is not None else BENCH_CPUS,
         user_targets=named_user_targets(args),
         blocked=args.order == "blocks",
+        duration_s=args.duration,
     )
     factors = [parse_factor(text) for text in args.factor or ()]
     config = with_factors(config, factors)
@@ -250,6 +251,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", choices=[s.value for s in Scale], default=Scale.TINY.value,
                    help="work per repetition: tiny (seconds in an emulated guest), small, full "
                         "(published sizes) (default: tiny)")
+    p.add_argument("--duration", type=int, metavar="SECONDS",
+                   help="seconds each repetition of a timed workload runs (fio's random mixes, "
+                        "dbench) instead of its scale's: under emulation a repetition's spread "
+                        "may not shrink with its length, and shorter ones give more "
+                        "repetitions an hour (default: the scale's)")
     p.add_argument("--reps", type=int, default=10, metavar="N",
                    help="kept repetitions per target; with --until-ci the minimum (default: 10)")
     p.add_argument("--warmup", action="store_true",

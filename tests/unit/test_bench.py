@@ -465,6 +465,14 @@ def test_cli_builds_the_config():
                                      "--baseline", "xfs"])
     with pytest.raises(ConfigError, match="baseline"):
         config_from_args(bad)
+    assert config.duration_s is None
+    timed = build_parser().parse_args(["bench", "--targets", "ext2", "--workload", "dbench",
+                                       "--duration", "20"])
+    assert config_from_args(timed).duration_s == 20
+    fixed = build_parser().parse_args(["bench", "--targets", "ext2", "--workload", "fsmark",
+                                       "--duration", "20"])
+    with pytest.raises(ConfigError, match="--duration does not apply"):
+        config_from_args(fixed)
 
 
 def test_store_recorder_keeps_every_sample_of_an_interrupted_run(tmp_path):
@@ -673,3 +681,39 @@ def test_factor_options_errors_are_one_line(capsys):
         assert main(["bench", *argv, "--results", "/nonexistent/never"]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, err
+
+
+def test_a_duration_travels_in_the_plan_and_the_guests_request(monkeypatch, tmp_path):
+    config = BenchConfig(targets=("ext2", "xfs"), workload="fio-web-server", reps=2, seed=1,
+                         duration_s=10)
+    config.validate()
+    doc = bench.plan_document(config)
+    assert doc["duration_s"] == 10
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    assert bench.config_from_plan(tmp_path) == dataclasses.replace(config, baseline="ext2")
+    del doc["duration_s"]  # a plan written before --duration: the scale's time
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    assert bench.config_from_plan(tmp_path).duration_s is None
+    longer = bench.GuestExecutor(FakeMachine(), dataclasses.replace(config, duration_s=100))
+    assert bench.GuestExecutor(FakeMachine(), config).timeout_s < longer.timeout_s
+    # The guest runs fio for the plan's seconds, not the scale's.
+    monkeypatch.setattr(benchtask, "drop_caches", lambda: None)
+    monkeypatch.setattr(benchtask, "_mount_options", lambda _mnt: "")
+    fake = FakeMachine()
+    fake.on("fio *", stdout=json.dumps({"jobs": [{"jobname": "w", "read": {
+        "io_bytes": 1, "bw_bytes": 1e6, "iops": 250.0, "clat_ns": {"mean": 1e3}}}]}))
+    req = RepetitionRequest(get_target("ext2"), "fio-web-server", Scale.TINY, "/dev/vda",
+                            mountpoint=str(tmp_path / "mnt"), duration_s=7)
+    assert RepetitionRequest.from_dict(json.loads(json.dumps(req.to_dict()))) == req
+    benchtask.run_repetition(fake, req)
+    fio = next(c for c in fake.calls if c[0] == "fio")
+    assert "--runtime=7" in fio and "--runtime=5" not in fio
+
+
+def test_a_duration_is_refused_below_a_second_and_for_a_workload_of_fixed_work():
+    config = BenchConfig(targets=("ext2",), workload="dbench", reps=2, seed=1)
+    with pytest.raises(ConfigError, match="--duration 0: must be at least 1 second"):
+        dataclasses.replace(config, duration_s=0).validate()
+    with pytest.raises(ConfigError, match="'fsmark' does a fixed amount of work"):
+        dataclasses.replace(config, workload="fsmark", duration_s=10).validate()
+    dataclasses.replace(config, duration_s=10).validate()  # control: dbench runs for a time

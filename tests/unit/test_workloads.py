@@ -474,3 +474,21 @@ def test_bonnie_block_skips_the_per_character_tests_and_fits_the_tiny_data_disk(
     assert file_mib >= 2 * int(argv[argv.index("-r") + 1])  # bonnie++'s RAM rule
     assert file_mib * (1 << 20) <= DATA_DISK_BYTES[Scale.TINY] // 2
     assert "-f" not in get_workload("bonnie").argv("/mnt/x", scale=Scale.TINY)
+
+
+def test_a_duration_replaces_the_scales_time_of_a_timed_workload() -> None:
+    fio = get_workload("fio-file-server")
+    assert "--runtime=30" in fio.argv("/mnt/t", scale=Scale.SMALL)  # control: the scale's
+    short = fio.with_duration(10)
+    argv = short.argv("/mnt/t", scale=Scale.SMALL)
+    assert "--runtime=10" in argv and "--runtime=30" not in argv and "--time_based" in argv
+    assert "--size=256M" in argv  # the file stays the scale's
+    assert short.timeout_s(Scale.SMALL) < fio.timeout_s(Scale.SMALL)
+    dbench = get_workload("dbench").with_duration(25).argv("/mnt/t", scale=Scale.SMALL)
+    assert dbench[3:5] == ["-t", "25"] and dbench[-1] == "4"  # the scale's clients
+
+
+@pytest.mark.parametrize("name", ["fio-seq-read-64k", "bonnie", "postmark", "fsmark"])
+def test_a_duration_is_refused_by_a_workload_of_fixed_work(name: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^workload {name!r} .*--duration"):
+        get_workload(name).with_duration(10)

@@ -88,6 +88,15 @@ class Benchmark(abc.ABC):
         """Deadline for one run; generous because a TCG guest is slow."""
         return {Scale.TINY: 600.0, Scale.SMALL: 3600.0, Scale.FULL: 4 * 3600.0}[scale]
 
+    def with_duration(self, seconds: int) -> Benchmark:
+        """This workload run for ``seconds`` instead of its scale's time (``bench --duration``).
+
+        Only a workload that runs for a time (fio's random mixes, dbench) has one to
+        change; one that does a fixed amount of work refuses with a ConfigError.
+        """
+        raise ConfigError(f"workload {self.name!r} does a fixed amount of work, not a timed "
+                          "run: --duration does not apply to it")
+
     # Helpers for parsers.
 
     def fail(self, result: CommandResult, what: str) -> BenchmarkError:

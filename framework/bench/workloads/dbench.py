@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -38,17 +39,24 @@ class DbenchWorkload(Benchmark):
     name: str = "dbench"
     tool: str = "dbench"
     package: str = "dbench"
+    #: Seconds of load instead of the scale's (None: the scale's).
+    duration_s: int | None = None
+
+    def _seconds(self, scale: Scale) -> int:
+        return self.duration_s if self.duration_s is not None else _SIZES[scale].seconds
 
     def argv(self, workdir: str, *, scale: Scale) -> list[str]:
-        size = _SIZES[scale]
         return [
-            self.tool, "-D", self.datadir(workdir), "-t", str(size.seconds),
-            "-c", self.loadfile, str(size.clients),
+            self.tool, "-D", self.datadir(workdir), "-t", str(self._seconds(scale)),
+            "-c", self.loadfile, str(_SIZES[scale].clients),
         ]
 
     def timeout_s(self, scale: Scale) -> float:
         # Time-based, plus warm-up and clean-up that a slow guest stretches.
-        return _SIZES[scale].seconds * 4 + 300.0
+        return self._seconds(scale) * 4 + 300.0
+
+    def with_duration(self, seconds: int) -> DbenchWorkload:
+        return dataclasses.replace(self, duration_s=seconds)
 
     def parse(self, result: CommandResult) -> list[Metric]:
         self.require_success(result)

@@ -10,6 +10,7 @@ The size mixes are Iometer's standard percentages, given to fio as bssplit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 from framework.bench.workloads.base import Benchmark, Metric, Scale, register
 from framework.core.command import CommandResult
+from framework.core.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,8 @@ class FioWorkload(Benchmark):
 
     profile: FioProfile = PROFILES[0]
     ioengine: str = "psync"
+    #: Seconds per random mix instead of the scale's (None: the scale's).
+    duration_s: int | None = None
     name: str = ""
     tool: str = "fio"
     package: str = "fio"
@@ -98,15 +102,24 @@ class FioWorkload(Benchmark):
         if p.rwmixread is not None:
             argv.append(f"--rwmixread={p.rwmixread}")
         if not p.sequential:
-            argv += [f"--runtime={size.runtime_s}", "--time_based"]
+            argv += [f"--runtime={self._runtime_s(scale)}", "--time_based"]
         if p.writes:
             # Without it buffered writes only reach the page cache and the
             # journal never enters the measurement.
             argv.append("--end_fsync=1")
         return argv
 
+    def _runtime_s(self, scale: Scale) -> int:
+        return self.duration_s if self.duration_s is not None else _SIZES[scale].runtime_s
+
     def timeout_s(self, scale: Scale) -> float:
-        return _SIZES[scale].runtime_s * 4 + 600.0
+        return self._runtime_s(scale) * 4 + 600.0
+
+    def with_duration(self, seconds: int) -> FioWorkload:
+        if self.profile.sequential:
+            raise ConfigError(f"workload {self.name!r} reads or writes its file once, not for a "
+                              "time: --duration applies to fio's random mixes only")
+        return dataclasses.replace(self, duration_s=seconds)
 
     def parse(self, result: CommandResult) -> list[Metric]:
         self.require_success(result)
