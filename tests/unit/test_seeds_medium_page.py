@@ -4,9 +4,10 @@ the page's data folder and compared cell by cell, the totals line is summed from
 and every claim that is not comparable in those records has a row in the page's table of open
 claims with the count of repetitions its record says would decide it.
 
-Two pages: the first medium runs, in one shuffled order (2026-11-30-seeds-medium), and the
+Three pages: the first medium runs, in one shuffled order (2026-11-30-seeds-medium), the
 runs in rounds with paired intervals (2026-11-30-seeds-blocked), whose totals add the first
-page's records of the studies it did not run again."""
+page's records of the studies it did not run again, and seed 000 at 24 repetitions a target
+(2026-11-30-seeds-levers), whose totals take every other study's latest record."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class Page:
 
 MEDIUM = "2026-11-30-seeds-medium"
 BLOCKED = "2026-11-30-seeds-blocked"
+LEVERS = "2026-11-30-seeds-levers"
 FIRST = (
     (MEDIUM, "seed000-bonnie-6.12.117"),
     (MEDIUM, "seed001-dbench-6.12.117"),
@@ -55,6 +57,8 @@ AGAIN = (
 PAGES = [
     Page(MEDIUM, (*FIRST, (MEDIUM, "seed004-flash-journal-7.3.4")), FIRST),
     Page(BLOCKED, AGAIN, (*AGAIN, *FIRST[3:])),
+    Page(LEVERS, ((LEVERS, "seed000-bonnie-6.12.117"),),
+         ((LEVERS, "seed000-bonnie-6.12.117"), *AGAIN[1:], *FIRST[3:])),
 ]
 
 
