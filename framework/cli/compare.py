@@ -47,7 +47,8 @@ say what changed:
 
 Exit status: 0 no regression, 1 a regression (a metric, a new finding, a
 new failing state or new failing power cuts), 2 bad input (an unknown run,
-runs of different studies without --force).
+runs of different studies, or bench runs of one workload at different scales or
+--duration, without --force).
 """
 
 EPILOG = """\
@@ -214,7 +215,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db-b", metavar="PATH", help="results database of B, if another")
     add_rule_options(p)
     p.add_argument("--force", action="store_true",
-                   help="compare runs of different studies (what they have in common)")
+                   help="compare runs of different studies, or a workload run at different "
+                        "scales or --duration (what they have in common)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--figure", metavar="OUT.png",
                    help="draw how each configuration moved on the trade-off figure (recovery "

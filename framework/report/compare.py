@@ -277,6 +277,10 @@ def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
             f"run {a.top.id} ({a.top.kind or 'run'} {a.study!r}) and run {b.top.id} "
             f"({b.top.kind or 'run'} {b.study!r}) ran different things; --force compares "
             "what they have in common")
+    if not force and (differ := _sizes_differ(a, b)):
+        raise ConfigError(
+            f"run {a.top.id} and run {b.top.id} ran {differ}: their figures are not comparable; "
+            "--force compares them anyway")
     metrics = [*(_bench_changes(a, b, rule) if rule.bench != "relative" else ()),
                *(_relative_changes(a, b, rule) if rule.bench != "absolute" else ()),
                *_recovery_changes(a, b, rule)]
@@ -288,6 +292,25 @@ def compare_results(a: Results, b: Results, rule: Rule | None = None, *,
 
 
 # ---- metrics -------------------------------------------------------------------------
+
+
+def _sizes_differ(a: Results, b: Results) -> str:
+    """The first workload both ran with different work a repetition (scale, --duration), in
+    words; "" when none did. A plan that did not record its scale matches any."""
+    def sizes(r: Results) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for plan in r.benches:
+            if plan.scale:
+                out.setdefault(plan.workload, set()).add(plan.size())
+        return out
+
+    sa, sb = sizes(a), sizes(b)
+    for workload in sorted(set(sa) & set(sb)):
+        if sa[workload] != sb[workload]:
+            return (f"{workload} at {' and '.join(sorted(sa[workload]))} against "
+                    f"{' and '.join(sorted(sb[workload]))}")
+    return ""
+
 
 
 def judge(values_a: Sequence[float], values_b: Sequence[float], *, higher_is_better: bool,

@@ -42,6 +42,13 @@ class BenchPlan:
     metric: str | None  # None: "total" if reported, else the first metric
     level: float
     blocked: bool = False  # run in rounds of every target: overheads pair repetition k
+    scale: str = ""  # the work a repetition did ("": a plan that did not say)
+    duration_s: int | None = None  # a timed workload's seconds instead of its scale's
+
+    def size(self) -> str:
+        """The work a repetition did, in words: ``small scale, 10 s a repetition``."""
+        scale = f"{self.scale or 'unknown'} scale"
+        return scale if self.duration_s is None else f"{scale}, {self.duration_s} s a repetition"
 
 
 @dataclass(frozen=True)
@@ -160,7 +167,10 @@ def load(store: Store, ref: str) -> Results:
                                          names, str(plan.get("baseline") or names[0]),
                                          plan.get("metric") or _primary_of(run),
                                          float(plan.get("level", 0.95)),
-                                         bool(plan.get("blocked", False))))
+                                         bool(plan.get("blocked", False)),
+                                         str(plan.get("scale") or ""),
+                                         None if plan.get("duration_s") is None
+                                         else int(plan["duration_s"])))
     return Results(top, runs,
                    pd.DataFrame(checks, columns=CHECK_COLUMNS),
                    pd.DataFrame(recoveries, columns=RECOVERY_COLUMNS),

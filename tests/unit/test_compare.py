@@ -11,6 +11,7 @@ import pytest
 from crashcases.vocabulary import CrashPointKind
 from framework.bench.workloads import Metric
 from framework.cli import main
+from framework.core.errors import ConfigError
 from framework.core.store import Store
 from framework.report.compare import Rule, StateStatus, Verdict, compare_results
 from framework.report.results import load
@@ -22,7 +23,8 @@ EXT4 = {"name": "ext4/ordered", "fstype": "ext4", "mkfs_options": [], "mount_opt
 def study(db: Path, *, files: dict[str, list[float]] | None = None,
           recovery: list[float] | None = None,
           states: list[tuple[int, str, str, list[str] | None]] = (),  # type: ignore[assignment]
-          cut_outcomes: list[str] | None = None, name: str = "nightly") -> int:
+          cut_outcomes: list[str] | None = None, name: str = "nightly",
+          size: dict[str, object] | None = None) -> int:
     """A study run with a bench step (fsmark files/s per target), a cut step (recovery
     times) and a crash step (entry, mark, outcome, known ids per state)."""
     with Store(db) as store:
@@ -31,7 +33,8 @@ def study(db: Path, *, files: dict[str, list[float]] | None = None,
             bench = store.start_run(command_line="powercut bench", study="bench", kind="bench",
                                     parent_id=top, environment={"plan": {
                                         "targets": list(files), "workload": "fsmark",
-                                        "baseline": next(iter(files)), "level": 0.95}})
+                                        "baseline": next(iter(files)), "level": 0.95,
+                                        **(size or {})}})
             for target, values in files.items():
                 for rep, v in enumerate(values, 1):
                     store.add_bench_samples(bench, target, "fsmark", repetition=rep, metrics=[
@@ -217,3 +220,25 @@ def test_a_ratio_to_a_baseline_that_measured_nothing_or_too_little_is_not_judged
     assert ratio.verdict is Verdict.TOO_FEW and ratio.a.mean is None
     # B's baseline mean cannot be told from 0: a point estimate without an interval.
     assert ratio.b.mean is not None and ratio.b.bounds is None
+
+
+def test_runs_whose_repetitions_did_different_work_are_not_compared(tmp_path: Path,
+                                                                     capsys) -> None:
+    db = tmp_path / "r.db"
+    files = {"ext2": normal(300, seed=1)}
+    tiny = study(db, files=files, size={"scale": "tiny"})
+    small = study(db, files=files, size={"scale": "small"})
+    short = study(db, files=files, size={"scale": "small", "duration_s": 10})
+    again = study(db, files=files, size={"scale": "small"})
+    unsaid = study(db, files=files)  # a plan that did not record its scale
+    assert not compared(db, small, again).regressed  # control: the same work is compared
+    assert not compared(db, unsaid, small).regressed
+    with Store(db) as store:
+        for x, y, words in [(tiny, small, "fsmark at tiny scale against small scale"),
+                            (small, short, "fsmark at small scale against small scale, 10 s a repetition")]:
+            with pytest.raises(ConfigError, match=f"ran {words}.*--force compares them anyway"):
+                compare_results(load(store, str(x)), load(store, str(y)))
+        forced = compare_results(load(store, str(tiny)), load(store, str(small)), force=True)
+    assert [m.metric for m in forced.metrics if m.group == "bench fsmark"] == ["files"]
+    assert main(["compare", str(tiny), str(small), "--db", str(db)]) == 2
+    assert "not comparable" in capsys.readouterr().err
