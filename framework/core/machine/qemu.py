@@ -103,6 +103,14 @@ def guests_per_host(cores: int | None = None) -> int:
     return max(1, cores // GUEST_CPUS)
 
 
+_PRINTABLE = frozenset(string.printable)
+
+
+def _printable(line: str) -> str:
+    """A console line without its control characters and escape debris, stripped."""
+    return "".join(c for c in line if c in _PRINTABLE).strip()
+
+
 class QemuMachine(Machine):
     """Boots a kernel under qemu and runs commands in it over the serial console.
 
@@ -338,8 +346,7 @@ class QemuMachine(Machine):
                 text = f.read().decode("utf-8", "replace")
         except OSError:
             return []
-        printable = set(string.printable)
-        body = ("".join(c for c in ln if c in printable).strip() for ln in text.splitlines())
+        body = (_printable(ln) for ln in text.splitlines())
         return [ln for ln in body if ln]
 
     def _death_lines(self) -> str:
@@ -366,8 +373,7 @@ class QemuMachine(Machine):
         self._death_scanned = max(self._death_scanned, self._console_start) + len(whole)
         for line in whole.decode("utf-8", "replace").splitlines():
             if KERNEL_KILLED.search(line):
-                printable = set(string.printable)
-                self._death_seen = "".join(c for c in line if c in printable).strip()
+                self._death_seen = _printable(line)
                 return self._death_seen
         return None
 
