@@ -312,7 +312,6 @@ def _sizes_differ(a: Results, b: Results) -> str:
     return ""
 
 
-
 def judge(values_a: Sequence[float], values_b: Sequence[float], *, higher_is_better: bool,
           rule: Rule) -> tuple[Side, Side, float | None, Verdict, float | None]:
     """Both sides, the relative change and the verdict on one metric."""
