@@ -42,7 +42,7 @@ from framework.bench.task import (
     RepetitionRequest,
     RepetitionResult,
 )
-from framework.bench.workloads import Benchmark, Metric, Scale, get_workload
+from framework.bench.workloads import Metric, Scale, get_workload
 from framework.core import agent, clock, rundir
 from framework.core.errors import ConfigError
 from framework.core.lifecycle import read_plan
@@ -113,13 +113,8 @@ class BenchConfig:
         if self.duration_s is not None:
             if self.duration_s < 1:
                 raise ConfigError(f"bench: --duration {self.duration_s}: must be at least 1 second")
-            workload_of(self)  # refuses a workload that does not run for a time
-
-
-def workload_of(config: BenchConfig) -> Benchmark:
-    """The config's workload, with its --duration when it has one."""
-    workload = get_workload(config.workload)
-    return workload if config.duration_s is None else workload.with_duration(config.duration_s)
+            # Refuses a workload that does not run for a time.
+            get_workload(self.workload, duration_s=self.duration_s)
 
 
 def with_factors(config: BenchConfig, factors: Sequence[factorial_design.Factor]) -> BenchConfig:
@@ -502,7 +497,8 @@ class GuestExecutor:
     def __init__(self, machine: Machine, config: BenchConfig) -> None:
         self.machine = machine
         self.config = config
-        self.timeout_s = workload_of(config).timeout_s(config.scale) + REPETITION_OVERHEAD_S
+        workload = get_workload(config.workload, duration_s=config.duration_s)
+        self.timeout_s = workload.timeout_s(config.scale) + REPETITION_OVERHEAD_S
         self._targets = {t.name: t for t in resolve_targets(config)}
         self._disks = plan_disks(self._targets.values(), data_bytes=DATA_DISK_BYTES[config.scale])
 

@@ -154,9 +154,7 @@ def run_repetition(runner: CommandRunner, req: RepetitionRequest) -> RepetitionR
 def _repetition(runner: CommandRunner, req: RepetitionRequest, data_dev: str,
                 journal_dev: str | None) -> RepetitionResult:
     target = req.target
-    workload = get_workload(req.workload)
-    if req.duration_s is not None:
-        workload = workload.with_duration(req.duration_s)
+    workload = get_workload(req.workload, duration_s=req.duration_s)
     start = clock.monotonic()
     fsmount.mkfs(runner, target, data_dev, journal_dev=journal_dev)
     mkfs_s = clock.monotonic() - start

@@ -170,13 +170,15 @@ def list_workloads() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def get_workload(name: str) -> Benchmark:
-    """A fresh workload with its default settings, by study name."""
+def get_workload(name: str, *, duration_s: int | None = None) -> Benchmark:
+    """A fresh workload with its default settings, by study name; with ``duration_s``, run
+    for that many seconds a repetition (``with_duration``, which a fixed-work one refuses)."""
     _load_builtins()
     try:
         factory = _FACTORIES[name]
     except KeyError:
         known = ", ".join(sorted(_FACTORIES))
         raise ConfigError(f"unknown workload {name!r}; known: {known}") from None
-    return factory()
+    workload = factory()
+    return workload if duration_s is None else workload.with_duration(duration_s)
 
